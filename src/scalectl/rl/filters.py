@@ -1,6 +1,6 @@
 """Prompt filters: zero-variance groups, dynamic sampling, retiring solved prompts, and the prompt order.
 
-Recipe keys (``data.filter``): ``zero_variance``, ``dynamic_sampling`` (bounded by
+Recipe keys (``filter``): ``zero_variance``, ``dynamic_sampling`` (bounded by
 ``max_refill_rounds``), ``retire_solved`` (``retire_threshold``, ``retire_rule``).
 Sources: DAPO (Yu et al. 2025, arXiv 2503.14476, Sec. 3.2, dynamic sampling);
 ScaleRL (Khatri et al. 2025, arXiv 2510.13786, Sec. 3, zero-variance filtering and
@@ -57,8 +57,8 @@ class DynamicSamplingExhausted(RuntimeError):
         self.n_kept, self.n_target, self.max_refill_rounds = n_kept, n_target, max_refill_rounds
         super().__init__(
             f"dynamic sampling kept {n_kept} of the {n_target} groups a step needs after "
-            f"data.filter.max_refill_rounds = {max_refill_rounds} extra generation rounds: almost every "
-            "prompt is all-correct or all-wrong. Raise data.filter.max_refill_rounds, use a prompt set "
+            f"filter.max_refill_rounds = {max_refill_rounds} extra generation rounds: almost every "
+            "prompt is all-correct or all-wrong. Raise filter.max_refill_rounds, use a prompt set "
             "of mixed difficulty, or use zero_variance filtering without refill."
         )
 
@@ -72,7 +72,7 @@ def groups_to_refill(
         n_kept: groups kept so far (with non-zero reward variance).
         n_target: groups a step needs (``batch.prompts_per_step``).
         refill_round: refill rounds already done for this step (0 before the first refill).
-        max_refill_rounds: ``data.filter.max_refill_rounds``.
+        max_refill_rounds: ``filter.max_refill_rounds``.
         keep_rate: share of groups kept so far, if known; the request is then scaled up to
             ceil(missing / keep_rate) so one round is likely to fill the batch.
 
@@ -114,9 +114,9 @@ class PromptHistory:
 
     def __post_init__(self):
         if self.rule not in RETIRE_RULES:
-            raise ValueError(f"data.filter.retire_rule = {self.rule!r} is not one of {', '.join(RETIRE_RULES)}")
+            raise ValueError(f"filter.retire_rule = {self.rule!r} is not one of {', '.join(RETIRE_RULES)}")
         if not 0.0 < self.threshold <= 1.0:
-            raise ValueError(f"data.filter.retire_threshold = {self.threshold} must be in (0, 1]")
+            raise ValueError(f"filter.retire_threshold = {self.threshold} must be in (0, 1]")
 
     def update(self, prompt_id: int, n_correct: int, n: int) -> bool:
         """Record one appearance (n completions, n_correct of them correct); return True if now retired.
@@ -203,7 +203,7 @@ class PromptSampler:
         """
         if all(p in retired for p in range(self.n_prompts)):
             raise AllPromptsRetired(
-                f"all {self.n_prompts} prompts are retired (pass rate reached data.filter.retire_threshold); "
+                f"all {self.n_prompts} prompts are retired (pass rate reached filter.retire_threshold); "
                 "lower the threshold, use a larger or harder prompt set, or stop the run"
             )
         out: list[int] = []

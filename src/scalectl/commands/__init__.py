@@ -1,0 +1,1 @@
+"""CLI commands, one module per family; each module's ``register(app)`` adds its commands."""

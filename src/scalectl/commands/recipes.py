@@ -1,0 +1,54 @@
+"""``scalectl validate``: check recipe and setup files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from scalectl.commands.common import JsonOption, err, out, print_json, user_errors
+from scalectl.errors import UserError
+
+
+@user_errors
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="Recipe files to check.")],
+    setup: Annotated[Path | None, typer.Option(help="Setup file to merge under each recipe.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Override KEY=VALUE (repeatable).")] = [],
+    json_: JsonOption = False,
+) -> None:
+    """Print each recipe normalised (with its content hash), or its errors (exit 2)."""
+    import tomli_w
+
+    from scalectl.recipe_io import load
+
+    results, problems = [], []
+    for path in files:
+        try:
+            recipe = load(path, setup, set_)
+        except UserError as exc:
+            problems.append(str(exc))
+            continue
+        results.append({"file": str(path), "hash": recipe.content_hash, "recipe": recipe.to_dict()})
+    if json_:
+        print_json(results if not problems else {"ok": results, "errors": problems})
+    else:
+        for r in results:
+            out.print(f"[bold]# {r['file']}[/bold]  hash {r['hash']}")
+            data = {k: v for k, v in r["recipe"].items()}
+            out.print(tomli_w.dumps(_drop_none(data)), markup=False)
+    if problems:
+        raise UserError("\n".join(problems))
+    err.print(f"{len(results)} file(s) valid")
+
+
+def _drop_none(d):
+    if isinstance(d, dict):
+        return {k: _drop_none(v) for k, v in d.items() if v is not None}
+    return d
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``validate`` to the app."""
+    app.command()(validate)

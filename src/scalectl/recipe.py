@@ -1,0 +1,346 @@
+"""The Recipe: every axis of an RL run, validated.
+
+A run is described by two TOML files merged into one :class:`Recipe`:
+
+* a **recipe** (``recipes/*.toml``) says *how to train*: loss, clipping, loss
+  aggregation, advantage normalization, LM-head precision, asynchrony, prompt
+  filters, length control, optimiser, evaluation protocol;
+* a **setup** (``setups/*.toml``) says *where and how big*: model, prompt set,
+  hardware, launcher, budget, and the scale-dependent numbers (batch size,
+  token budgets, learning rate, held-out size) that differ between a 1 M
+  parameter model on a laptop and an 8B model on 80 GPUs.
+
+The setup is applied on top of the recipe, then ``--set key=value`` overrides
+on top of both; the merged dictionary is validated once by pydantic.  Files may
+``extends = "other.toml"`` (path relative to the file) to inherit and override.
+
+Formulas and defaults: Khatri et al. 2025, "The Art of Scaling Reinforcement
+Learning Compute for LLMs" (ScaleRL, arXiv 2510.13786), sections 3-4 and
+appendix A; DAPO (Yu et al. 2025); GSPO (Zheng et al. 2025); MiniMax-M1 (2025).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+# --------------------------------------------------------------------------- how to train
+
+
+class Loss(_Section):
+    """Policy loss (recipe-axes.md, "Loss").
+
+    ``ppo_clip``: per-token min(rho A, clip(rho, 1 - clip_low, 1 + clip_high) A)
+    (PPO/GRPO/DAPO).  ``gspo``: the same clip on the sequence-level ratio
+    exp(mean_t log rho) (GSPO; clip values of order 1e-3).  ``cispo``:
+    sg(min(rho, clip_high)) A log pi (MiniMax-M1; ``clip_low`` unused).
+    Defaults for the clip values depend on ``type``: ppo_clip 0.2/0.28 (DAPO),
+    gspo 3e-3/5e-3 (ScaleRL's best), cispo eps_max 5.0.
+    """
+
+    type: Literal["ppo_clip", "gspo", "cispo"] = "cispo"
+    clip_low: float | None = Field(default=None, gt=0, lt=1, description="epsilon-")
+    clip_high: float | None = Field(default=None, gt=0, description="epsilon+ (CISPO: eps_max)")
+    aggregation: Literal["sample", "prompt", "token"] = "prompt"
+
+    @model_validator(mode="after")
+    def _fill_clip_defaults(self) -> "Loss":
+        defaults = {"ppo_clip": (0.2, 0.28), "gspo": (3e-3, 5e-3), "cispo": (0.2, 5.0)}[self.type]
+        low = defaults[0] if self.clip_low is None else self.clip_low
+        high = defaults[1] if self.clip_high is None else self.clip_high
+        object.__setattr__(self, "clip_low", low)
+        object.__setattr__(self, "clip_high", high)
+        return self
+
+    @property
+    def ratio_level(self) -> Literal["token", "sequence"]:
+        """Where the importance ratio lives: per token, or one per completion (GSPO)."""
+        return "sequence" if self.type == "gspo" else "token"
+
+
+class Advantage(_Section):
+    """Group-centred advantage a_i = r_i - mean_group(r), then divided by the
+    group's std (``prompt``, GRPO), the batch std (``batch``, ScaleRL) or
+    nothing (``none``, Dr. GRPO)."""
+
+    normalization: Literal["prompt", "batch", "none"] = "batch"
+
+
+class Precision(_Section):
+    """``lm_head = "fp32"`` computes the final projection and log-softmax in
+    float32 in both the rollout engine and the trainer (ScaleRL section 3.2:
+    ceiling 0.52 -> 0.61); ``bf16`` keeps the model dtype."""
+
+    lm_head: Literal["fp32", "bf16"] = "fp32"
+
+
+class Async(_Section):
+    """Asynchrony between generation and training (recipe-axes.md, "Asynchrony").
+
+    ``sync``: on-policy, one batch then one step.  ``ppo_off_policy``: generate
+    k batches with one policy, then take k optimiser steps.  ``pipeline``
+    (PipelineRL-k): generators stream, trainers push weights after every step
+    and wait when more than k steps ahead of the oldest data.
+    """
+
+    mode: Literal["sync", "ppo_off_policy", "pipeline"] = "pipeline"
+    k: int = Field(default=8, ge=1)
+
+
+class Filter(_Section):
+    """Prompt filtering (recipe-axes.md, "Prompt filtering").
+
+    ``zero_variance``: groups whose rewards are all equal are dropped from the
+    batch, not replaced.  ``dynamic_sampling`` (DAPO): drop them and draw more
+    prompts, at most ``max_refill_rounds`` extra rounds per step.
+    ``retire_solved`` (ScaleRL's No-Positive-Resampling): a prompt whose pass
+    rate reaches ``retire_threshold`` is never sampled again; ``retire_rule``
+    says whether that is the latest epoch's rate or the cumulative one.
+    """
+
+    zero_variance: bool = True
+    dynamic_sampling: bool = False
+    max_refill_rounds: int = Field(default=4, ge=1)
+    retire_solved: bool = False
+    retire_threshold: float = Field(default=0.9, gt=0, le=1)
+    retire_rule: Literal["latest", "cumulative"] = "latest"
+
+
+class Length(_Section):
+    """Generation length and its control (recipe-axes.md, "Length control").
+
+    ``max_new_tokens`` caps every completion (tokens); a completion that hits
+    it is truncated and counts in the truncation rate.  ``interrupt``: at a
+    length drawn uniformly from [interrupt_min, interrupt_max] the
+    ``interrupt_phrase`` is appended and the model answers within the cap.
+    ``penalty``: DAPO overlong shaping with L_max = ``penalty_max`` (defaults
+    to ``max_new_tokens``) and L_cache = ``penalty_cache``.
+    """
+
+    max_new_tokens: int = Field(default=14336, ge=1)
+    max_prompt_tokens: int = Field(default=2048, ge=1)
+    control: Literal["interrupt", "penalty", "none"] = "interrupt"
+    interrupt_min: int = Field(default=10000, ge=1)
+    interrupt_max: int = Field(default=12000, ge=1)
+    interrupt_phrase: str = (
+        "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
+    )
+    penalty_max: int | None = Field(default=None, ge=1)
+    penalty_cache: int = Field(default=2048, ge=1)
+
+    @model_validator(mode="after")
+    def _check_ranges(self) -> "Length":
+        if self.interrupt_min > self.interrupt_max:
+            raise ValueError(
+                f"interrupt_min ({self.interrupt_min}) must be <= interrupt_max ({self.interrupt_max})"
+            )
+        if self.control == "interrupt" and self.interrupt_max >= self.max_new_tokens:
+            raise ValueError(
+                f"interrupt_max ({self.interrupt_max}) must be < max_new_tokens "
+                f"({self.max_new_tokens}) to leave room for the answer"
+            )
+        lmax = self.penalty_max if self.penalty_max is not None else self.max_new_tokens
+        if self.control == "penalty" and self.penalty_cache >= lmax:
+            raise ValueError(f"penalty_cache ({self.penalty_cache}) must be < penalty_max ({lmax})")
+        return self
+
+
+class Batch(_Section):
+    """Prompts per optimiser step x generations (the group size G) per prompt.
+    ScaleRL: 48 x 16 = 768 completions per step."""
+
+    prompts_per_step: int = Field(default=48, ge=1)
+    generations_per_prompt: int = Field(default=16, ge=2)
+    micro_batch_size: int = Field(default=64, ge=1, description="completions per forward/backward")
+
+
+class Optim(_Section):
+    """AdamW with a constant learning rate after linear warm-up (ScaleRL appendix
+    A.3: lr 5e-7, 100 warm-up steps, eps 1e-15, weight decay 0.01)."""
+
+    lr: float = Field(default=5e-7, gt=0)
+    warmup_steps: int = Field(default=100, ge=0)
+    beta1: float = Field(default=0.9, ge=0, lt=1)
+    beta2: float = Field(default=0.999, ge=0, lt=1)
+    eps: float = Field(default=1e-15, gt=0)
+    weight_decay: float = Field(default=0.01, ge=0)
+    grad_clip: float | None = Field(default=1.0, gt=0)
+
+
+class Sampling(_Section):
+    """Rollout sampling: temperature 1 and no top-p/top-k, so the generator's
+    recorded log-probs are those of the policy itself."""
+
+    temperature: float = Field(default=1.0, gt=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+
+
+class Eval(_Section):
+    """Evaluation protocol (method.md section 5): before the first step and
+    every ``every_steps`` steps, ``samples_per_prompt`` completions (k) for each
+    of ``prompts`` held-out prompts; the pass rate is mean@k."""
+
+    every_steps: int = Field(default=100, ge=1)
+    prompts: int = Field(default=1000, ge=1)
+    samples_per_prompt: int = Field(default=16, ge=1)
+    temperature: float = Field(default=1.0, gt=0)
+
+
+class Fit(_Section):
+    """How the sigmoid is fitted to this run's points (method.md section 2)."""
+
+    min_compute: float = Field(default=1500.0, ge=0, description="in units of `axis`")
+    axis: Literal["gpu_hours", "flops", "tokens", "step"] = "gpu_hours"
+    truncation_threshold: float = Field(default=0.10, gt=0, le=1)
+
+
+class Checkpoint(_Section):
+    """Checkpoints in the run folder every ``every_steps`` optimiser steps."""
+
+    every_steps: int = Field(default=50, ge=1)
+    keep: int = Field(default=2, ge=1)
+
+
+# --------------------------------------------------------------------------- where and how big
+
+
+class Model(_Section):
+    """The policy.  ``path`` names a checkpoint folder (transformers
+    ``save_pretrained`` layout) or ``builtin:tiny`` for the project's own ~1 M
+    parameter Qwen2 model, built from a config and warm-started by a short SFT
+    stage (cached outside the run folders)."""
+
+    path: str = "builtin:tiny"
+    dtype: Literal["fp32", "bf16"] = "fp32"
+    chat_template: bool = False
+    warm_start_target: float = Field(default=0.3, gt=0, lt=1, description="held-out pass rate SFT stops at")
+
+
+class Data(_Section):
+    """The prompt set.  ``source``: ``synthetic:arithmetic`` (generated from
+    ``seed`` with ``difficulty``), a ``.jsonl``/``.parquet`` file, or
+    ``hf:NAME`` (Hugging Face datasets, by name or local path).  The held-out
+    evaluation split (``Eval.prompts`` prompts) is drawn by ``seed`` and is
+    disjoint from training."""
+
+    source: str = "synthetic:arithmetic"
+    train_size: int | None = Field(default=None, ge=1)
+    difficulty: int = Field(default=3, ge=1, le=9)
+    seed: int = 0
+
+
+class Hardware(_Section):
+    """What the run runs on.  GPU-hours are comparable only within one hardware
+    class (method.md section 7), so ``name`` is stored with every run."""
+
+    device: Literal["cpu", "cuda"] = "cpu"
+    name: str = "cpu"
+    generators: int = Field(default=1, ge=1, description="devices generating rollouts")
+    trainers: int = Field(default=1, ge=1, description="devices training (DeepSpeed ranks)")
+    zero_stage: int = Field(default=0, ge=0, le=3)
+    rollout_engine: Literal["cpu", "vllm"] = "cpu"
+
+    @property
+    def devices(self) -> int:
+        """Devices the run holds: GPU-hours = devices x wall-clock hours."""
+        return self.generators + self.trainers
+
+
+class Slurm(_Section):
+    """Slurm resources, passed to submitit's SlurmExecutor."""
+
+    partition: str | None = None
+    account: str | None = None
+    qos: str | None = None
+    nodes: int = Field(default=1, ge=1)
+    tasks_per_node: int = Field(default=1, ge=1)
+    gpus_per_node: int = Field(default=0, ge=0)
+    cpus_per_task: int = Field(default=1, ge=1)
+    mem_gb: float | None = Field(default=None, gt=0)
+    time_min: int = Field(default=60, ge=1)
+    additional_parameters: dict[str, str] = Field(default_factory=dict)
+
+
+class Launcher(_Section):
+    """Where jobs run: ``local`` (processes on this machine, at most
+    ``max_parallel`` runs at once) or ``slurm`` (submitit)."""
+
+    type: Literal["local", "slurm"] = "local"
+    max_parallel: int = Field(default=1, ge=1)
+    slurm: Slurm = Slurm()
+
+
+class Budget(_Section):
+    """When a run stops: after ``steps`` optimiser steps and/or ``gpu_hours``
+    of compute, whichever comes first."""
+
+    steps: int | None = Field(default=None, ge=1)
+    gpu_hours: float | None = Field(default=None, gt=0)
+
+    @model_validator(mode="after")
+    def _some_budget(self) -> "Budget":
+        if self.steps is None and self.gpu_hours is None:
+            raise ValueError("set budget.steps or budget.gpu_hours (or both)")
+        return self
+
+
+# --------------------------------------------------------------------------- the whole
+
+
+RECIPE_SECTIONS = ("loss", "advantage", "precision", "async", "filter", "length",
+                   "batch", "optim", "sampling", "eval", "fit", "checkpoint")
+SETUP_SECTIONS = ("model", "data", "hardware", "launcher", "budget")
+#: Keys that do not change what is trained: excluded from the content hash.
+UNHASHED_KEYS = ("name", "description", "seed")
+
+
+class Recipe(_Section):
+    """A validated, frozen run description: recipe (how) merged with setup (where).
+
+    Build it with :func:`scalectl.recipe_io.load`; ``content_hash`` identifies
+    the training content (everything but name, description and seed), so that
+    repeated runs (seeds) of one recipe share a hash.
+    """
+
+    name: str = "run"
+    description: str = ""
+    seed: int = 0
+    loss: Loss = Loss()
+    advantage: Advantage = Advantage()
+    precision: Precision = Precision()
+    async_: Async = Field(default=Async(), alias="async")
+    filter: Filter = Filter()
+    length: Length = Length()
+    batch: Batch = Batch()
+    optim: Optim = Optim()
+    sampling: Sampling = Sampling()
+    eval: Eval = Eval()
+    fit: Fit = Fit()
+    checkpoint: Checkpoint = Checkpoint()
+    model: Model = Model()
+    data: Data = Data()
+    hardware: Hardware = Hardware()
+    launcher: Launcher = Launcher()
+    budget: Budget = Budget(steps=100)
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    def to_dict(self) -> dict:
+        """The normalised recipe as plain JSON-able data (keys as in the TOML files)."""
+        return self.model_dump(mode="json", by_alias=True)
+
+    @property
+    def content_hash(self) -> str:
+        """12 hex digits of SHA-256 over the normalised content, key order
+        independent; name, description and seed excluded."""
+        data = {k: v for k, v in self.to_dict().items() if k not in UNHASHED_KEYS}
+        blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:12]

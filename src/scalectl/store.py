@@ -1,0 +1,316 @@
+"""The store: one SQLite file holding runs, their evaluation points and fits.
+
+Written through sqlite-utils.  WAL journal and a busy timeout let several jobs
+write to one file at once; every write is one transaction, so a writer killed
+mid-way leaves the file readable and holding none of its partial work.  One
+point per (run, step): a point sent again for the same step replaces the old
+one, never duplicates it.
+
+Tables (schema version :data:`SCHEMA_VERSION`, migrations in :data:`MIGRATIONS`):
+
+* ``runs``: id, name, recipe_hash, seed, recipe (normalised recipe+setup as
+  JSON), launcher, job_ids (JSON list), hardware, status, created, started,
+  ended, run_dir, source ("scalectl" or "import"), error.
+* ``eval_points``: run_id, step, gpu_hours (GPU-hours, "device-hours" on CPU),
+  flops, tokens, samples, pass_rate (mean@k), samples_per_prompt (k),
+  correct_counts (JSON list of per-prompt correct counts, for pass@k),
+  truncation_rate, mean_length (tokens), train_reward, entropy,
+  logprob_mismatch (mean |log pi_train - log pi_gen|), retired_prompts,
+  wall_seconds, time (ISO 8601).
+* ``fits``: run_id, key (axis/method/window), fit (JSON), points_digest, created.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Iterable
+
+import sqlite_utils
+
+from scalectl.errors import UserError
+
+SCHEMA_VERSION = 1
+DEFAULT_DB = "scalectl.db"
+RUN_STATES = ("created", "pending", "running", "completed", "failed", "cancelled", "timed_out")
+
+EVAL_POINT_COLUMNS: dict[str, type] = {
+    "run_id": int, "step": int, "gpu_hours": float, "flops": float, "tokens": int,
+    "samples": int, "pass_rate": float, "samples_per_prompt": int, "correct_counts": str,
+    "truncation_rate": float, "mean_length": float, "train_reward": float, "entropy": float,
+    "logprob_mismatch": float, "retired_prompts": int, "wall_seconds": float, "time": str,
+}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def default_db_path() -> str:
+    """``$SCALECTL_DB`` if set, else ``./scalectl.db``."""
+    return os.environ.get("SCALECTL_DB", DEFAULT_DB)
+
+
+def _migrate_1(db: sqlite_utils.Database) -> None:
+    db["runs"].create({
+        "id": int, "name": str, "recipe_hash": str, "seed": int, "recipe": str,
+        "launcher": str, "job_ids": str, "hardware": str, "status": str,
+        "created": str, "started": str, "ended": str, "run_dir": str,
+        "source": str, "error": str,
+    }, pk="id", not_null={"name", "status"}, defaults={"status": "created", "job_ids": "[]"})
+    db["runs"].create_index(["name"], unique=True)
+    db["runs"].create_index(["recipe_hash"])
+    db["eval_points"].create(EVAL_POINT_COLUMNS, pk=("run_id", "step"),
+                             foreign_keys=[("run_id", "runs", "id")])
+    db["fits"].create({"run_id": int, "key": str, "fit": str, "points_digest": str,
+                       "created": str}, pk=("run_id", "key"),
+                      foreign_keys=[("run_id", "runs", "id")])
+
+
+#: Migration i+1 brings a store from schema version i to i+1.
+MIGRATIONS = [_migrate_1]
+
+
+class Store:
+    """A scalectl SQLite store.  Open with :meth:`open`; methods are safe to
+    call from several processes writing to the same file."""
+
+    def __init__(self, db: sqlite_utils.Database, path: str):
+        self.db = db
+        self.path = path
+
+    # ------------------------------------------------------------------ opening
+    @classmethod
+    def open(cls, path: str | os.PathLike | None = None, *, busy_timeout_ms: int = 30000) -> "Store":
+        """Open (creating and migrating if needed) the store at ``path``.
+
+        Raises:
+            UserError: the file is not a SQLite database, or was written by a
+                newer scalectl (schema version above :data:`SCHEMA_VERSION`).
+        """
+        path = str(path or default_db_path())
+        if path != ":memory:":
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None)
+        try:
+            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            conn.execute("PRAGMA foreign_keys = ON")
+        except sqlite3.DatabaseError as exc:
+            conn.close()
+            raise UserError(f"{path}: not a scalectl store ({exc})") from None
+        store = cls(sqlite_utils.Database(conn), path)
+        store._migrate()
+        return store
+
+    def close(self) -> None:
+        """Close the connection."""
+        self.db.conn.close()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def _migrate(self) -> None:
+        conn = self.db.conn
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version > SCHEMA_VERSION:
+            raise UserError(f"{self.path}: store schema version {version} is newer than this "
+                            f"scalectl understands ({SCHEMA_VERSION}); upgrade scalectl")
+        if version == SCHEMA_VERSION:
+            return
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            # re-read under the write lock: another process may have migrated meanwhile
+            version = conn.execute("PRAGMA user_version").fetchone()[0]
+            for i in range(version, SCHEMA_VERSION):
+                MIGRATIONS[i](self.db)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+
+    def transaction(self):
+        """A write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``), rolled back on error."""
+        return _Transaction(self.db.conn)
+
+    # ------------------------------------------------------------------ runs
+    def create_run(self, name: str, *, recipe: dict | None = None, recipe_hash: str | None = None,
+                   seed: int | None = None, launcher: str = "local", hardware: str = "",
+                   run_dir: str = "", source: str = "scalectl", status: str = "created") -> int:
+        """Insert a run and return its id.
+
+        Raises:
+            UserError: a run with this name exists already.
+        """
+        row = {"name": name, "recipe": json.dumps(recipe or {}, sort_keys=True),
+               "recipe_hash": recipe_hash, "seed": seed, "launcher": launcher,
+               "hardware": hardware, "status": status, "created": _now(), "run_dir": run_dir,
+               "source": source, "job_ids": "[]"}
+        try:
+            with self.transaction():
+                return self.db["runs"].insert(row).last_pk
+        except sqlite3.IntegrityError:
+            raise UserError(f"a run named {name!r} exists already in {self.path}") from None
+
+    def get_run(self, ref: str | int) -> dict:
+        """A run by id or name, with ``recipe`` and ``job_ids`` decoded.
+
+        Raises:
+            UserError: no such run.
+        """
+        rows = []
+        if isinstance(ref, int) or str(ref).isdigit():
+            rows = list(self.db["runs"].rows_where("id = ?", [int(ref)]))
+        if not rows:
+            rows = list(self.db["runs"].rows_where("name = ?", [str(ref)]))
+        if not rows:
+            raise UserError(f"no run {ref!r} in {self.path} (see `scalectl runs`)")
+        return _decode_run(rows[0])
+
+    def find_runs(self, *, recipe_hash: str | None = None, name_prefix: str | None = None) -> list[dict]:
+        """Runs matching a recipe hash and/or a name prefix, oldest first."""
+        where, args = [], []
+        if recipe_hash is not None:
+            where.append("recipe_hash = ?")
+            args.append(recipe_hash)
+        if name_prefix is not None:
+            where.append("name LIKE ? ESCAPE '\\'")
+            args.append(name_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
+        rows = self.db["runs"].rows_where(" AND ".join(where) or None, args, order_by="id")
+        return [_decode_run(r) for r in rows]
+
+    def list_runs(self) -> list[dict]:
+        """Every run, oldest first, with its number of points and last point."""
+        sql = """
+        SELECT r.*, COUNT(p.step) AS n_points, MAX(p.step) AS last_step,
+               (SELECT pass_rate FROM eval_points q WHERE q.run_id = r.id ORDER BY step DESC LIMIT 1) AS last_pass_rate,
+               (SELECT truncation_rate FROM eval_points q WHERE q.run_id = r.id ORDER BY step DESC LIMIT 1) AS last_truncation_rate,
+               (SELECT gpu_hours FROM eval_points q WHERE q.run_id = r.id ORDER BY step DESC LIMIT 1) AS last_gpu_hours
+        FROM runs r LEFT JOIN eval_points p ON p.run_id = r.id GROUP BY r.id ORDER BY r.id"""
+        return [_decode_run(dict(r)) for r in self.db.query(sql)]
+
+    def update_run(self, run_id: int, **fields: Any) -> None:
+        """Set fields of a run (``status`` must be one of :data:`RUN_STATES`).
+
+        Raises:
+            ValueError: an unknown status.
+        """
+        if "status" in fields and fields["status"] not in RUN_STATES:
+            raise ValueError(f"status {fields['status']!r} is not one of {RUN_STATES}")
+        for key in ("recipe", "job_ids"):
+            if key in fields and not isinstance(fields[key], str):
+                fields[key] = json.dumps(fields[key])
+        with self.transaction():
+            self.db["runs"].update(run_id, fields)
+
+    def add_job_id(self, run_id: int, job_id: str) -> None:
+        """Append a launcher job id to a run (a requeued job keeps its id once)."""
+        with self.transaction():
+            row = self.db["runs"].get(run_id)
+            ids = json.loads(row["job_ids"] or "[]")
+            if job_id not in ids:
+                ids.append(job_id)
+            self.db["runs"].update(run_id, {"job_ids": json.dumps(ids)})
+
+    # ------------------------------------------------------------------ points
+    def add_point(self, run_id: int, point: dict) -> None:
+        """Store one evaluation point; a point for an existing (run, step) replaces it.
+
+        ``point`` keys are those of :data:`EVAL_POINT_COLUMNS` (``run_id`` and
+        ``time`` are filled in); ``correct_counts`` may be a list.
+
+        Raises:
+            ValueError: an unknown key, or a missing step / pass_rate.
+        """
+        self.add_points(run_id, [point])
+
+    def add_points(self, run_id: int, points: Iterable[dict]) -> int:
+        """Store many points in one transaction (all or none); returns how many."""
+        rows = [_point_row(run_id, p) for p in points]
+        with self.transaction():
+            self.db["eval_points"].insert_all(rows, replace=True, batch_size=1000)
+        return len(rows)
+
+    def points(self, run_id: int) -> list[dict]:
+        """A run's points ordered by step, ``correct_counts`` decoded to a list."""
+        rows = self.db["eval_points"].rows_where("run_id = ?", [run_id], order_by="step")
+        out = []
+        for r in rows:
+            if r.get("correct_counts"):
+                r["correct_counts"] = json.loads(r["correct_counts"])
+            out.append(r)
+        return out
+
+    def points_digest(self, run_id: int) -> str:
+        """A digest of a run's points: changes whenever any point changes."""
+        h = hashlib.sha256()
+        for r in self.db.query("SELECT * FROM eval_points WHERE run_id = ? ORDER BY step", [run_id]):
+            h.update(json.dumps(r, sort_keys=True, default=str).encode())
+        return h.hexdigest()[:16]
+
+    # ------------------------------------------------------------------ fits
+    def save_fit(self, run_id: int, key: str, fit: dict, points_digest: str) -> None:
+        """Store (replace) a fit under ``key`` with the digest of the points it used."""
+        with self.transaction():
+            self.db["fits"].insert({"run_id": run_id, "key": key, "fit": json.dumps(fit),
+                                    "points_digest": points_digest, "created": _now()},
+                                   replace=True)
+
+    def get_fit(self, run_id: int, key: str) -> tuple[dict, str] | None:
+        """``(fit, points_digest)`` stored under ``key``, or None."""
+        rows = list(self.db["fits"].rows_where("run_id = ? AND key = ?", [run_id, key]))
+        if not rows:
+            return None
+        return json.loads(rows[0]["fit"]), rows[0]["points_digest"]
+
+
+class _Transaction:
+    def __init__(self, conn: sqlite3.Connection):
+        self.conn = conn
+        self.outer = False
+
+    def __enter__(self):
+        self.outer = not self.conn.in_transaction
+        if self.outer:
+            self.conn.execute("BEGIN IMMEDIATE")
+        return self
+
+    def __exit__(self, exc_type, *rest):
+        if not self.outer:
+            return False
+        if exc_type is None:
+            self.conn.execute("COMMIT")
+        else:
+            self.conn.execute("ROLLBACK")
+        return False
+
+
+def _decode_run(row: dict) -> dict:
+    row = dict(row)
+    for key, empty in (("recipe", {}), ("job_ids", [])):
+        value = row.get(key)
+        row[key] = json.loads(value) if value else empty
+    return row
+
+
+def _point_row(run_id: int, point: dict) -> dict:
+    unknown = set(point) - set(EVAL_POINT_COLUMNS)
+    if unknown:
+        raise ValueError(f"unknown eval point keys {sorted(unknown)}; allowed: {sorted(EVAL_POINT_COLUMNS)}")
+    if point.get("step") is None or point.get("pass_rate") is None:
+        raise ValueError("an eval point needs at least step and pass_rate")
+    row = dict(point)
+    row["run_id"] = run_id
+    row.setdefault("time", _now())
+    if isinstance(row.get("correct_counts"), (list, tuple)):
+        row["correct_counts"] = json.dumps([int(c) for c in row["correct_counts"]])
+    return row

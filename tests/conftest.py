@@ -1,0 +1,33 @@
+"""Shared test fixtures."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCALECTL = str(Path(sys.executable).parent / "scalectl")
+
+
+@pytest.fixture
+def db_path(tmp_path) -> Path:
+    """A fresh SQLite store path in a temporary folder."""
+    return tmp_path / "scalectl.db"
+
+
+def run_cli(*args: str, db: Path | None = None, check: bool = False, cwd: Path = ROOT,
+            timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
+    """Run the real ``scalectl`` console script in a subprocess."""
+    full_env = dict(os.environ, COLUMNS="200")
+    if db is not None:
+        full_env["SCALECTL_DB"] = str(db)
+    full_env.update(env or {})
+    proc = subprocess.run([SCALECTL, *args], capture_output=True, text=True, cwd=cwd,
+                          timeout=timeout, env=full_env)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"scalectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc

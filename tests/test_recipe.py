@@ -1,0 +1,114 @@
+"""Recipes: presets, inheritance, overrides, hashing and the errors bad files get."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+from scalectl.errors import UserError
+from scalectl.recipe_io import load
+
+PRESETS = ["grpo", "dapo", "magistral", "minimax", "scalerl"]
+BAD = ROOT / "tests" / "data" / "bad"
+
+
+@pytest.mark.parametrize("name", PRESETS)
+@pytest.mark.parametrize("setup", ["tiny-cpu", "paper-8b"])
+def test_presets_validate(name, setup):
+    recipe = load(ROOT / "recipes" / f"{name}.toml", ROOT / "setups" / f"{setup}.toml")
+    assert recipe.name == name
+    assert len(recipe.content_hash) == 12
+
+
+def test_presets_match_the_published_table():
+    """recipe-axes.md, 'Named recipes': loss, clip, aggregation, advantage, async, filters, head."""
+    expect = {
+        "grpo": ("ppo_clip", 0.2, 0.2, "sample", "prompt", "ppo_off_policy", 8, False, False, "bf16"),
+        "dapo": ("ppo_clip", 0.2, 0.26, "prompt", "prompt", "ppo_off_policy", 8, True, False, "bf16"),
+        "magistral": ("ppo_clip", 0.2, 0.26, "prompt", "prompt", "pipeline", 8, True, False, "bf16"),
+        "minimax": ("cispo", None, 5.0, "prompt", "prompt", "ppo_off_policy", 8, False, False, "fp32"),
+        "scalerl": ("cispo", None, 5.0, "prompt", "batch", "pipeline", 8, True, True, "fp32"),
+    }
+    for name, (lt, lo, hi, agg, adv, mode, k, zv, retire, head) in expect.items():
+        r = load(ROOT / "recipes" / f"{name}.toml")
+        got = (r.loss.type, r.loss.clip_low if lo is not None else None, r.loss.clip_high,
+               r.loss.aggregation, r.advantage.normalization, r.async_.mode, r.async_.k,
+               r.filter.zero_variance, r.filter.retire_solved, r.precision.lm_head)
+        assert got == (lt, lo, hi, agg, adv, mode, k, zv, retire, head), name
+    assert load(ROOT / "recipes" / "dapo.toml").filter.dynamic_sampling is True
+    scalerl = load(ROOT / "recipes" / "scalerl.toml")
+    assert scalerl.filter.retire_threshold == 0.9 and scalerl.length.control == "interrupt"
+
+
+def test_paper_setup_numbers():
+    r = load(ROOT / "recipes" / "scalerl.toml", ROOT / "setups" / "paper-8b.toml")
+    assert (r.batch.prompts_per_step, r.batch.generations_per_prompt) == (48, 16)
+    assert (r.length.max_new_tokens, r.length.interrupt_min, r.length.interrupt_max) == (14336, 10000, 12000)
+    assert (r.optim.lr, r.optim.warmup_steps, r.optim.eps, r.optim.weight_decay) == (5e-7, 100, 1e-15, 0.01)
+    assert (r.eval.every_steps, r.eval.prompts, r.eval.samples_per_prompt) == (100, 1000, 16)
+    assert (r.hardware.generators, r.hardware.trainers, r.launcher.type) == (64, 16, "slurm")
+    # the recipe's choices survive the setup
+    assert (r.loss.type, r.async_.mode, r.precision.lm_head) == ("cispo", "pipeline", "fp32")
+
+
+def test_hash_ignores_key_order_file_name_and_seed(tmp_path):
+    a = tmp_path / "a.toml"
+    b = tmp_path / "b.toml"
+    a.write_text('[loss]\ntype = "ppo_clip"\nclip_high = 0.28\n[advantage]\nnormalization = "none"\n')
+    b.write_text('seed = 7\n[advantage]\nnormalization = "none"\n[loss]\nclip_high = 0.28\ntype = "ppo_clip"\n')
+    assert load(a).content_hash == load(b).content_hash
+    c = tmp_path / "c.toml"
+    c.write_text('[loss]\ntype = "ppo_clip"\nclip_high = 0.27\n[advantage]\nnormalization = "none"\n')
+    assert load(c).content_hash != load(a).content_hash
+
+
+def test_extends_and_overrides(tmp_path):
+    child = tmp_path / "child.toml"
+    child.write_text(f'extends = "{ROOT / "recipes" / "scalerl.toml"}"\n[precision]\nlm_head = "bf16"\n')
+    r = load(child, None, ["loss.type=ppo_clip", "async.k=4", "filter.retire_solved=false"])
+    assert r.precision.lm_head == "bf16"                      # from the child
+    assert r.advantage.normalization == "batch"               # inherited
+    assert (r.loss.type, r.loss.clip_low, r.loss.clip_high) == ("ppo_clip", 0.2, 5.0)  # clip_high inherited
+    assert r.async_.k == 4 and r.filter.retire_solved is False
+
+
+def test_override_is_validated_like_the_file():
+    with pytest.raises(UserError) as exc:
+        load(ROOT / "recipes" / "scalerl.toml", None, ["loss.type=cisp"])
+    assert str(exc.value) == "--set loss.type: loss.type = 'cisp' is not one of: ppo_clip, gspo, cispo"
+
+
+EXPECTED_ERRORS = {
+    "bad-loss-type.toml": "bad-loss-type.toml: loss.type = 'cisp' is not one of: ppo_clip, gspo, cispo",
+    "clip-low-range.toml": "clip-low-range.toml: loss.clip_low = 1.5 is out of range: must be < 1",
+    "unknown-section.toml": "unknown-section.toml: lossy: unknown key; allowed: name,",
+    "unknown-key.toml": "unknown-key.toml: loss.tipe: unknown key; allowed: type, clip_low, clip_high, aggregation",
+    "wrong-type.toml": "wrong-type.toml: batch.prompts_per_step = 'many': Input should be a valid integer",
+    "retire-threshold.toml": "retire-threshold.toml: filter.retire_threshold = 1.5 is out of range: must be <= 1",
+    "async-k.toml": "async-k.toml: async.k = 0 is out of range: must be >= 1",
+    "batch-zero.toml": "batch-zero.toml: batch.prompts_per_step = 0 is out of range: must be >= 1",
+    "extends-missing.toml": "extends-missing.toml: extends = 'missing.toml': no such file",
+    "cycle-a.toml": "cycle-a.toml: extends cycle:",
+    "invalid-toml.toml": "invalid-toml.toml: invalid TOML: Invalid value (at line 3, column 13)",
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED_ERRORS))
+def test_bad_recipes_give_a_clear_error(name):
+    with pytest.raises(UserError) as exc:
+        load(BAD / name)
+    assert EXPECTED_ERRORS[name] in str(exc.value)
+
+
+def test_validate_cli_exit_codes(tmp_path):
+    bad = run_cli("validate", str(BAD / "bad-loss-type.toml"))
+    assert bad.returncode == 2
+    assert "loss.type = 'cisp' is not one of: ppo_clip, gspo, cispo" in bad.stderr
+    assert "Traceback" not in bad.stderr
+    good = run_cli("validate", "recipes/scalerl.toml", "--setup", "setups/tiny-cpu.toml", "--json", check=True)
+    data = json.loads(good.stdout)
+    assert data[0]["recipe"]["loss"]["type"] == "cispo"
+    assert data[0]["hash"] == load(ROOT / "recipes/scalerl.toml", ROOT / "setups/tiny-cpu.toml").content_hash
