@@ -45,7 +45,7 @@ def test_groups_to_refill():
 
 
 def test_dynamic_sampling_exhausted_names_the_bound():
-    with pytest.raises(DynamicSamplingExhausted, match=r"data\.filter\.max_refill_rounds = 3") as err:
+    with pytest.raises(DynamicSamplingExhausted, match=r"filter\.max_refill_rounds = 3") as err:
         groups_to_refill(40, 48, refill_round=3, max_refill_rounds=3)
     assert "kept 40 of the 48 groups" in str(err.value)
     assert (err.value.n_kept, err.value.n_target, err.value.max_refill_rounds) == (40, 48, 3)
