@@ -1,0 +1,269 @@
+"""The sigmoid, its fit, intervals and flags (scalectl.curve)."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.optimize import curve_fit
+
+from scalectl.curve import (
+    Bounds,
+    FitError,
+    SigmoidFit,
+    advise,
+    default_min_compute,
+    detect_late_decline,
+    fit_sigmoid,
+    format_estimate,
+    resolve_grid,
+    seed_spread,
+    sigmoid,
+)
+
+# Paper, Table 1: (C_mid GPU-hours, B, A).
+TABLE1 = [(2542, 1.92, 0.610), (11272, 1.89, 0.645), (2818, 1.77, 0.605),
+          (10909, 1.70, 0.645), (4242, 1.65, 0.710)]
+R0 = 0.3
+
+
+def synthetic(c_mid, b, a, reach, sd, n=60, seed=0):
+    """n + 1 evenly spaced evaluations over 0..reach x C_mid, first at compute 0."""
+    x = np.linspace(0.0, reach * c_mid, n + 1)
+    y = sigmoid(x, a, b, c_mid, R0) + np.random.default_rng(seed).normal(0.0, sd, x.size)
+    return x, np.clip(y, 0.0, 1.0)
+
+
+def test_sigmoid_matches_the_papers_form_and_limits():
+    C = np.array([0.0, 1000.0, 2542.0, 5084.0, 1e7])
+    got = sigmoid(C, 0.61, 1.92, 2542.0, 0.3)
+    with np.errstate(divide="ignore"):
+        paper = 0.3 + (0.61 - 0.3) / (1 + (2542.0 / C) ** 1.92)
+    np.testing.assert_allclose(got, paper, rtol=1e-12)
+    assert got[0] == pytest.approx(0.3)                      # R(0) = R0
+    assert got[2] == pytest.approx((0.61 + 0.3) / 2)         # half of A - R0 at C_mid
+    assert got[3] == pytest.approx(0.3 + 0.31 / (1 + 0.5**1.92))
+    assert got[4] == pytest.approx(0.61, abs=1e-6)           # ceiling
+    with pytest.raises(ValueError, match="compute must be >= 0"):
+        sigmoid([-1.0], 0.6, 1.0, 10.0, 0.3)
+
+
+@pytest.mark.parametrize("c_mid,b,a", TABLE1)
+def test_default_method_recovers_table1_rows(c_mid, b, a):
+    x, y = synthetic(c_mid, b, a, reach=5, sd=0.005, seed=int(c_mid))
+    fit = fit_sigmoid(x, y, min_compute=1500)
+    assert fit.method == "vp" and not fit.r0_fitted
+    assert fit.R0 == pytest.approx(y[0])                     # measured at compute 0
+    assert abs(fit.A - a) < 0.01
+    assert abs(fit.B - b) / b < 0.15
+    assert fit.window[0] >= 1500 and fit.n_points == int(np.sum(x >= 1500))
+    assert fit.flags == ()
+    lo, hi = fit.interval("A")
+    assert lo <= fit.A <= hi and hi - lo < 0.03
+
+
+@pytest.mark.parametrize("c_mid,b,a", TABLE1)
+def test_grid_method_finds_table1_ceiling_on_noise_free_data(c_mid, b, a):
+    x, y = synthetic(c_mid, b, a, reach=5, sd=0.0)
+    fit = fit_sigmoid(x, y, min_compute=1500, method="grid", bootstrap=0)
+    assert abs(fit.A - a) <= 0.005 + 1e-9                  # one step of the paper's A grid
+    # The paper's grids: A on 0.450..0.800 step 0.005, C_mid on 100 values in [100, 40000].
+    a_grid, c_grid = resolve_grid(None, x[x >= 1500], y[x >= 1500], "gpu_hours")
+    assert a_grid[0] == 0.45 and a_grid[-1] == 0.8 and len(a_grid) == 71
+    np.testing.assert_allclose(c_grid, np.linspace(100, 40000, 100))
+    assert np.min(np.abs(a_grid - fit.A)) < 1e-9 and np.min(np.abs(c_grid - fit.C_mid)) < 1e-6
+    # B at the chosen pair is scipy curve_fit's least-squares B ...
+    w = x >= 1500
+
+    def best_b(A, cm):
+        (bb,), _ = curve_fit(lambda C, B: sigmoid(C, A, B, cm, fit.R0), x[w], y[w], p0=[1.0])
+        return bb, float(np.sum((sigmoid(x[w], A, bb, cm, fit.R0) - y[w]) ** 2))
+
+    b_cf, ssr_best = best_b(fit.A, fit.C_mid)
+    assert fit.B == pytest.approx(b_cf, rel=1e-4)
+    # ... and no neighbouring grid pair does better.
+    j = int(np.argmin(np.abs(c_grid - fit.C_mid)))
+    for da in (-0.005, 0.0, 0.005):
+        for dj in (-1, 0, 1):
+            if 0 <= j + dj < len(c_grid) and (da, dj) != (0.0, 0):
+                assert best_b(fit.A + da, c_grid[j + dj])[1] >= ssr_best * (1 - 1e-6)
+
+
+def test_interval_covers_true_ceiling_and_never_overstates_certainty():
+    """sd 0.01 up to 2.5 x C_mid: 20 seeded draws per Table 1 row (100 fits)."""
+    covered, total = 0, 0
+    for c_mid, b, a in TABLE1:
+        for draw in range(20):
+            x, y = synthetic(c_mid, b, a, reach=2.5, sd=0.01, seed=10_000 + draw)
+            fit = fit_sigmoid(x, y, min_compute=1500, seed=draw)
+            lo, hi = fit.interval("A")
+            covered += lo <= a <= hi
+            total += 1
+            assert lo <= fit.A <= hi
+            text = format_estimate(fit.A, (lo, hi))
+            decimals = len(text.split()[0].split(".")[1])
+            assert 10.0**-decimals <= (hi - lo) / 2              # no digit finer than the interval
+    assert covered / total >= 0.85
+
+
+@pytest.mark.parametrize("c_mid,b,a", TABLE1[:3])
+def test_curve_cut_before_midpoint_is_flagged(c_mid, b, a):
+    x, y = synthetic(c_mid, b, a, reach=0.6, sd=0.005, n=40, seed=3)
+    fit = fit_sigmoid(x, y, min_compute=0.06 * c_mid)
+    assert fit.has_flag("ceiling_not_identified")
+    lo, hi = fit.interval("A")
+    assert hi - lo > 0.1                                      # the interval says so too
+    assert advise(fit).action == "extend"
+
+
+def test_late_decline_is_flagged_and_a_clean_curve_is_not():
+    x, y = synthetic(2542, 1.92, 0.61, reach=6, sd=0.005, seed=4)
+    assert detect_late_decline(x[1:], y[1:]) is None
+    collapsed = np.where(x > 4 * 2542, y - 0.15 * (x - 4 * 2542) / (2 * 2542), y)
+    fit = fit_sigmoid(x, collapsed, min_compute=1500, bootstrap=0)
+    assert fit.flag_codes == ("late_decline",)
+    assert not fit_sigmoid(x, y, min_compute=1500, bootstrap=0).has_flag("late_decline")
+
+
+def test_truncation_flag_uses_the_threshold():
+    x, y = synthetic(2542, 1.92, 0.61, reach=5, sd=0.0)
+    trunc = np.linspace(0.0, 0.12, x.size)
+    fit = fit_sigmoid(x, y, min_compute=1500, bootstrap=0, truncation=trunc)
+    assert fit.flag_codes == ("truncation",) and "0.120" in fit.flags[0].message
+    ok = fit_sigmoid(x, y, min_compute=1500, bootstrap=0, truncation=trunc,
+                     truncation_threshold=0.15)
+    assert ok.flags == ()
+
+
+def test_estimate_on_a_bound_is_flagged_not_clipped_silently():
+    x, y = synthetic(2542, 1.92, 0.61, reach=5, sd=0.0)
+    fit = fit_sigmoid(x, y, min_compute=1500, bootstrap=0, bounds=Bounds(A=(0.0, 0.58)))
+    assert fit.A == pytest.approx(0.58)
+    assert fit.has_flag("on_bound")
+    assert "A = 0.580 lies on the upper bound" in fit.flags[0].message
+
+
+def test_r0_measured_fitted_or_given():
+    x, y = synthetic(4242, 1.65, 0.71, reach=5, sd=0.0)
+    x2, y2 = np.append(x, 0.0), np.append(y, 0.32)
+    assert fit_sigmoid(x2, y2, bootstrap=0).R0 == pytest.approx((0.3 + 0.32) / 2)
+    fitted = fit_sigmoid(x[1:], y[1:], bootstrap=0)          # no point at compute 0
+    assert fitted.r0_fitted and fitted.R0 == pytest.approx(0.3, abs=1e-4)
+    assert fitted.A == pytest.approx(0.71, abs=1e-5)
+    assert fit_sigmoid(x, y, r0=0.25, bootstrap=0).R0 == 0.25
+    with pytest.raises(FitError, match="needs an evaluation at compute 0"):
+        fit_sigmoid(x[1:], y[1:], r0="measured")
+
+
+def test_fit_is_invariant_to_the_unit_of_compute():
+    x, y = synthetic(10909, 1.70, 0.645, reach=4, sd=0.005, seed=9)
+    hours = fit_sigmoid(x, y, min_compute=1500, bootstrap=0)
+    flops = fit_sigmoid(x * 3.6e18, y, min_compute=1500 * 3.6e18, bootstrap=0, axis="flops")
+    assert flops.A == pytest.approx(hours.A, abs=1e-6)
+    assert flops.C_mid / 3.6e18 == pytest.approx(hours.C_mid, rel=1e-5)
+    assert flops.axis == "flops"
+
+
+def test_bootstrap_is_deterministic_given_seed():
+    x, y = synthetic(2818, 1.77, 0.605, reach=3, sd=0.01, seed=5)
+    a = fit_sigmoid(x, y, min_compute=1500, seed=7)
+    b = fit_sigmoid(x, y, min_compute=1500, seed=7)
+    c = fit_sigmoid(x, y, min_compute=1500, seed=8)
+    assert a.intervals == b.intervals and a.intervals != c.intervals
+    pairs = fit_sigmoid(x, y, min_compute=1500, seed=7, bootstrap_kind="pairs")
+    assert pairs.interval("A")[0] <= pairs.A <= pairs.interval("A")[1]
+
+
+def test_warm_started_refits_reach_scipys_optimum():
+    """The vectorised refits of the bootstrap land where least_squares does."""
+    from scalectl import curve
+
+    x, y1 = synthetic(2542, 1.92, 0.61, reach=4, sd=0.01, seed=1)
+    _, y2 = synthetic(2542, 1.92, 0.61, reach=4, sd=0.01, seed=2)
+    f1 = fit_sigmoid(x, y1, min_compute=1500, bootstrap=0)
+    f2 = fit_sigmoid(x, y2, min_compute=1500, bootstrap=0)
+    w = x >= 1500
+    theta = np.array([[f1.A, math.log(f1.C_mid), f1.B, f1.R0]])
+    lo = np.array([0.0, math.log(x.max() * 1e-4), 0.05, -1.0])
+    hi = np.array([1.0, math.log(x.max() * 1e2), 20.0, 2.0])
+    theta[0, 3] = f2.R0
+    out, _ = curve._lm(theta, np.array([True, True, True, False]), np.log(x[w]), y2[w], lo, hi)
+    assert out[0, 0] == pytest.approx(f2.A, abs=1e-6)
+    assert math.exp(out[0, 1]) == pytest.approx(f2.C_mid, rel=1e-5)
+    assert out[0, 2] == pytest.approx(f2.B, rel=1e-5)
+
+
+def test_prediction_band_is_wider_than_confidence_band():
+    x, y = synthetic(2542, 1.92, 0.61, reach=5, sd=0.01, seed=6)
+    fit = fit_sigmoid(x, y, min_compute=1500)
+    c_lo, c_hi = fit.band(x[1:], kind="confidence")
+    p_lo, p_hi = fit.band(x[1:], kind="prediction")
+    assert np.all(p_hi - p_lo > c_hi - c_lo)
+    inside = np.mean((y[1:] >= p_lo) & (y[1:] <= p_hi))
+    assert inside > 0.85
+    with pytest.raises(ValueError, match="no bootstrap draws"):
+        fit_sigmoid(x, y, bootstrap=0).band(x)
+
+
+def test_to_dict_round_trip_through_json():
+    x, y = synthetic(2542, 1.92, 0.61, reach=1.0, sd=0.005, seed=2)
+    fit = fit_sigmoid(x, y, min_compute=500, bootstrap=200)
+    back = SigmoidFit.from_dict(json.loads(json.dumps(fit.to_dict())))
+    assert back == fit
+    assert back.flags == fit.flags and len(back.flags) > 0
+    np.testing.assert_allclose(back.predict([3000.0]), fit.predict([3000.0]))
+
+
+def test_bad_input_gives_clear_errors():
+    with pytest.raises(FitError, match="compute has 3 values but pass_rate has 2"):
+        fit_sigmoid([0, 1, 2], [0.1, 0.2])
+    with pytest.raises(FitError, match=r"pass_rate must lie in \[0, 1\]"):
+        fit_sigmoid([0, 1, 2, 3, 4], [0.1, 0.2, 1.3, 0.4, 0.5])
+    with pytest.raises(FitError, match="compute must be >= 0"):
+        fit_sigmoid([-1, 1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4, 0.5])
+    with pytest.raises(FitError, match="not one of: vp, grid"):
+        fit_sigmoid([0, 1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4, 0.5], method="lbfgs")
+    with pytest.raises(FitError, match="holds 2 points; at least 4 are needed"):
+        fit_sigmoid([0, 1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4, 0.5], min_compute=3)
+    x, y = synthetic(2542, 1.92, 0.61, reach=5, sd=0.0, n=5)
+    assert fit_sigmoid(x, y, bootstrap=0).has_flag("too_few_points")
+
+
+def test_default_min_compute():
+    assert default_min_compute([0, 5_000, 50_000]) == 1500.0
+    assert default_min_compute([0, 100, 200], axis="step") == pytest.approx(3.0)
+
+
+def test_format_estimate_rounds_to_the_interval():
+    assert format_estimate(0.6123, (0.598, 0.627)) == "0.61 [0.60, 0.63]"
+    assert format_estimate(0.6123, (0.6101, 0.6149)) == "0.612 [0.610, 0.615]"
+    assert format_estimate(2542.3, (2210.0, 2860.0)) == "2500 [2200, 2900]"
+    assert format_estimate(0.61, None) == "0.61 (no interval)"
+
+
+def _fit(A, B=1.9, C_mid=2500.0, lo=None, hi=None, reach=5.0):
+    iv = {} if lo is None else {"A": (lo, hi)}
+    return SigmoidFit(A=A, B=B, C_mid=C_mid, R0=0.3, r0_fitted=False,
+                      window=(1500.0, reach * C_mid), n_points=50, rmse=0.01, method="vp",
+                      intervals=iv)
+
+
+def test_seed_spread_over_repeated_runs():
+    spread = seed_spread([_fit(0.600, B=1.8), _fit(0.615, B=2.0), _fit(0.612, B=1.9)])
+    a = spread["A"]
+    assert a.n == 3 and a.mean == pytest.approx(0.609)
+    assert a.sd == pytest.approx(math.sqrt(((0.009**2) + (0.006**2) + (0.003**2)) / 2))
+    assert (a.min, a.max) == (0.600, 0.615)
+    lo, hi = a.interval(0.95)
+    assert hi - a.mean == pytest.approx(4.302653 * a.sd / math.sqrt(3), rel=1e-5)
+    assert spread["B"].mean == pytest.approx(1.9)
+
+
+def test_advice_extend_versus_seeds():
+    assert advise(_fit(0.61, lo=0.60, hi=0.615)).action == "none"
+    short = advise(_fit(0.61, lo=0.55, hi=0.68, reach=1.3))
+    assert short.action == "extend" and "7500" in short.message     # 3 x C_mid
+    noisy = advise(_fit(0.61, lo=0.585, hi=0.635, reach=5.0), n_seeds=1)
+    assert noisy.action == "seeds" and noisy.seeds_needed == math.ceil((0.05 / 0.02) ** 2)
+    with pytest.raises(ValueError, match="no interval for A"):
+        advise(_fit(0.61))
