@@ -1,0 +1,257 @@
+"""Verdicts between fitted runs, the tie rule, and the leave-one-out linearisation.
+
+Rules (method.md section 3; Khatri et al. 2025, section 3 and appendix A.4):
+
+* Ceilings differ when |A_run - A_baseline| >= margin (0.02: three seeds of one
+  recipe gave ceilings within +-0.015) *and* the interval of the difference
+  excludes 0: "higher ceiling" / "lower ceiling".
+* Ceilings tie when |dA| < margin and the whole interval of dA lies inside
+  (-margin, margin).  Both runs are then refit with their average A held fixed
+  and compared on speed: higher B is faster; when the two B lie within 5 % of
+  each other the lower C_mid decides.  "tie on ceiling, faster" / "... slower".
+* Otherwise (the interval straddles the margin, or a ceiling is not identified)
+  the verdict is "undecided".
+
+The interval of dA combines the two runs' A intervals (independent runs) by
+adding their half-widths on each side in quadrature.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import numpy as np
+
+from scalectl.curve import Flag, SigmoidFit, fit_sigmoid
+
+BASELINE = "baseline"
+HIGHER = "higher ceiling"
+LOWER = "lower ceiling"
+FASTER = "tie on ceiling, faster"
+SLOWER = "tie on ceiling, slower"
+UNDECIDED = "undecided"
+VERDICTS = (BASELINE, HIGHER, LOWER, FASTER, SLOWER, UNDECIDED)
+#: Within this relative difference of B, the tie on speed is decided by C_mid.
+B_CLOSE = 0.05
+
+
+@dataclass(frozen=True)
+class RunCurve:
+    """One run's evaluation points and its fit, as :func:`compare` needs them.
+
+    compute (n,): compute per point on ``fit.axis``; pass_rate (n,): mean@k.
+    ``hardware`` (e.g. "H100") is the hardware class the GPU-hours were spent on.
+    """
+
+    compute: np.ndarray
+    pass_rate: np.ndarray
+    fit: SigmoidFit
+    hardware: str | None = None
+
+
+@dataclass(frozen=True)
+class Row:
+    """One run in a comparison, against the baseline."""
+
+    name: str
+    A: float
+    B: float
+    C_mid: float
+    A_interval: tuple[float, float] | None
+    delta_A: float
+    delta_A_interval: tuple[float, float]
+    verdict: str
+    reason: str
+    shared_A: float | None = None
+    B_shared: float | None = None
+    C_mid_shared: float | None = None
+    flags: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name, "A": self.A, "B": self.B, "C_mid": self.C_mid,
+            "A_interval": None if self.A_interval is None else list(self.A_interval),
+            "delta_A": self.delta_A, "delta_A_interval": list(self.delta_A_interval),
+            "verdict": self.verdict, "reason": self.reason, "shared_A": self.shared_A,
+            "B_shared": self.B_shared, "C_mid_shared": self.C_mid_shared, "flags": list(self.flags),
+        }
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Rows ranked by A (highest first), the baseline's name, margin and warnings."""
+
+    baseline: str
+    margin: float
+    rows: tuple[Row, ...]
+    flags: tuple[Flag, ...] = field(default=())
+
+    def row(self, name: str) -> Row:
+        """The row of run ``name``.  Raises KeyError naming the known runs."""
+        for r in self.rows:
+            if r.name == name:
+                return r
+        raise KeyError(f"no run {name!r} in this comparison (runs: {[r.name for r in self.rows]})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"baseline": self.baseline, "margin": self.margin,
+                "rows": [r.to_dict() for r in self.rows],
+                "flags": [{"code": f.code, "message": f.message} for f in self.flags]}
+
+
+def delta_interval(run: SigmoidFit, base: SigmoidFit) -> tuple[float, float]:
+    """Interval of A_run - A_base from the two (independent) A intervals.
+
+    Lower side: sqrt((A_r - lo_r)^2 + (hi_b - A_b)^2); upper side symmetric.  A fit
+    without an A interval counts as exact (half-width 0).
+    """
+    d = run.A - base.A
+    lr, hr = run.interval("A") or (run.A, run.A)
+    lb, hb = base.interval("A") or (base.A, base.A)
+    return (d - math.hypot(run.A - lr, hb - base.A), d + math.hypot(hr - run.A, base.A - lb))
+
+
+def refit_fixed_A(curve: RunCurve, A: float, bootstrap: int = 0, seed: int = 0) -> SigmoidFit:
+    """Refit a run with its ceiling held at ``A``, same window, R0 and method as its fit."""
+    f = curve.fit
+    return fit_sigmoid(curve.compute, curve.pass_rate, min_compute=f.window[0],
+                       r0="fit" if f.r0_fitted else f.R0, method=f.method, axis=f.axis,
+                       fixed_A=A, bootstrap=bootstrap, seed=seed, level=f.level)
+
+
+def _unidentified(fit: SigmoidFit) -> bool:
+    return fit.has_flag("ceiling_not_identified") or any(
+        fl.code == "on_bound" and fl.message.startswith("A ") for fl in fit.flags)
+
+
+def _verdict(name: str, cur: RunCurve, base: RunCurve, base_name: str, margin: float
+             ) -> tuple[str, str, float | None, SigmoidFit | None]:
+    run, ref = cur.fit, base.fit
+    d = run.A - ref.A
+    lo, hi = delta_interval(run, ref)
+    iv = f"dA = {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+    for n, f in ((name, run), (base_name, ref)):
+        if _unidentified(f):
+            return UNDECIDED, f"ceiling of {n} not identified (data stop near the midpoint)", None, None
+    if d >= margin and lo > 0:
+        return HIGHER, f"{iv} >= margin {margin:.3f}", None, None
+    if d <= -margin and hi < 0:
+        return LOWER, f"{iv} <= -margin {margin:.3f}", None, None
+    if not (-margin < lo and hi < margin):
+        return UNDECIDED, f"{iv} straddles the margin {margin:.3f}", None, None
+    shared = (run.A + ref.A) / 2
+    r_fit, b_fit = refit_fixed_A(cur, shared), refit_fixed_A(base, shared)
+    close = abs(r_fit.B - b_fit.B) / max(b_fit.B, 1e-12) < B_CLOSE
+    if close:
+        faster = r_fit.C_mid < b_fit.C_mid
+        why = f"B {r_fit.B:.2f} vs {b_fit.B:.2f} (within {B_CLOSE:.0%}), C_mid decides"
+    else:
+        faster = r_fit.B > b_fit.B
+        agree = (r_fit.C_mid < b_fit.C_mid) == faster
+        why = f"B {r_fit.B:.2f} vs {b_fit.B:.2f}" + ("" if agree else ", C_mid disagrees")
+    reason = (f"{iv} within margin {margin:.3f}; with A = {shared:.3f} shared: {why}, "
+              f"C_mid {r_fit.C_mid:.4g} vs {b_fit.C_mid:.4g}")
+    return (FASTER if faster else SLOWER), reason, shared, r_fit
+
+
+def compare(runs: Mapping[str, RunCurve], baseline: str | None = None, margin: float = 0.02
+            ) -> Comparison:
+    """Rank runs by A and give each a verdict against ``baseline``.
+
+    runs: name -> :class:`RunCurve` (points and fit; the points are needed for the
+    shared-A refit of the tie rule).  baseline: a key of ``runs`` (default: the
+    first).  margin: the noise margin on A (paper: 0.02).  Flags runs on
+    different hardware classes or compute axes (their compute is not comparable).
+    Raises ValueError on an unknown baseline, an empty mapping or margin <= 0.
+    """
+    if not runs:
+        raise ValueError("compare needs at least one run")
+    if margin <= 0:
+        raise ValueError(f"margin must be > 0 (given {margin})")
+    names = list(runs)
+    baseline = names[0] if baseline is None else baseline
+    if baseline not in runs:
+        raise ValueError(f"baseline {baseline!r} is not one of the compared runs: {names}")
+    base = runs[baseline]
+    flags: list[Flag] = []
+    hardware = sorted({c.hardware for c in runs.values() if c.hardware})
+    if len(hardware) > 1:
+        flags.append(Flag("mixed_hardware", f"runs on different hardware ({', '.join(hardware)}): "
+                                            "their GPU-hours are not comparable"))
+    axes = sorted({c.fit.axis for c in runs.values()})
+    if len(axes) > 1:
+        flags.append(Flag("mixed_axis", f"fits on different compute axes ({', '.join(axes)}): "
+                                        "refit them on one axis"))
+    rows = []
+    for name, cur in runs.items():
+        f = cur.fit
+        if name == baseline:
+            verdict, reason, shared, refit = BASELINE, "", None, None
+        else:
+            verdict, reason, shared, refit = _verdict(name, cur, base, baseline, margin)
+        rows.append(Row(
+            name=name, A=f.A, B=f.B, C_mid=f.C_mid, A_interval=f.interval("A"),
+            delta_A=f.A - base.fit.A, delta_A_interval=delta_interval(f, base.fit),
+            verdict=verdict, reason=reason, shared_A=shared,
+            B_shared=None if refit is None else refit.B,
+            C_mid_shared=None if refit is None else refit.C_mid, flags=f.flag_codes))
+    rows.sort(key=lambda r: -r.A)
+    return Comparison(baseline=baseline, margin=margin, rows=tuple(rows), flags=tuple(flags))
+
+
+# ----------------------------------------------------------------------------- leave-one-out
+
+
+def linearise(compute: Any, pass_rate: Any, A: float, B: float, C_mid: float, R0: float
+              ) -> np.ndarray:
+    """log F(R) for the leave-one-out plots (method.md section 3).
+
+    F(R) = C_mid^B / ((A - R0)/(R - R0) - 1) equals C^B on the curve, so log F
+    against log C is a line of slope B.  Computed in logs:
+    log F = B log C_mid - log((A - R0)/(R - R0) - 1).  ``compute`` is unused but
+    kept so the call reads like the plot it feeds.  Returns an array like
+    ``pass_rate``, NaN where R is not strictly between R0 and A.
+    """
+    R = np.asarray(pass_rate, dtype=float)
+    ok = (R - R0) * (A - R) > 0
+    with np.errstate(divide="ignore", invalid="ignore"):
+        inner = (A - R0) / (R - R0) - 1.0
+        out = B * math.log(C_mid) - np.log(inner)
+    return np.where(ok, out, np.nan)
+
+
+@dataclass(frozen=True)
+class LooLine:
+    """One run's linearised points with the ceiling shared: log C (n,), log F (n,), slope B."""
+
+    name: str
+    log_c: np.ndarray
+    log_f: np.ndarray
+    A: float
+    B: float
+    C_mid: float
+    R0: float
+
+
+def loo_lines(runs: Mapping[str, RunCurve], A: float | None = None) -> list[LooLine]:
+    """Refit each run with one shared ceiling ``A`` (default: mean of their A) and linearise.
+
+    Points in each fit window whose pass rate is not strictly between R0 and A
+    are dropped (the transform is undefined there).
+    """
+    if not runs:
+        raise ValueError("loo_lines needs at least one run")
+    A = float(np.mean([c.fit.A for c in runs.values()])) if A is None else float(A)
+    out = []
+    for name, cur in runs.items():
+        f = refit_fixed_A(cur, A)
+        x = np.asarray(cur.compute, dtype=float)
+        y = np.asarray(cur.pass_rate, dtype=float)
+        w = (x >= f.window[0]) & (x > 0)
+        lf = linearise(x[w], y[w], A, f.B, f.C_mid, f.R0)
+        ok = np.isfinite(lf)
+        out.append(LooLine(name, np.log(x[w][ok]), lf[ok], A, f.B, f.C_mid, f.R0))
+    return out
+

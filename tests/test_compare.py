@@ -1,0 +1,115 @@
+"""Verdicts, the tie rule and the leave-one-out linearisation (scalectl.compare)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from scalectl.compare import (
+    BASELINE,
+    FASTER,
+    HIGHER,
+    LOWER,
+    SLOWER,
+    UNDECIDED,
+    RunCurve,
+    compare,
+    delta_interval,
+    linearise,
+    loo_lines,
+)
+from scalectl.curve import SigmoidFit, fit_sigmoid, sigmoid
+
+
+def run(A, B, c_mid=2542.0, reach=5.0, sd=0.005, seed=0, n=60, hardware=None, axis="gpu_hours"):
+    x = np.linspace(0.0, reach * c_mid, n + 1)
+    y = sigmoid(x, A, B, c_mid, 0.3) + np.random.default_rng(seed).normal(0.0, sd, x.size)
+    y = np.clip(y, 0.0, 1.0)
+    return RunCurve(x, y, fit_sigmoid(x, y, min_compute=1500, seed=seed, axis=axis), hardware)
+
+
+def fake(A, lo, hi, B=1.9, hardware=None):
+    """A fit object with a chosen A interval (points unused unless the tie rule refits)."""
+    fit = SigmoidFit(A=A, B=B, C_mid=2500.0, R0=0.3, r0_fitted=False, window=(1500.0, 12500.0),
+                     n_points=50, rmse=0.01, method="vp", intervals={"A": (lo, hi)})
+    return RunCurve(np.array([0.0]), np.array([0.3]), fit, hardware)
+
+
+def test_clear_gap_is_a_higher_and_lower_ceiling():
+    c = compare({"base": run(0.58, 1.9, seed=1), "new": run(0.61, 1.9, seed=2)}, baseline="base")
+    assert [r.name for r in c.rows] == ["new", "base"]          # ranked by A
+    assert c.row("new").verdict == HIGHER
+    assert c.row("base").verdict == BASELINE
+    assert c.row("new").delta_A == pytest.approx(c.row("new").A - c.row("base").A)
+    flipped = compare({"base": run(0.61, 1.9, seed=2), "new": run(0.58, 1.9, seed=1)}, "base")
+    assert flipped.row("new").verdict == LOWER
+
+
+def test_tie_within_margin_is_decided_by_b_after_shared_A_refit():
+    slow, fast = run(0.60, 1.5, reach=6, sd=0.003, seed=3), run(0.61, 1.92, reach=6, sd=0.003, seed=4)
+    c = compare({"slow": slow, "fast": fast}, baseline="slow")
+    row = c.row("fast")
+    assert row.verdict == FASTER
+    assert row.shared_A == pytest.approx((slow.fit.A + fast.fit.A) / 2)
+    assert row.B_shared > 1.7 and row.C_mid_shared is not None
+    # The shared-A refit holds A: the refit's B is what fit_sigmoid gives with fixed_A.
+    refit = fit_sigmoid(fast.compute, fast.pass_rate, min_compute=fast.fit.window[0],
+                        r0=fast.fit.R0, fixed_A=row.shared_A, bootstrap=0)
+    assert refit.A == row.shared_A and refit.B == pytest.approx(row.B_shared)
+    reverse = compare({"slow": slow, "fast": fast}, baseline="fast")
+    assert reverse.row("slow").verdict == SLOWER
+
+
+def test_wide_intervals_are_undecided():
+    # Gap above the margin but the interval of the gap reaches below 0.
+    c = compare({"a": fake(0.60, 0.57, 0.63), "b": fake(0.63, 0.60, 0.66)}, baseline="a")
+    assert c.row("b").verdict == UNDECIDED and "straddles" in c.row("b").reason
+    lo, hi = delta_interval(fake(0.63, 0.60, 0.66).fit, fake(0.60, 0.57, 0.63).fit)
+    assert lo == pytest.approx(0.03 - math.hypot(0.03, 0.03))
+    assert hi == pytest.approx(0.03 + math.hypot(0.03, 0.03))
+    # Gap inside the margin but the interval is too wide to call a tie.
+    c = compare({"a": fake(0.60, 0.57, 0.63), "b": fake(0.61, 0.58, 0.64)}, baseline="a")
+    assert c.row("b").verdict == UNDECIDED
+    # Real runs that stop before their midpoint: the ceiling is not identified.
+    short = run(0.63, 1.7, c_mid=4000, reach=1.2, sd=0.02, n=20, seed=5)
+    c = compare({"base": run(0.60, 1.7, seed=6), "short": short}, baseline="base")
+    assert c.row("short").verdict == UNDECIDED
+
+
+def test_mixed_hardware_and_axes_are_flagged():
+    c = compare({"a": fake(0.60, 0.595, 0.605, hardware="H100"),
+                 "b": fake(0.65, 0.645, 0.655, hardware="GB200")}, baseline="a")
+    assert [f.code for f in c.flags] == ["mixed_hardware"]
+    assert "GB200, H100" in c.flags[0].message
+    x = run(0.6, 1.9, seed=1)
+    y = run(0.6, 1.9, seed=2, axis="tokens")
+    assert [f.code for f in compare({"x": x, "y": y}).flags] == ["mixed_axis"]
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="baseline 'z' is not one of the compared runs"):
+        compare({"a": fake(0.6, 0.59, 0.61)}, baseline="z")
+    with pytest.raises(ValueError, match="margin must be > 0"):
+        compare({"a": fake(0.6, 0.59, 0.61)}, margin=0)
+    with pytest.raises(ValueError, match="at least one run"):
+        compare({})
+
+
+def test_linearise_turns_the_curve_into_a_line_of_slope_B():
+    C = np.array([500.0, 2000.0, 2542.0, 8000.0])
+    R = sigmoid(C, 0.61, 1.92, 2542.0, 0.3)
+    np.testing.assert_allclose(linearise(C, R, 0.61, 1.92, 2542.0, 0.3), 1.92 * np.log(C), rtol=1e-10)
+    # Outside (R0, A) the transform is undefined.
+    out = linearise([1.0, 1.0, 1.0], [0.3, 0.61, 0.7], 0.61, 1.92, 2542.0, 0.3)
+    assert np.all(np.isnan(out))
+
+
+def test_loo_lines_share_A_and_have_slope_B():
+    runs = {"a": run(0.61, 1.92, sd=0.0), "b": run(0.60, 1.5, c_mid=4000, sd=0.0)}
+    lines = loo_lines(runs)
+    shared = np.mean([r.fit.A for r in runs.values()])
+    assert all(ln.A == pytest.approx(shared) for ln in lines)
+    for ln in lines:
+        slope = np.polyfit(ln.log_c, ln.log_f, 1)[0]
+        assert slope == pytest.approx(ln.B, rel=0.05)
+    assert lines[0].B > lines[1].B
