@@ -46,6 +46,8 @@ PAPER_MIN_COMPUTE = 1_500.0
 MIN_POINTS_PAST_MIDPOINT = 3
 #: ... nor when the last point is below this multiple of C_mid.
 MIN_REACH_PAST_MIDPOINT = 1.5
+#: Fewer window points before C_mid than this: B and C_mid rest on R0 alone.
+MIN_POINTS_BEFORE_MIDPOINT = 2
 #: Fewer window points than this get a "too_few_points" flag.
 MIN_POINTS = 6
 TRUNCATION_THRESHOLD = 0.10
@@ -511,6 +513,11 @@ def _point_flags(theta, free, active, lo, hi, xw, yw, truncation, threshold, gri
                           f"is at {reach:.2f} x C_mid (need >= {MIN_POINTS_PAST_MIDPOINT} points and "
                           f">= {MIN_REACH_PAST_MIDPOINT} x C_mid): A trades off against C_mid and B; "
                           "extend the run"))
+    before = int(np.sum(xw < c_mid))
+    if before < MIN_POINTS_BEFORE_MIDPOINT:
+        flags.append(Flag("rise_not_identified",
+                          f"{before} points of the window lie before the midpoint C_mid = "
+                          f"{c_mid:.4g}: B and C_mid rest on R0 alone; start the window earlier"))
     if xw.size < MIN_POINTS:
         flags.append(Flag("too_few_points", f"only {xw.size} points in the fit window "
                                             f"(fewer than {MIN_POINTS})"))
