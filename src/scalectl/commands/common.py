@@ -20,7 +20,7 @@ from scalectl.errors import UserError
 #: Human output.
 out = Console(highlight=False)
 #: Progress, logs and errors.
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 DbOption = Annotated[str | None, typer.Option(
     "--db", envvar="SCALECTL_DB", help="SQLite store (default ./scalectl.db, or $SCALECTL_DB).")]

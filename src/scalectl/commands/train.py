@@ -1,0 +1,105 @@
+"""``scalectl run``: validate a recipe, create the run, train it (or resume it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from scalectl.commands.common import DbOption, JsonOption, err, fmt, open_store, out, print_json, user_errors
+from scalectl.commands.progress import RichReporter
+from scalectl.errors import UserError
+
+
+def _unique_name(store, base: str) -> str:
+    taken = {r["name"] for r in store.find_runs(name_prefix=base)}
+    if base not in taken:
+        return base
+    i = 2
+    while f"{base}-{i}" in taken:
+        i += 1
+    return f"{base}-{i}"
+
+
+def plan_lines(recipe, setup_path) -> list[str]:
+    """A short human summary of what a run will do."""
+    r = recipe
+    return [
+        f"recipe {r.name} (hash {r.content_hash}, seed {r.seed}) on setup {setup_path}",
+        f"  loss {r.loss.type} (clip_low {r.loss.clip_low}, clip_high {r.loss.clip_high}, "
+        f"{r.loss.aggregation} aggregation), advantage normalization {r.advantage.normalization}, "
+        f"LM head {r.precision.lm_head}",
+        f"  async {r.async_.mode} k={r.async_.k}; filters: zero_variance={r.filter.zero_variance} "
+        f"dynamic_sampling={r.filter.dynamic_sampling} retire_solved={r.filter.retire_solved}"
+        f"@{r.filter.retire_threshold}; length control {r.length.control}",
+        f"  batch {r.batch.prompts_per_step} prompts x {r.batch.generations_per_prompt} generations, "
+        f"max_new_tokens {r.length.max_new_tokens}, lr {r.optim.lr} (warm-up {r.optim.warmup_steps})",
+        f"  model {r.model.path} ({r.model.dtype}), data {r.data.source}, eval every {r.eval.every_steps} "
+        f"steps on {r.eval.prompts} prompts x {r.eval.samples_per_prompt}",
+        f"  hardware {r.hardware.name}: {r.hardware.generators} generator(s) + {r.hardware.trainers} "
+        f"trainer(s), launcher {r.launcher.type}, budget steps={r.budget.steps} gpu_hours={r.budget.gpu_hours}",
+    ]
+
+
+@user_errors
+def run(
+    recipe_file: Annotated[Path | None, typer.Argument(metavar="RECIPE", help="Recipe TOML (how to train).")] = None,
+    setup: Annotated[Path | None, typer.Option(help="Setup TOML (where and how big); default setups/tiny-cpu.toml.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Override KEY=VALUE (repeatable).")] = [],
+    name: Annotated[str | None, typer.Option(help="Run name (default: recipe name and seed).")] = None,
+    seed: Annotated[int | None, typer.Option(help="Seed (overrides the recipe's).")] = None,
+    resume: Annotated[str | None, typer.Option(help="Continue run RUN from its last checkpoint.")] = None,
+    runs_dir: Annotated[Path, typer.Option(help="Where run folders go.")] = Path("runs"),
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan, submit nothing.")] = False,
+    db: DbOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Train a recipe: warm start if needed, then RL, storing every evaluation point."""
+    from scalectl.job import run_job, write_job_file
+    from scalectl.names import check_name
+    from scalectl.recipe_io import find_default_setup, load
+
+    if resume is not None:
+        with open_store(db) as store:
+            info = store.get_run(resume)
+        if not info.get("run_dir"):
+            raise UserError(f"run {resume!r} has no run folder to resume from")
+        run_dir = Path(info["run_dir"])
+        err.print(f"resuming run {info['name']} from {run_dir}")
+    else:
+        if recipe_file is None:
+            raise UserError("give a RECIPE file (e.g. recipes/scalerl.toml) or --resume RUN")
+        setup_path = setup or find_default_setup(recipe_file)
+        overrides = list(set_) + ([f"seed={seed}"] if seed is not None else [])
+        recipe = load(recipe_file, setup_path, overrides)
+        for line in plan_lines(recipe, setup_path):
+            err.print(line, highlight=False)
+        if dry_run:
+            if json_:
+                print_json({"recipe": recipe.to_dict(), "hash": recipe.content_hash})
+            return
+        with open_store(db) as store:
+            run_name = check_name(name) if name else _unique_name(store, f"{recipe.name}-s{recipe.seed}")
+            run_dir = (runs_dir / run_name).resolve()
+            run_id = store.create_run(run_name, recipe=recipe.to_dict(), recipe_hash=recipe.content_hash,
+                                      seed=recipe.seed, launcher="local", hardware=recipe.hardware.name,
+                                      run_dir=str(run_dir))
+            write_job_file(run_dir, db=store.path, run_id=run_id, recipe=recipe.to_dict())
+        err.print(f"run {run_name} (id {run_id}), folder {run_dir}")
+    try:
+        summary = run_job(run_dir, resume=resume is not None, reporter=RichReporter())
+    except KeyboardInterrupt:
+        err.print(f"stopped; continue with: scalectl run --resume {run_dir.name}")
+        raise typer.Exit(130) from None
+    if json_:
+        print_json(summary)
+    else:
+        out.print(f"done: {summary['steps']} steps, pass rate {fmt(summary['first_pass_rate'])} -> "
+                  f"{fmt(summary['last_pass_rate'])}, {fmt(summary['flops'])} FLOPs, "
+                  f"{fmt(summary['gpu_hours'], 4)} device-hours, {summary['retired_prompts']} prompts retired")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``run`` to the app."""
+    app.command()(run)

@@ -1,0 +1,62 @@
+"""Scored groups to a training batch: filter, advantages, padded tensors.
+
+Order of operations per optimiser step (recipe-axes.md):
+1. zero-variance filter: groups whose G rewards are all equal are dropped
+   (they would contribute zero advantage anyway); the batch is *not* refilled
+   unless dynamic sampling asked for more groups beforehand;
+2. advantages: group-centred, normalised per ``advantage.normalization``
+   (:func:`scalectl.rl.advantages.group_advantages`) over the kept groups;
+3. tensors: prompts left padded, completions right padded, so all completions
+   start at one column and the trainer can skip the prompt columns.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from scalectl.rl.advantages import group_advantages
+from scalectl.rl.trainer import TrainBatch
+
+
+def keep_groups(groups: list, zero_variance: bool) -> list:
+    """The groups that enter the loss: all, or those with reward variance."""
+    return [g for g in groups if not (zero_variance and g.zero_variance)]
+
+
+def build_train_batch(groups: list, normalization: str, pad_id: int) -> TrainBatch:
+    """Stack kept groups into a :class:`TrainBatch`.
+
+    Args:
+        groups: kept :class:`scalectl.rl.groups.Group` objects (at least one).
+        normalization: ``advantage.normalization`` (prompt | batch | none).
+        pad_id: the tokenizer's padding id.
+
+    Returns:
+        A batch of N = sum of group sizes completions; T = longest completion.
+
+    Raises:
+        ValueError: no groups.
+    """
+    if not groups:
+        raise ValueError("no groups to train on")
+    comps = [c for g in groups for c in g.completions]
+    group_ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.completions])
+    rewards = torch.cat([g.rewards for g in groups]).float()
+    advantages = group_advantages(rewards, group_ids, normalization)
+    P = max(len(c.prompt_ids) for c in comps)
+    T = max(max(len(c.token_ids) for c in comps), 1)
+    N = len(comps)
+    input_ids = torch.full((N, P + T), pad_id, dtype=torch.long)
+    attention = torch.zeros((N, P + T), dtype=torch.long)
+    loss_mask = torch.zeros((N, T))
+    gen_logp = torch.zeros((N, T))
+    for i, c in enumerate(comps):
+        p, t = len(c.prompt_ids), len(c.token_ids)
+        input_ids[i, P - p:P] = torch.tensor(c.prompt_ids)
+        input_ids[i, P:P + t] = torch.tensor(c.token_ids, dtype=torch.long)
+        attention[i, P - p:P + t] = 1
+        mask = getattr(c, "loss_mask", None)
+        loss_mask[i, :t] = torch.tensor(mask, dtype=torch.float) if mask is not None else 1.0
+        gen_logp[i, :t] = torch.tensor(c.logprobs, dtype=torch.float)
+    return TrainBatch(input_ids=input_ids, attention_mask=attention, start=P - 1, loss_mask=loss_mask,
+                      gen_logp=gen_logp, advantages=advantages, group_ids=group_ids)

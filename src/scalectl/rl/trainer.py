@@ -1,0 +1,170 @@
+"""The policy trainer: a DeepSpeed engine taking one RL optimiser step per batch.
+
+On a GPU the engine runs with NCCL and the setup's ZeRO stage; on a CPU
+DeepSpeed picks its CPU accelerator and the gloo backend.  The optimiser is a
+torch AdamW handed to DeepSpeed, so nothing is compiled; the learning rate is
+constant after a linear warm-up (ScaleRL appendix A.3).
+
+Gradient accumulation never changes the loss scale: the aggregation weights
+are computed once over the whole batch (:func:`scalectl.rl.losses.aggregation_weights`),
+each micro-batch's loss is its share of the batch loss, the engine's own
+division by the accumulation count is switched off (``scale_wrt_gas=False``),
+and ``step()`` is called once per batch.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from dataclasses import dataclass
+
+import torch
+
+from scalectl.rl.losses import aggregation_weights, get_policy_loss
+from scalectl.rl.model import token_logprobs
+
+
+def init_distributed_env() -> None:
+    """Fill the torch.distributed environment for a single-process run when no
+    launcher (torchrun, Slurm) has: MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK."""
+    if "MASTER_PORT" not in os.environ:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("RANK", "0")
+    os.environ.setdefault("WORLD_SIZE", "1")
+    os.environ.setdefault("LOCAL_RANK", "0")
+
+
+@dataclass
+class TrainBatch:
+    """One optimiser step's data, padded to a rectangle.
+
+    Shapes: N completions, L = prompt + completion columns (left padded so
+    every completion starts at column ``start + 1``).
+
+    Attributes:
+        input_ids: (N, L) long.
+        attention_mask: (N, L) long.
+        start: index of the last prompt column; completion token t sits at
+            column start + 1 + t, and its log-prob at output column t.
+        loss_mask: (N, T) float, 1 on completion tokens that are trained
+            (0 on padding and on forced tokens such as the interruption phrase).
+        gen_logp: (N, T) generator log-probs recorded at sampling time.
+        advantages: (N,).
+        group_ids: (N,) long, the group (prompt) of each completion.
+    """
+
+    input_ids: torch.Tensor
+    attention_mask: torch.Tensor
+    start: int
+    loss_mask: torch.Tensor
+    gen_logp: torch.Tensor
+    advantages: torch.Tensor
+    group_ids: torch.Tensor
+
+    @property
+    def n_tokens(self) -> int:
+        """Trained completion tokens."""
+        return int(self.loss_mask.sum().item())
+
+
+class PolicyTrainer:
+    """A DeepSpeed engine over the policy, with the recipe's loss and schedule.
+
+    Args:
+        model: the causal LM (transformers), already in the training dtype.
+        loss: a :class:`scalectl.recipe.Loss` section.
+        optim: a :class:`scalectl.recipe.Optim` section.
+        head_fp32: compute the LM head and log-softmax in float32.
+        temperature: the sampling temperature the generator log-probs refer to.
+        micro_batch_size: completions per forward/backward.
+        zero_stage: DeepSpeed ZeRO stage (0-3).
+    """
+
+    def __init__(self, model, *, loss, optim, head_fp32: bool, temperature: float,
+                 micro_batch_size: int, zero_stage: int = 0, dtype: str = "fp32"):
+        import deepspeed
+
+        init_distributed_env()
+        deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # skip a 27 s compile on CPU
+        self.loss_cfg = loss
+        self.loss_fn = get_policy_loss(loss.type)
+        self.head_fp32 = head_fp32
+        self.temperature = temperature
+        self.micro_batch_size = micro_batch_size
+        optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, betas=(optim.beta1, optim.beta2),
+                                      eps=optim.eps, weight_decay=optim.weight_decay)
+        warmup = optim.warmup_steps
+        scheduler = torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup > 0 else 1.0)
+        config = {
+            "train_micro_batch_size_per_gpu": micro_batch_size,
+            "gradient_accumulation_steps": 1,
+            "zero_optimization": {"stage": zero_stage},
+            "bf16": {"enabled": dtype == "bf16"},
+            "steps_per_print": 10**9,
+            "wall_clock_breakdown": False,
+        }
+        if optim.grad_clip is not None:
+            config["gradient_clipping"] = optim.grad_clip
+        self.engine, _, _, self.scheduler = deepspeed.initialize(
+            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config)
+        self.model = self.engine.module
+
+    @property
+    def steps(self) -> int:
+        """Optimiser steps taken so far."""
+        return int(self.engine.global_steps)
+
+    def train_step(self, batch: TrainBatch) -> dict:
+        """One optimiser step on ``batch`` (micro-batched), returning metrics.
+
+        Returns:
+            loss, clip_fraction, entropy (mean over trained tokens, nats),
+            logprob_gap (mean |log pi_train - log pi_gen|), max_ratio, lr, grad_norm.
+        """
+        self.engine.train()
+        weights = aggregation_weights(batch.loss_mask, batch.group_ids, self.loss_cfg.aggregation)
+        n = batch.input_ids.shape[0]
+        totals = {"loss": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "logprob_gap": 0.0}
+        max_ratio = 0.0
+        tokens_total = max(batch.n_tokens, 1)
+        chunks = list(range(0, n, self.micro_batch_size))
+        for i, lo in enumerate(chunks):
+            hi = min(lo + self.micro_batch_size, n)
+            self.engine.set_gradient_accumulation_boundary(i == len(chunks) - 1)
+            logp, entropy = token_logprobs(
+                self.engine, batch.input_ids[lo:hi], batch.attention_mask[lo:hi],
+                head_fp32=self.head_fp32, temperature=self.temperature, start=batch.start)
+            mask = batch.loss_mask[lo:hi]
+            loss, metrics = self.loss_fn(
+                logp, batch.gen_logp[lo:hi], batch.advantages[lo:hi], mask, weights[lo:hi],
+                clip_low=self.loss_cfg.clip_low, clip_high=self.loss_cfg.clip_high)
+            self.engine.backward(loss, scale_wrt_gas=False)
+            share = float(mask.sum()) / tokens_total
+            totals["loss"] += float(loss.detach())
+            totals["clip_fraction"] += metrics["clip_fraction"] * share
+            totals["logprob_gap"] += metrics["logp_gap"] * share
+            totals["entropy"] += float((entropy.detach() * mask).sum()) / tokens_total
+            max_ratio = max(max_ratio, metrics["ratio_max"])
+        self.engine.step()
+        totals["max_ratio"] = max_ratio
+        totals["lr"] = float(self.scheduler.get_last_lr()[0]) if self.scheduler else None
+        norm = self.engine.get_global_grad_norm()
+        totals["grad_norm"] = float(norm) if norm is not None else None
+        return totals
+
+    def state_dict(self) -> dict:
+        """The policy's weights (for the rollout engine and checkpoints)."""
+        return self.engine.module.state_dict()
+
+    def save(self, folder: str) -> None:
+        """Save engine, optimiser and scheduler state under ``folder``."""
+        self.engine.save_checkpoint(folder, tag="latest", save_latest=False)
+
+    def load(self, folder: str) -> None:
+        """Load what :meth:`save` wrote."""
+        self.engine.load_checkpoint(folder, tag="latest", load_optimizer_states=True,
+                                    load_lr_scheduler_states=True)
