@@ -1,0 +1,75 @@
+"""Figures are written as valid PNG and SVG files (scalectl.plot)."""
+
+import xml.etree.ElementTree as ET
+
+import matplotlib.image
+import numpy as np
+import pytest
+
+from scalectl.compare import RunCurve, loo_lines
+from scalectl.curve import fit_sigmoid, sigmoid
+from scalectl.extrapolate import extrapolate
+from scalectl.plot import plot_curves, plot_extrapolation, plot_loo
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def run(A, B, c_mid, seed, reach=5.0, collapse=False):
+    x = np.linspace(0.0, reach * c_mid, 41)
+    y = sigmoid(x, A, B, c_mid, 0.3) + np.random.default_rng(seed).normal(0, 0.005, x.size)
+    if collapse:
+        y = np.where(x > 0.7 * x.max(), y - 0.4 * (x / x.max() - 0.7), y)
+    return RunCurve(x, y, fit_sigmoid(x, y, min_compute=1500, seed=seed, bootstrap=200))
+
+
+@pytest.fixture(scope="module")
+def runs():
+    return {"scalerl": run(0.61, 1.92, 2542, 1), "minimax": run(0.61, 1.77, 2818, 2),
+            "unstable": run(0.55, 1.6, 3000, 3, collapse=True)}
+
+
+def check_png(path, size=(750, 500)):
+    assert path.read_bytes()[:8] == PNG_MAGIC
+    img = matplotlib.image.imread(path)
+    assert img.shape[:2] == (size[1], size[0])
+    assert img[..., :3].std() > 0.05                      # not a blank canvas
+
+
+def check_svg(path, *texts):
+    root = ET.parse(path).getroot()
+    assert root.tag.endswith("svg")
+    body = path.read_text()
+    for t in texts:
+        assert t in body
+
+
+def test_curves_png_and_svg(runs, tmp_path):
+    png = plot_curves(runs, tmp_path / "curves.png", baseline="scalerl")
+    check_png(png)
+    svg = plot_curves(runs, tmp_path / "sub" / "curves.svg", baseline="scalerl")
+    check_svg(svg, "training compute (GPU-hours)", "pass rate (mean@k)", "scalerl: A 0.61",
+              "late_decline", "scalerl ceiling +-0.02")
+
+
+def test_extrapolation_png_and_svg(tmp_path):
+    x = np.linspace(0, 100_000, 81)
+    y = sigmoid(x, 0.645, 1.70, 10909, 0.3) + np.random.default_rng(0).normal(0, 0.005, x.size)
+    ex = extrapolate(x, y, fraction=0.5, min_compute=1500, bootstrap=300)
+    keep = x <= ex.cut
+    check_png(plot_extrapolation(ex, tmp_path / "ex.png", name="8B batch 2048",
+                                 fitted_compute=x[keep], fitted_pass_rate=y[keep]))
+    check_svg(plot_extrapolation(ex, tmp_path / "ex.svg", name="8B batch 2048"),
+              "held-out points", "95% prediction band", "inside band")
+
+
+def test_loo_png_and_svg(runs, tmp_path):
+    lines = loo_lines({k: v for k, v in runs.items() if k != "unstable"})
+    check_png(plot_loo(lines, tmp_path / "loo.png"))
+    check_svg(plot_loo(lines, tmp_path / "loo.svg"), "slope = B", "scalerl: B")
+
+
+def test_unsupported_extension_and_bad_baseline(runs, tmp_path):
+    with pytest.raises(ValueError, match=r"extension '.jpg' is not one of .png, .svg"):
+        plot_curves(runs, tmp_path / "c.jpg")
+    with pytest.raises(ValueError, match="baseline 'nope' is not one of the plotted runs"):
+        plot_curves(runs, tmp_path / "c.png", baseline="nope")
