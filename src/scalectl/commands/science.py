@@ -1,0 +1,382 @@
+"""``scalectl fit``, ``compare`` and ``extrapolate``: the scaling-curve science.
+
+Thin commands over :mod:`scalectl.curve`, :mod:`scalectl.compare`,
+:mod:`scalectl.extrapolate` and :mod:`scalectl.plot`.  Fits are kept in the
+store's ``fits`` table under a key naming the axis, method, window and
+bootstrap settings, with the digest of the points they used: a fit is
+recomputed only when the points (or the settings) change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from scalectl.commands.common import DbOption, JsonOption, err, open_store, out, print_json, user_errors
+from scalectl.errors import UserError
+
+AXES = ("gpu_hours", "flops", "tokens", "step")
+
+AxisOption = Annotated[str | None, typer.Option(
+    "--axis", help="Compute axis: gpu_hours, flops, tokens or step (default: the run's recipe "
+                   "fit.axis, else gpu_hours).")]
+MinComputeOption = Annotated[float | None, typer.Option(
+    "--min-compute", help="Fit window start, in axis units (default: the recipe's fit.min_compute "
+                          "on its own axis, else 1500 GPU-hours at paper scale or 1.5% of the run).")]
+MethodOption = Annotated[str, typer.Option(
+    "--method", help="vp (bounded least squares from a variable-projection start) or grid "
+                     "(the paper's A.5 grid).")]
+R0Option = Annotated[str, typer.Option(
+    "--r0", help="auto (measured at compute 0 if there, else fitted), measured, fit, or a number.")]
+BootstrapOption = Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples (0: none).")]
+LevelOption = Annotated[float, typer.Option("--level", help="Interval level.")]
+SeedOption = Annotated[int, typer.Option("--seed", help="Bootstrap seed.")]
+MarginOption = Annotated[float, typer.Option("--margin", help="Noise margin on A (paper: 0.02).")]
+PlotOption = Annotated[Path | None, typer.Option("--plot", help="Write a figure (.png or .svg).")]
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """Settings of a fit from the command line (None: from the recipe or the default)."""
+
+    axis: str | None = None
+    min_compute: float | None = None
+    method: str = "vp"
+    r0: str = "auto"
+    bootstrap: int = 1000
+    level: float = 0.95
+    seed: int = 0
+
+
+def _fit_section(run: dict) -> dict:
+    return (run.get("recipe") or {}).get("fit") or {}
+
+
+def _axis(run: dict, opts: FitOptions) -> str:
+    axis = opts.axis or _fit_section(run).get("axis") or "gpu_hours"
+    if axis not in AXES:
+        raise UserError(f"--axis {axis!r} is not one of: {', '.join(AXES)}")
+    return axis
+
+
+def _r0(value: str) -> str | float:
+    if value in ("auto", "measured", "fit"):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise UserError(f"--r0 {value!r} is not one of: auto, measured, fit, or a number "
+                        "in [0, 1]") from None
+
+
+def load_points(store, run: dict, axis: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(compute, pass_rate, truncation_rate) of a run on ``axis``; points without a value dropped."""
+    pts = store.points(run["id"])
+    if not pts:
+        raise UserError(f"run {run['name']!r} has no evaluation points yet")
+    have = [p for p in pts if p.get(axis) is not None and p.get("pass_rate") is not None]
+    if not have:
+        filled = [a for a in AXES if any(p.get(a) is not None for p in pts)]
+        raise UserError(f"run {run['name']!r} has no {axis!r} values; axes with values: "
+                        f"{', '.join(filled) or 'none'} (choose one with --axis)")
+    if len(have) < len(pts):
+        err.print(f"run {run['name']}: {len(pts) - len(have)} points without {axis} left out")
+    x = np.array([float(p[axis]) for p in have])
+    y = np.array([float(p["pass_rate"]) for p in have])
+    t = np.array([np.nan if p.get("truncation_rate") is None else float(p["truncation_rate"])
+                  for p in have])
+    return x, y, t
+
+
+def fit_run(store, run: dict, opts: FitOptions, refit: bool = False) -> tuple[Any, bool, str]:
+    """Fit a stored run (or reuse its stored fit when its points are unchanged).
+
+    Returns (:class:`scalectl.compare.RunCurve`, cached, key).  Raises UserError on
+    input that cannot be fitted, naming the run.
+    """
+    from scalectl.compare import RunCurve
+    from scalectl.curve import FitError, SigmoidFit, default_min_compute, fit_sigmoid
+
+    if opts.method not in ("vp", "grid"):
+        raise UserError(f"--method {opts.method!r} is not one of: vp, grid")
+    axis = _axis(run, opts)
+    x, y, trunc = load_points(store, run, axis)
+    section = _fit_section(run)
+    if opts.min_compute is not None:
+        min_c = opts.min_compute
+    elif "min_compute" in section and section.get("axis", "gpu_hours") == axis:
+        min_c = float(section["min_compute"])
+    else:
+        min_c = default_min_compute(x, axis)
+    threshold = float(section.get("truncation_threshold", 0.10))
+    key = (f"{axis}/{opts.method}/min={min_c:g}/r0={opts.r0}/boot={opts.bootstrap}"
+           f"/level={opts.level:g}/seed={opts.seed}/trunc={threshold:g}")
+    digest = store.points_digest(run["id"])
+    hardware = run.get("hardware") or None
+    stored = None if refit else store.get_fit(run["id"], key)
+    if stored is not None and stored[1] == digest:
+        return RunCurve(x, y, SigmoidFit.from_dict(stored[0]), hardware), True, key
+    try:
+        fit = fit_sigmoid(x, y, min_compute=min_c, r0=_r0(opts.r0), method=opts.method, axis=axis,
+                          bootstrap=opts.bootstrap, level=opts.level, seed=opts.seed,
+                          truncation=trunc, truncation_threshold=threshold)
+    except (FitError, ValueError) as exc:
+        raise UserError(f"run {run['name']!r}: {exc}") from None
+    store.save_fit(run["id"], key, fit.to_dict(), digest)
+    return RunCurve(x, y, fit, hardware), False, key
+
+
+def _est(fit, name: str) -> str:
+    from scalectl.curve import format_estimate
+
+    return format_estimate(getattr(fit, name), fit.interval(name))
+
+
+def _flag_lines(name: str, fit) -> None:
+    for f in fit.flags:
+        out.print(f"[yellow]{name}[/yellow] {f.code}: {f.message}", soft_wrap=True)
+
+
+# ----------------------------------------------------------------------------- fit
+
+
+@user_errors
+def fit(
+    runs: Annotated[list[str], typer.Argument(help="Run names or ids.")],
+    axis: AxisOption = None,
+    min_compute: MinComputeOption = None,
+    method: MethodOption = "vp",
+    r0: R0Option = "auto",
+    bootstrap: BootstrapOption = 1000,
+    level: LevelOption = 0.95,
+    seed: SeedOption = 0,
+    margin: MarginOption = 0.02,
+    refit: Annotated[bool, typer.Option("--refit", help="Recompute even if stored.")] = False,
+    db: DbOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Fit R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to each run and store the fits."""
+    from scalectl.curve import advise, seed_spread
+
+    opts = FitOptions(axis, min_compute, method, r0, bootstrap, level, seed)
+    results = []
+    with open_store(db) as store:
+        for ref in runs:
+            run = store.get_run(ref)
+            curve, cached, key = fit_run(store, run, opts, refit=refit)
+            advice = advise(curve.fit, margin) if curve.fit.interval("A") else None
+            results.append((run, curve.fit, cached, key, advice))
+    by_hash: dict[str, list] = {}
+    for run, f, *_ in results:
+        if run.get("recipe_hash"):
+            by_hash.setdefault(run["recipe_hash"], []).append(f)
+    spreads = {h: seed_spread(fs) for h, fs in by_hash.items() if len(fs) > 1}
+    if json_:
+        print_json({
+            "fits": [{"run": r["name"], "run_id": r["id"], "key": k, "cached": c, "fit": f.to_dict(),
+                      "advice": None if a is None else {"action": a.action, "message": a.message,
+                                                        "seeds_needed": a.seeds_needed}}
+                     for r, f, c, k, a in results],
+            "seed_spread": {h: {n: vars(s) for n, s in sp.items()} for h, sp in spreads.items()},
+        })
+        return
+    table = Table(title="sigmoid fits R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B)")
+    for col in ("run", "axis", "window", "points", "A", "B", "C_mid", "R0", "rmse", "flags"):
+        table.add_column(col, justify="left" if col in ("run", "axis", "flags") else "right")
+    for run, f, cached, _, _ in results:
+        table.add_row(run["name"] + (" (stored)" if cached else ""), f.axis,
+                      f"{f.window[0]:.4g}-{f.window[1]:.4g}", str(f.n_points), _est(f, "A"),
+                      _est(f, "B"), _est(f, "C_mid"),
+                      f"{f.R0:.3f}" + (" fit" if f.r0_fitted else ""), f"{f.rmse:.4f}",
+                      ", ".join(dict.fromkeys(f.flag_codes)) or "-")
+    out.print(table)
+    for run, f, _, _, advice in results:
+        _flag_lines(run["name"], f)
+        if advice is not None and advice.action != "none":
+            out.print(f"[cyan]{run['name']}[/cyan] {advice.message}", soft_wrap=True)
+    for h, sp in spreads.items():
+        a, b = sp["A"], sp["B"]
+        out.print(f"recipe {h}: {a.n} runs, A {a.mean:.3f} +- {a.sd:.3f} (range {a.min:.3f}-"
+                  f"{a.max:.3f}), B {b.mean:.2f} +- {b.sd:.2f}")
+
+
+# ----------------------------------------------------------------------------- compare
+
+
+@user_errors
+def compare(
+    runs: Annotated[list[str] | None, typer.Argument(help="Runs to compare (default: every run).")] = None,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="Run the others are judged "
+                                                                    "against (default: the first).")] = None,
+    margin: MarginOption = 0.02,
+    axis: AxisOption = None,
+    min_compute: MinComputeOption = None,
+    method: MethodOption = "vp",
+    bootstrap: BootstrapOption = 1000,
+    seed: SeedOption = 0,
+    plot: PlotOption = None,
+    loo_plot: Annotated[Path | None, typer.Option(
+        "--loo-plot", help="Write the leave-one-out linearised plot (.png or .svg).")] = None,
+    db: DbOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Rank runs by ceiling A and give each a verdict against the baseline."""
+    from scalectl import compare as cmp
+
+    opts = FitOptions(axis, min_compute, method, "auto", bootstrap, 0.95, seed)
+    with open_store(db) as store:
+        if runs:
+            infos = [store.get_run(r) for r in runs]
+        else:
+            infos = [r for r in store.list_runs() if r.get("n_points")]
+            if not infos:
+                raise UserError(f"no run with evaluation points in {store.path}")
+        names = [r["name"] for r in infos]
+        if len(set(names)) != len(names):
+            raise UserError(f"a run is named twice: {names}")
+        curves = {r["name"]: fit_run(store, r, opts)[0] for r in infos}
+    if baseline is not None and baseline not in curves:
+        ids = {str(r["id"]): r["name"] for r in infos}
+        if baseline not in ids:
+            raise UserError(f"--baseline {baseline!r} is not one of the compared runs: "
+                            f"{', '.join(curves)}")
+        baseline = ids[baseline]
+    try:
+        result = cmp.compare(curves, baseline=baseline, margin=margin)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    written = []
+    if plot is not None:
+        from scalectl.plot import plot_curves
+
+        written.append(str(_plot(plot_curves, curves, plot, baseline=result.baseline, margin=margin)))
+    if loo_plot is not None:
+        from scalectl.plot import plot_loo
+
+        lines = cmp.loo_lines(curves)
+        axis_name = next(iter(curves.values())).fit.axis
+        written.append(str(_plot(plot_loo, lines, loo_plot, axis=axis_name)))
+    if json_:
+        data = result.to_dict()
+        data["fits"] = {n: c.fit.to_dict() for n, c in curves.items()}
+        data["plots"] = written
+        print_json(data)
+        return
+    table = Table(title=f"runs ranked by ceiling A (baseline {result.baseline}, margin {margin:g})")
+    for col in ("#", "run", "hardware", "A", "B", "C_mid", "dA", "verdict"):
+        table.add_column(col, justify="left" if col in ("run", "hardware", "verdict") else "right")
+    for i, row in enumerate(result.rows, 1):
+        f = curves[row.name].fit
+        lo, hi = row.delta_A_interval
+        d = "-" if row.verdict == cmp.BASELINE else f"{row.delta_A:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+        table.add_row(str(i), row.name, curves[row.name].hardware or "-", _est(f, "A"),
+                      f"{f.B:.2f}", f"{f.C_mid:.4g}", d, row.verdict)
+    out.print(table)
+    for row in result.rows:
+        if row.reason:
+            out.print(f"{row.name}: {row.reason}", soft_wrap=True)
+        _flag_lines(row.name, curves[row.name].fit)
+    for f in result.flags:
+        out.print(f"[red]{f.code}[/red]: {f.message}", soft_wrap=True)
+    for path in written:
+        err.print(f"wrote {path}")
+
+
+def _plot(fn, data, path: Path, **kwargs) -> Path:
+    try:
+        return fn(data, path, **kwargs)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+# ----------------------------------------------------------------------------- extrapolate
+
+
+@user_errors
+def extrapolate(
+    run: Annotated[str, typer.Argument(help="Run name or id.")],
+    until: Annotated[float | None, typer.Option("--until", help="Fit up to this compute.")] = None,
+    fraction: Annotated[float | None, typer.Option(
+        "--fraction", help="Fit up to this fraction of the run's last compute (paper: 0.5).")] = None,
+    axis: AxisOption = None,
+    min_compute: MinComputeOption = None,
+    method: MethodOption = "vp",
+    r0: R0Option = "auto",
+    bootstrap: BootstrapOption = 1000,
+    seed: SeedOption = 0,
+    plot: PlotOption = None,
+    db: DbOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Fit the start of a run, predict the rest, and report the error and window sensitivity."""
+    from scalectl.curve import FitError, default_min_compute
+    from scalectl.extrapolate import extrapolate as extrap
+    from scalectl.extrapolate import window_sensitivity
+
+    if (until is None) == (fraction is None):
+        raise UserError("give exactly one of --until C or --fraction F")
+    if method not in ("vp", "grid"):
+        raise UserError(f"--method {method!r} is not one of: vp, grid")
+    with open_store(db) as store:
+        info = store.get_run(run)
+        ax = _axis(info, FitOptions(axis=axis))
+        x, y, trunc = load_points(store, info, ax)
+    section = _fit_section(info)
+    if min_compute is None:
+        min_compute = (float(section["min_compute"]) if "min_compute" in section
+                       and section.get("axis", "gpu_hours") == ax else default_min_compute(x, ax))
+    kw = dict(min_compute=min_compute, r0=_r0(r0), method=method, axis=ax, bootstrap=bootstrap,
+              seed=seed)
+    try:
+        ex = extrap(x, y, until=until, fraction=fraction, truncation=trunc, **kw)
+        kw.pop("min_compute")
+        sens = window_sensitivity(x, y, min_compute=min_compute, **kw)
+    except (FitError, ValueError) as exc:
+        raise UserError(f"run {info['name']!r}: {exc}") from None
+    written = None
+    if plot is not None:
+        from scalectl.plot import plot_extrapolation
+
+        keep = x <= ex.cut
+        written = str(_plot(plot_extrapolation, ex, plot, name=info["name"],
+                            fitted_compute=x[keep], fitted_pass_rate=y[keep]))
+    if json_:
+        data = ex.to_dict()
+        data.update(run=info["name"], axis=ax, sensitivity=sens.to_dict(), plot=written)
+        print_json(data)
+        return
+    f = ex.fit
+    out.print(f"[bold]{info['name']}[/bold]: fitted on {ax} <= {ex.cut:.4g} ({f.n_points} points): "
+              f"A {_est(f, 'A')}, B {_est(f, 'B')}, C_mid {_est(f, 'C_mid')}", soft_wrap=True)
+    band = ("" if ex.share_in_band is None
+            else f", {ex.share_in_band:.0%} inside the {f.level:.0%} prediction band")
+    out.print(f"held out {ex.heldout_compute.size} points up to {ex.heldout_compute.max():.4g}: "
+              f"mean |error| {ex.mean_abs_error:.4f}, max {ex.max_abs_error:.4f}{band}",
+              soft_wrap=True)
+    _flag_lines(info["name"], f)
+    table = Table(title=f"sensitivity of the fit to its window (A spread {sens.A_spread:.3f})")
+    for col in ("window", "points", "A", "B", "C_mid", "flags"):
+        table.add_column(col, justify="right" if col != "flags" else "left")
+    for row in sens.rows:
+        w = f"{row.window[0]:.4g}-{row.window[1]:.4g}"
+        if row.fit is None:
+            table.add_row(w, "-", "-", "-", "-", row.error or "")
+        else:
+            g = row.fit
+            table.add_row(w, str(g.n_points), _est(g, "A"), _est(g, "B"), _est(g, "C_mid"),
+                          ", ".join(dict.fromkeys(g.flag_codes)) or "-")
+    out.print(table)
+    if written:
+        err.print(f"wrote {written}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``fit``, ``compare`` and ``extrapolate`` to the app."""
+    app.command()(fit)
+    app.command()(compare)
+    app.command()(extrapolate)

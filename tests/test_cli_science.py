@@ -1,0 +1,138 @@
+"""`scalectl fit`, `compare` and `extrapolate` on a real SQLite store."""
+
+import json
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from conftest import run_cli
+from scalectl.cli import app
+from scalectl.curve import sigmoid
+from scalectl.store import Store
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+def add_run(store, name, A, B, c_mid, seed, hardware="H100", sd=0.005, reach=5.0, recipe_hash=None,
+            truncation=0.01):
+    run_id = store.create_run(name, hardware=hardware, recipe_hash=recipe_hash or f"h-{name}")
+    x = np.linspace(0.0, reach * c_mid, 61)
+    y = sigmoid(x, A, B, c_mid, 0.3) + np.random.default_rng(seed).normal(0, sd, x.size)
+    store.add_points(run_id, [
+        {"step": 100 * i, "gpu_hours": float(c), "tokens": int(c * 1e6), "pass_rate": float(p),
+         "truncation_rate": truncation} for i, (c, p) in enumerate(zip(x, y))])
+    return run_id
+
+
+@pytest.fixture
+def db(db_path):
+    with Store.open(db_path) as store:
+        add_run(store, "scalerl", 0.61, 1.92, 2542, seed=1)
+        add_run(store, "magistral", 0.535, 1.8, 2600, seed=2)
+        add_run(store, "cispo", 0.612, 2.3, 2300, seed=3, sd=0.003, reach=6)
+        add_run(store, "base", 0.60, 1.5, 2542, seed=4, sd=0.003, reach=6)
+    return db_path
+
+
+def cli(db, *args):
+    result = CliRunner().invoke(app, [*args, "--db", str(db)])
+    return result
+
+
+def test_compare_json_gives_verdicts(db):
+    res = cli(db, "compare", "scalerl", "magistral", "--baseline", "scalerl", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["baseline"] == "scalerl" and data["margin"] == 0.02
+    rows = {r["name"]: r for r in data["rows"]}
+    assert [r["name"] for r in data["rows"]] == ["scalerl", "magistral"]
+    assert rows["magistral"]["verdict"] == "lower ceiling"
+    assert rows["magistral"]["delta_A"] == pytest.approx(-0.075, abs=0.01)
+    assert data["fits"]["scalerl"]["A"] == pytest.approx(0.61, abs=0.01)
+    assert data["flags"] == []
+
+
+def test_compare_tie_rule_and_plots_through_the_console_script(db, tmp_path):
+    png, svg = tmp_path / "curves.png", tmp_path / "loo.svg"
+    proc = run_cli("compare", "base", "cispo", "--baseline", "base", "--plot", str(png),
+                   "--loo-plot", str(svg), "--json", db=db, check=True)
+    data = json.loads(proc.stdout)
+    row = next(r for r in data["rows"] if r["name"] == "cispo")
+    assert row["verdict"] == "tie on ceiling, faster"
+    assert row["B_shared"] > 1.9
+    assert png.read_bytes()[:8] == PNG_MAGIC and "<svg" in svg.read_text()
+    assert data["plots"] == [str(png), str(svg)]
+
+
+def test_fit_stores_and_reuses_until_points_change(db):
+    first = json.loads(cli(db, "fit", "scalerl", "--json").stdout)
+    assert first["fits"][0]["cached"] is False
+    fit = first["fits"][0]["fit"]
+    assert fit["A"] == pytest.approx(0.61, abs=0.01) and fit["intervals"]["A"][0] <= fit["A"]
+    assert fit["window"][0] >= 1500                    # recipe-less run at paper scale: 1.5k
+    again = json.loads(cli(db, "fit", "scalerl", "--json").stdout)
+    assert again["fits"][0]["cached"] is True and again["fits"][0]["fit"] == fit
+    with Store.open(db) as store:
+        run = store.get_run("scalerl")
+        store.add_point(run["id"], {"step": 6100, "gpu_hours": 13_000.0, "pass_rate": 0.2})
+        key = first["fits"][0]["key"]
+        assert store.get_fit(run["id"], key)[0] == fit
+    changed = json.loads(cli(db, "fit", "scalerl", "--json").stdout)
+    assert changed["fits"][0]["cached"] is False
+    assert changed["fits"][0]["fit"]["n_points"] == fit["n_points"] + 1
+
+
+def test_fit_table_shows_flags_and_seed_spread(db):
+    with Store.open(db) as store:
+        add_run(store, "short", 0.65, 1.7, 10909, seed=5, reach=0.5)
+        add_run(store, "s1", 0.61, 1.9, 2542, seed=11, recipe_hash="same")
+        add_run(store, "s2", 0.61, 1.9, 2542, seed=12, recipe_hash="same", truncation=0.2)
+    res = cli(db, "fit", "short", "s1", "s2", "--min-compute", "500")
+    assert res.exit_code == 0, res.output
+    assert "ceiling_not_identified" in res.stdout and "extend the run" in res.stdout
+    assert "truncation" in res.stdout
+    assert "recipe same: 2 runs" in res.stdout
+    data = json.loads(cli(db, "fit", "s1", "s2", "--json").stdout)
+    spread = data["seed_spread"]["same"]["A"]
+    a = [f["fit"]["A"] for f in data["fits"]]
+    assert spread["mean"] == pytest.approx(np.mean(a)) and spread["n"] == 2
+
+
+def test_extrapolate_json_and_plot(db, tmp_path):
+    png = tmp_path / "ex.png"
+    res = cli(db, "extrapolate", "scalerl", "--fraction", "0.5", "--plot", str(png), "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    assert data["cut"] == pytest.approx(0.5 * 5 * 2542)
+    assert data["mean_abs_error"] < 0.01 and data["share_in_band"] >= 0.8
+    assert len(data["sensitivity"]["rows"]) == 4
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    human = cli(db, "extrapolate", "scalerl", "--until", "7000")
+    assert human.exit_code == 0 and "held out" in human.stdout and "sensitivity" in human.stdout
+
+
+def test_tokens_axis_and_errors(db):
+    data = json.loads(cli(db, "fit", "scalerl", "--axis", "tokens", "--json").stdout)
+    assert data["fits"][0]["fit"]["axis"] == "tokens"
+    assert data["fits"][0]["fit"]["C_mid"] == pytest.approx(2542e6, rel=0.1)
+    res = cli(db, "compare", "scalerl", "--axis", "flops")
+    assert res.exit_code == 2 and "no 'flops' values" in res.stderr
+    res = cli(db, "compare", "scalerl", "--axis", "hours")
+    assert res.exit_code == 2 and "--axis 'hours' is not one of" in res.stderr
+    res = cli(db, "extrapolate", "scalerl")
+    assert res.exit_code == 2 and "exactly one of --until" in res.stderr
+    res = cli(db, "fit", "nope")
+    assert res.exit_code == 2 and "no run 'nope'" in res.stderr
+    res = cli(db, "compare", "scalerl", "magistral", "--baseline", "zzz")
+    assert res.exit_code == 2 and "--baseline 'zzz' is not one of" in res.stderr
+    res = cli(db, "fit", "scalerl", "--min-compute", "1e9")
+    assert res.exit_code == 2 and "holds 0 points" in res.stderr
+
+
+def test_compare_flags_mixed_hardware(db):
+    with Store.open(db) as store:
+        add_run(store, "gb200", 0.63, 1.9, 2000, seed=7, hardware="GB200")
+    data = json.loads(cli(db, "compare", "--json").stdout)      # every run in the store
+    assert len(data["rows"]) == 5 and data["baseline"] == "scalerl"
+    assert [f["code"] for f in data["flags"]] == ["mixed_hardware"]
