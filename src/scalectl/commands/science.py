@@ -137,6 +137,15 @@ def _est(fit, name: str) -> str:
     return format_estimate(getattr(fit, name), fit.interval(name))
 
 
+def _num(v: float) -> str:
+    """Compact compute value: 1,695 or 12,710 or 3.6e+21."""
+    return f"{v:,.0f}" if 100 <= abs(v) < 1e7 else f"{v:.3g}"
+
+
+def _window(w: tuple[float, float]) -> str:
+    return f"{_num(w[0])}-{_num(w[1])}"
+
+
 def _flag_lines(name: str, fit) -> None:
     for f in fit.flags:
         out.print(f"[yellow]{name}[/yellow] {f.code}: {f.message}", soft_wrap=True)
@@ -185,12 +194,18 @@ def fit(
             "seed_spread": {h: {n: vars(s) for n, s in sp.items()} for h, sp in spreads.items()},
         })
         return
-    table = Table(title="sigmoid fits R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B)")
-    for col in ("run", "axis", "window", "points", "A", "B", "C_mid", "R0", "rmse", "flags"):
+    axes = sorted({f.axis for _, f, *_ in results})
+    cols = ("run", "axis", "window", "points", "A", "B", "C_mid", "R0", "rmse", "flags")
+    if len(axes) == 1:
+        cols = tuple(c for c in cols if c != "axis")
+    table = Table(title="sigmoid fits R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B)"
+                        + (f", compute in {axes[0]}" if len(axes) == 1 else ""))
+    for col in cols:
         table.add_column(col, justify="left" if col in ("run", "axis", "flags") else "right")
     for run, f, cached, _, _ in results:
-        table.add_row(run["name"] + (" (stored)" if cached else ""), f.axis,
-                      f"{f.window[0]:.4g}-{f.window[1]:.4g}", str(f.n_points), _est(f, "A"),
+        table.add_row(run["name"] + (" (stored)" if cached else ""),
+                      *([f.axis] if len(axes) > 1 else []),
+                      _window(f.window), str(f.n_points), _est(f, "A"),
                       _est(f, "B"), _est(f, "C_mid"),
                       f"{f.R0:.3f}" + (" fit" if f.r0_fitted else ""), f"{f.rmse:.4f}",
                       ", ".join(dict.fromkeys(f.flag_codes)) or "-")
@@ -351,11 +366,11 @@ def extrapolate(
         print_json(data)
         return
     f = ex.fit
-    out.print(f"[bold]{info['name']}[/bold]: fitted on {ax} <= {ex.cut:.4g} ({f.n_points} points): "
+    out.print(f"[bold]{info['name']}[/bold]: fitted on {ax} <= {_num(ex.cut)} ({f.n_points} points): "
               f"A {_est(f, 'A')}, B {_est(f, 'B')}, C_mid {_est(f, 'C_mid')}", soft_wrap=True)
     band = ("" if ex.share_in_band is None
             else f", {ex.share_in_band:.0%} inside the {f.level:.0%} prediction band")
-    out.print(f"held out {ex.heldout_compute.size} points up to {ex.heldout_compute.max():.4g}: "
+    out.print(f"held out {ex.heldout_compute.size} points up to {_num(ex.heldout_compute.max())}: "
               f"mean |error| {ex.mean_abs_error:.4f}, max {ex.max_abs_error:.4f}{band}",
               soft_wrap=True)
     _flag_lines(info["name"], f)
@@ -363,7 +378,7 @@ def extrapolate(
     for col in ("window", "points", "A", "B", "C_mid", "flags"):
         table.add_column(col, justify="right" if col != "flags" else "left")
     for row in sens.rows:
-        w = f"{row.window[0]:.4g}-{row.window[1]:.4g}"
+        w = _window(row.window)
         if row.fit is None:
             table.add_row(w, "-", "-", "-", "-", row.error or "")
         else:
