@@ -1,0 +1,117 @@
+"""The rollout-engine interface: what every generator (CPU sampler, vLLM) provides.
+
+An engine samples n completions for each prompt with the current policy and
+returns, for every completion token, the generator's own log-prob (the
+``pi_gen`` of the importance ratio, recipe-axes.md) and the policy version that
+produced it (PipelineRL-k: weights may change while a completion is in flight).
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Literal
+
+FinishReason = Literal["stop", "length"]
+#: (interrupt_min, interrupt_max, phrase): length control by interruption (ScaleRL Sec. 3).
+Interrupt = tuple[int, int, str]
+
+
+@dataclass
+class Completion:
+    """One sampled completion of one prompt.
+
+    Fields (T = len(token_ids), the completion length in tokens, EOS included when
+    the completion stopped):
+
+    - ``prompt_index``: index of the prompt in the ``prompts`` list given to ``generate``.
+    - ``prompt_ids``: the prompt's token ids (BOS included, no padding).
+    - ``token_ids`` (T): the completion's token ids.
+    - ``logprobs`` (T): log pi_gen(token) at the sampling temperature, from the full
+      softmax (no top-p/top-k renormalisation), with the engine's LM-head precision.
+      For forced (interruption) tokens: the model's log-prob of the forced token.
+    - ``versions`` (T): policy version that produced each token.
+    - ``loss_mask`` (T): 1 for sampled tokens, 0 for forced tokens (the interruption
+      phrase), which the trainer must exclude from the loss.
+    - ``finish_reason``: ``"stop"`` (EOS sampled) or ``"length"`` (``max_new_tokens`` hit:
+      truncated).
+    - ``text``: the decoded completion (special tokens removed, forced phrase included).
+    - ``interrupted``: whether the interruption phrase was appended.
+    """
+
+    prompt_index: int
+    prompt_ids: list[int]
+    token_ids: list[int]
+    logprobs: list[float]
+    versions: list[int]
+    finish_reason: FinishReason
+    text: str
+    interrupted: bool = False
+    loss_mask: list[int] = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.loss_mask:
+            self.loss_mask = [1] * len(self.token_ids)
+        n = len(self.token_ids)
+        if not (len(self.logprobs) == len(self.versions) == len(self.loss_mask) == n):
+            raise ValueError(
+                f"completion of prompt {self.prompt_index}: token_ids ({n}), logprobs ({len(self.logprobs)}), "
+                f"versions ({len(self.versions)}) and loss_mask ({len(self.loss_mask)}) must have one entry per token"
+            )
+
+    @property
+    def truncated(self) -> bool:
+        """True when the completion hit ``max_new_tokens`` (counts in the truncation rate)."""
+        return self.finish_reason == "length"
+
+
+class RolloutEngine(ABC):
+    """A generator of completions with the policy it holds.
+
+    Implementations: :class:`scalectl.rl.rollout.cpu.CPURolloutEngine` (torch, KV cache),
+    and a vLLM engine at paper scale.  Both must use the same prompt encoding
+    (:func:`scalectl.rl.model.encode_prompt`) and LM-head precision as the trainer.
+    """
+
+    @abstractmethod
+    def generate(
+        self,
+        prompts: list[str],
+        n: int,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        interrupt: Interrupt | None = None,
+        seed: int = 0,
+        top_p: float = 1.0,
+    ) -> list[list[Completion]]:
+        """Sample ``n`` completions for each prompt.
+
+        Args:
+            prompts: prompt texts.
+            n: completions per prompt (the group size G).
+            max_new_tokens: cap on each completion's length (tokens); hitting it gives
+                ``finish_reason = "length"``.
+            temperature: sampling temperature (> 0); log-probs refer to it.
+            interrupt: ``(lo, hi, phrase)``: a completion that reaches a length drawn
+                uniformly from the integers in [lo, hi] without having stopped gets
+                ``phrase`` appended (forced tokens, ``loss_mask`` 0), then continues
+                until EOS or ``max_new_tokens``.
+            seed: sampling seed; same seed, weights and arguments give the same completions.
+            top_p: nucleus sampling (1.0: off); the recorded log-probs stay those of the
+                full softmax.
+
+        Returns:
+            One list of ``n`` completions per prompt, in prompt order.
+        """
+
+    @abstractmethod
+    def update_weights(self, state_dict: dict | None, version: int) -> None:
+        """Load new policy weights (a model ``state_dict``) and tag later tokens with ``version``.
+
+        ``None`` keeps the weights (an engine that shares the trainer's model object)."""
+
+    @property
+    @abstractmethod
+    def version(self) -> int:
+        """The policy version of the weights held now."""

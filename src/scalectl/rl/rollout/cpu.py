@@ -1,0 +1,213 @@
+"""The CPU rollout engine: batched sampling with a KV cache over a transformers causal LM.
+
+Each batch of prompts is left padded; positions skip the padding
+(``position_ids = cumsum(mask) - 1``); one ``DynamicCache`` is updated in place for
+the whole decode; a finished row is fed PAD with attention mask 0.  Log-probs come
+from :func:`scalectl.rl.model.next_token_logprobs`, the per-step form of the
+trainer's :func:`~scalectl.rl.model.token_logprobs` (same head, same precision), so
+the recorded generator log-probs equal a teacher-forced pass of the same weights
+up to float rounding.
+
+Weights may be replaced from another thread while a batch decodes
+(:meth:`CPURolloutEngine.update_weights`, PipelineRL in-flight updates): each
+decoding step runs under a lock and tags its tokens with the version current at
+that step; the KV cache of earlier tokens is kept (computed by the older weights),
+as in PipelineRL.
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import torch
+
+from scalectl.rl.length import interrupt_lengths
+from scalectl.rl.model import encode_prompt, load_policy, next_token_logprobs, position_ids_from_mask
+from scalectl.rl.rollout.base import Completion, Interrupt, RolloutEngine
+
+
+class CPURolloutEngine(RolloutEngine):
+    """Sampling engine over a transformers model held in this process.
+
+    Args:
+        model: a causal LM with ``.model`` and ``.lm_head`` (e.g. ``Qwen2ForCausalLM``).
+        tokenizer: its tokenizer (needs pad and eos ids).
+        head_fp32: LM head and log-softmax in float32 (``precision.lm_head = "fp32"``).
+        max_batch: most rows (completions) decoded together; larger batches are split.
+        version: policy version of the initial weights.
+    """
+
+    def __init__(self, model, tokenizer, *, head_fp32: bool = True, max_batch: int = 512, version: int = 0):
+        if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer needs a pad token and an eos token")
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        self.model = model.eval()
+        self.tokenizer = tokenizer
+        self.head_fp32 = head_fp32
+        self.max_batch = max_batch
+        self._version = version
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_pretrained(cls, path: str | Path, dtype: str = "fp32", **kwargs) -> "CPURolloutEngine":
+        """An engine over the checkpoint folder ``path`` (see :func:`scalectl.rl.model.load_policy`)."""
+        model, tokenizer = load_policy(path, dtype)
+        return cls(model, tokenizer, **kwargs)
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    def update_weights(self, state_dict: dict | None, version: int) -> None:
+        """Copy ``state_dict`` into the model (strict) and tag later tokens with ``version``.
+
+        ``state_dict=None``: the engine shares its model object with the trainer (one
+        process), so the weights are already current and only the version changes.
+        """
+        with self._lock, torch.no_grad():
+            if state_dict is not None:
+                self.model.load_state_dict(state_dict, strict=True)
+            self._version = int(version)
+
+    def generate(
+        self,
+        prompts: list[str],
+        n: int,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        interrupt: Interrupt | None = None,
+        seed: int = 0,
+        top_p: float = 1.0,
+    ) -> list[list[Completion]]:
+        """See :meth:`RolloutEngine.generate`.  ``top_p`` < 1 samples from the nucleus
+        but still records the full-softmax log-probs.
+
+        Raises:
+            ValueError: n < 1, max_new_tokens < 1, temperature <= 0, top_p outside (0, 1],
+                or an interrupt range outside [1, max_new_tokens) or with an empty phrase.
+        """
+        if n < 1 or max_new_tokens < 1:
+            raise ValueError(f"need n >= 1 and max_new_tokens >= 1; got n={n}, max_new_tokens={max_new_tokens}")
+        if temperature <= 0 or not 0 < top_p <= 1:
+            raise ValueError(f"need temperature > 0 and 0 < top_p <= 1; got {temperature}, {top_p}")
+        phrase_ids: list[int] = []
+        if interrupt is not None:
+            lo, hi, phrase = interrupt
+            phrase_ids = self.tokenizer.encode(phrase, add_special_tokens=False)
+            if not phrase_ids:
+                raise ValueError("length.interrupt_phrase is empty")
+            if not 1 <= lo <= hi < max_new_tokens:
+                raise ValueError(
+                    f"interrupt range [{lo}, {hi}] must satisfy 1 <= min <= max < max_new_tokens ({max_new_tokens})"
+                )
+        encoded = [encode_prompt(self.tokenizer, p) for p in prompts]
+        rows = [(i, ids) for i, ids in enumerate(encoded) for _ in range(n)]
+        gen = torch.Generator().manual_seed(int(seed))
+        out: list[list[Completion]] = [[] for _ in prompts]
+        for start in range(0, len(rows), self.max_batch):
+            chunk = rows[start:start + self.max_batch]
+            for c in self._decode(chunk, max_new_tokens, temperature, top_p, interrupt, phrase_ids, gen):
+                out[c.prompt_index].append(c)
+        return out
+
+    # ------------------------------------------------------------------ one batch
+
+    @torch.inference_mode()
+    def _decode(self, rows, max_new_tokens, temperature, top_p, interrupt, phrase_ids, gen) -> list[Completion]:
+        from transformers import DynamicCache
+
+        pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
+        B, P = len(rows), max(len(ids) for _, ids in rows)
+        input_ids = torch.full((B, P), pad, dtype=torch.long)
+        mask = torch.zeros((B, P), dtype=torch.long)
+        for r, (_, ids) in enumerate(rows):
+            input_ids[r, P - len(ids):] = torch.tensor(ids)
+            mask[r, P - len(ids):] = 1
+        positions = position_ids_from_mask(mask)
+        next_pos = mask.sum(-1, keepdim=True)  # (B, 1): position of the next token
+
+        tokens = torch.full((B, max_new_tokens), pad, dtype=torch.long)
+        logps = torch.zeros((B, max_new_tokens), dtype=torch.float32)
+        versions = torch.zeros((B, max_new_tokens), dtype=torch.long)
+        forced = torch.zeros((B, max_new_tokens), dtype=torch.bool)
+        length = torch.zeros(B, dtype=torch.long)  # tokens generated so far
+        done = torch.zeros(B, dtype=torch.bool)
+        stopped = torch.zeros(B, dtype=torch.bool)
+
+        k = len(phrase_ids)
+        phrase = torch.tensor(phrase_ids, dtype=torch.long)
+        at = (interrupt_lengths(B, interrupt[0], interrupt[1], gen) if interrupt is not None
+              else torch.full((B,), -1, dtype=torch.long))
+        force_pos = torch.full((B,), -1, dtype=torch.long)  # index into the phrase while forcing, else -1
+        interrupted = torch.zeros(B, dtype=torch.bool)
+        seen_phrase = torch.zeros(B, dtype=torch.bool)
+
+        cache = DynamicCache(config=self.model.config)
+        with self._lock:
+            step_logp = next_token_logprobs(self.model, input_ids, mask, positions, cache,
+                                            head_fp32=self.head_fp32, temperature=temperature)
+            version = self._version
+        for t in range(max_new_tokens):
+            active = ~done
+            sampled = _sample(step_logp, top_p, gen)
+            if k:
+                start = active & ~interrupted & ~seen_phrase & (length == at)
+                force_pos[start] = 0
+                interrupted |= start
+            forcing = force_pos >= 0
+            tok = torch.where(forcing, phrase[force_pos.clamp(min=0, max=max(k - 1, 0))] if k else sampled, sampled)
+            tok = torch.where(active, tok, torch.full_like(tok, pad))
+            tokens[:, t] = tok
+            logps[:, t] = step_logp.float().gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+            versions[:, t] = version
+            forced[:, t] = forcing & active
+            if k:
+                force_pos = torch.where(forcing, force_pos + 1, force_pos)
+                force_pos[force_pos >= k] = -1
+                if t + 1 >= k:
+                    seen_phrase |= (tokens[:, t + 1 - k:t + 1] == phrase).all(-1)
+            length += active.long()
+            newly_stopped = active & (tok == eos) & ~forcing
+            stopped |= newly_stopped
+            done |= newly_stopped
+            if bool(done.all()) or t == max_new_tokens - 1:
+                break
+            feed = ~done
+            mask = torch.cat([mask, feed.long().unsqueeze(-1)], dim=-1)
+            step_ids = torch.where(feed, tok, torch.full_like(tok, pad)).unsqueeze(-1)
+            with self._lock:
+                step_logp = next_token_logprobs(self.model, step_ids, mask, next_pos, cache,
+                                                head_fp32=self.head_fp32, temperature=temperature)
+                version = self._version
+            next_pos = next_pos + feed.long().unsqueeze(-1)
+
+        out = []
+        for r, (prompt_index, ids) in enumerate(rows):
+            L = int(length[r])
+            tok_r = tokens[r, :L].tolist()
+            out.append(Completion(
+                prompt_index=prompt_index,
+                prompt_ids=list(ids),
+                token_ids=tok_r,
+                logprobs=logps[r, :L].tolist(),
+                versions=versions[r, :L].tolist(),
+                finish_reason="stop" if bool(stopped[r]) else "length",
+                text=self.tokenizer.decode(tok_r, skip_special_tokens=True),
+                interrupted=bool(interrupted[r]),
+                loss_mask=(~forced[r, :L]).long().tolist(),
+            ))
+        return out
+
+
+def _sample(logp: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Tensor:
+    """One token per row from exp(logp) (N, V), restricted to the top-p nucleus when top_p < 1."""
+    probs = logp.float().exp()
+    if top_p < 1.0:
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        outside = sorted_p.cumsum(-1) - sorted_p >= top_p  # keeps at least the top token
+        sorted_p = sorted_p.masked_fill(outside, 0.0)
+        probs = torch.zeros_like(probs).scatter(-1, order, sorted_p)
+    return torch.multinomial(probs, 1, generator=gen).squeeze(-1)
