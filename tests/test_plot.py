@@ -68,6 +68,15 @@ def test_loo_png_and_svg(runs, tmp_path):
     check_svg(plot_loo(lines, tmp_path / "loo.svg"), "slope = B", "scalerl: B")
 
 
+def test_mixed_hardware_is_named_in_the_title(runs, tmp_path):
+    mixed = dict(runs)
+    mixed["gb200"] = RunCurve(runs["scalerl"].compute, runs["scalerl"].pass_rate,
+                              runs["scalerl"].fit, hardware="GB200")
+    mixed["scalerl"] = RunCurve(runs["scalerl"].compute, runs["scalerl"].pass_rate,
+                                runs["scalerl"].fit, hardware="H100")
+    check_svg(plot_curves(mixed, tmp_path / "mixed.svg"), "mixed hardware: GB200, H100")
+
+
 def test_unsupported_extension_and_bad_baseline(runs, tmp_path):
     with pytest.raises(ValueError, match=r"extension '.jpg' is not one of .png, .svg"):
         plot_curves(runs, tmp_path / "c.jpg")

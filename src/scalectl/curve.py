@@ -425,19 +425,27 @@ def _fit_grid(x, logc, y, r0, a_fixed, lo, hi, grid, axis):
     aa, cc = np.meshgrid(a_values, c_values, indexing="ij")
     aa, uu = aa.ravel(), np.log(cc.ravel())
     b_scan = np.geomspace(max(lo[_B], 0.05), min(hi[_B], 20.0), 16)
-    s = expit(b_scan[None, :, None] * (logc - uu[:, None, None]))  # (pairs, nb, n)
-    if r0 is None:
-        p = 1.0 - s
-        r = ((y - aa[:, None, None] * s) * p).sum(-1) / np.maximum((p * p).sum(-1), 1e-300)
-        r = np.clip(r, lo[_R0], hi[_R0])
+    # Scan B with the sums that make up the SSR: s depends on (C_mid, B) only.
+    s = expit(b_scan[None, :, None] * (logc - np.log(c_values)[:, None, None]))  # (nc, nb, n)
+    p = 1.0 - s
+    ss, sy, sp, py, pp = ((s * s).sum(-1), (s * y).sum(-1), (s * p).sum(-1), (p * y).sum(-1),
+                          (p * p).sum(-1))
+    a = a_values[:, None, None]  # (na, 1, 1) against (nc, nb)
+    if r0 is None:  # R0 solved linearly for each (A, C_mid, B) in the scan (unclipped)
+        r = (py - a * sp) / np.maximum(pp, 1e-300)
     else:
-        r = np.full(s.shape[:2], r0)
-    ssr = (((r[..., None] + (aa[:, None, None] - r[..., None]) * s) - y) ** 2).sum(-1)
-    j = np.argmin(ssr, axis=1)
-    rows = np.arange(aa.size)
-    theta0 = np.stack([aa, uu, b_scan[j], r[rows, j]], axis=1)
+        r = np.full((a.shape[0],) + ss.shape, r0)
+    # SSR = sum (y - A s - R0 p)^2 expanded in the sums above.
+    ssr = (float(y @ y) - 2 * a * sy - 2 * r * py + a * a * ss + 2 * a * r * sp + r * r * pp)
+    j = np.argmin(ssr, axis=-1).ravel()  # best B per (A, C_mid) pair
+    r = np.take_along_axis(r, j.reshape(ssr.shape[:2] + (1,)), axis=-1).ravel()
+    theta0 = np.stack([aa, uu, b_scan[j], np.clip(r, lo[_R0], hi[_R0])], axis=1)
     free = np.array([False, False, True, r0 is None])
-    theta, ssr = _lm(theta0, free, logc, y, lo, hi, iters=40)
+    block = max(1, 2_000_000 // max(logc.size, 1))
+    parts = [_lm(theta0[i:i + block], free, logc, y, lo, hi, iters=40)
+             for i in range(0, len(theta0), block)]
+    theta = np.concatenate([t for t, _ in parts])
+    ssr = np.concatenate([q for _, q in parts])
     best = int(np.argmin(ssr))
     theta = theta[best]
     active = np.zeros(4, dtype=bool)

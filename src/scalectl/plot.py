@@ -96,7 +96,15 @@ def plot_curves(runs: Mapping[str, RunCurve], path: str | Path, *, baseline: str
     ax.set_xscale("log")
     ax.set_xlabel(AXIS_LABELS.get(axis, axis))
     ax.set_ylabel("pass rate (mean@k)")
-    ax.set_title(title or "Pass rate against compute, fitted sigmoid (dashed: ceiling A)")
+    hardware = sorted({c.hardware for c in runs.values() if c.hardware})
+    axes = sorted({c.fit.axis for c in runs.values()})
+    warn = []
+    if len(hardware) > 1:
+        warn.append(f"mixed hardware: {', '.join(hardware)}")
+    if len(axes) > 1:
+        warn.append(f"mixed compute axes: {', '.join(axes)}")
+    ax.set_title(title or "Pass rate against compute, fitted sigmoid (dashed: ceiling A)"
+                 + ("\n[" + "; ".join(warn) + ": not comparable]" if warn else ""))
     ax.grid(True, which="both", alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     return _save(fig, path)
