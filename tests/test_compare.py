@@ -70,6 +70,13 @@ def test_wide_intervals_are_undecided():
     # Gap inside the margin but the interval is too wide to call a tie.
     c = compare({"a": fake(0.60, 0.57, 0.63), "b": fake(0.61, 0.58, 0.64)}, baseline="a")
     assert c.row("b").verdict == UNDECIDED
+    # A ceiling on its bound is not a ceiling: no verdict.
+    capped = fake(0.65, 0.64, 0.66)
+    capped = RunCurve(capped.compute, capped.pass_rate, SigmoidFit.from_dict(
+        {**capped.fit.to_dict(), "flags": [{"code": "on_bound", "message": "A on bound",
+                                            "param": "A"}]}))
+    c = compare({"a": fake(0.60, 0.595, 0.605), "b": capped}, baseline="a")
+    assert c.row("b").verdict == UNDECIDED and "not identified" in c.row("b").reason
     # Real runs that stop before their midpoint: the ceiling is not identified.
     short = run(0.63, 1.7, c_mid=4000, reach=1.2, sd=0.02, n=20, seed=5)
     c = compare({"base": run(0.60, 1.7, seed=6), "short": short}, baseline="base")

@@ -141,6 +141,7 @@ def test_estimate_on_a_bound_is_flagged_not_clipped_silently():
     assert fit.A == pytest.approx(0.58)
     assert fit.has_flag("on_bound")
     assert "A = 0.580 lies on the upper bound" in fit.flags[0].message
+    assert fit.flags[0].param == "A"
 
 
 def test_r0_measured_fitted_or_given():

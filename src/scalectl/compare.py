@@ -123,7 +123,7 @@ def refit_fixed_A(curve: RunCurve, A: float, bootstrap: int = 0, seed: int = 0) 
 
 def _unidentified(fit: SigmoidFit) -> bool:
     return fit.has_flag("ceiling_not_identified") or any(
-        fl.code == "on_bound" and fl.message.startswith("A ") for fl in fit.flags)
+        fl.code == "on_bound" and fl.param == "A" for fl in fit.flags)
 
 
 def _verdict(name: str, cur: RunCurve, base: RunCurve, base_name: str, margin: float
@@ -134,7 +134,9 @@ def _verdict(name: str, cur: RunCurve, base: RunCurve, base_name: str, margin: f
     iv = f"dA = {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
     for n, f in ((name, run), (base_name, ref)):
         if _unidentified(f):
-            return UNDECIDED, f"ceiling of {n} not identified (data stop near the midpoint)", None, None
+            why = "; ".join(fl.message for fl in f.flags
+                            if fl.code == "ceiling_not_identified" or fl.param == "A")
+            return UNDECIDED, f"ceiling of {n} not identified: {why}", None, None
     if d >= margin and lo > 0:
         return HIGHER, f"{iv} >= margin {margin:.3f}", None, None
     if d <= -margin and hi < 0:

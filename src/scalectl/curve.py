@@ -59,10 +59,12 @@ class FitError(ValueError):
 
 @dataclass(frozen=True)
 class Flag:
-    """A warning attached to a fit: a stable ``code`` and a message for people."""
+    """A warning attached to a fit: a stable ``code``, a message for people, and the
+    parameter it concerns (A, B, C_mid, R0) when it concerns one."""
 
     code: str
     message: str
+    param: str | None = None
 
 
 @dataclass(frozen=True)
@@ -202,7 +204,8 @@ class SigmoidFit:
             "A": self.A, "B": self.B, "C_mid": self.C_mid, "R0": self.R0,
             "r0_fitted": self.r0_fitted, "window": list(self.window),
             "n_points": self.n_points, "rmse": self.rmse, "method": self.method,
-            "axis": self.axis, "flags": [{"code": f.code, "message": f.message} for f in self.flags],
+            "axis": self.axis,
+            "flags": [{"code": f.code, "message": f.message, "param": f.param} for f in self.flags],
             "intervals": {k: [float(v[0]), float(v[1])] for k, v in self.intervals.items()},
             "level": self.level, "a_fixed": self.a_fixed, "n_bootstrap": self.n_bootstrap,
         }
@@ -215,7 +218,7 @@ class SigmoidFit:
             r0_fitted=bool(d["r0_fitted"]), window=(float(d["window"][0]), float(d["window"][1])),
             n_points=int(d["n_points"]), rmse=float(d["rmse"]), method=str(d["method"]),
             axis=str(d.get("axis", "gpu_hours")),
-            flags=tuple(Flag(f["code"], f["message"]) for f in d.get("flags", [])),
+            flags=tuple(Flag(f["code"], f["message"], f.get("param")) for f in d.get("flags", [])),
             intervals={k: (float(v[0]), float(v[1])) for k, v in d.get("intervals", {}).items()},
             level=float(d.get("level", 0.95)), a_fixed=bool(d.get("a_fixed", False)),
             n_bootstrap=int(d.get("n_bootstrap", 0)),
@@ -511,7 +514,7 @@ def _point_flags(theta, free, active, lo, hi, xw, yw, truncation, threshold, gri
             name, fmt = shown[i]
             edge = lo_i if side == "lower" else hi_i
             flags.append(Flag("on_bound", f"{name} = {fmt(theta[i])} lies on the {side} {what} edge "
-                                          f"({fmt(edge)}): the estimate is not trustworthy"))
+                                          f"({fmt(edge)}): the estimate is not trustworthy", name))
     c_mid = math.exp(theta[_U])
     past = int(np.sum(xw > c_mid))
     reach = float(xw.max()) / c_mid
@@ -691,7 +694,8 @@ def fit_sigmoid(
             if share > 1 - level:
                 flags.append(Flag("interval_on_bound",
                                   f"{share:.0%} of bootstrap refits put {PARAM_NAMES[i]} on a "
-                                  "bound: its interval is cut by the bound and too narrow"))
+                                  "bound: its interval is cut by the bound and too narrow",
+                                  PARAM_NAMES[i]))
         c_hi = intervals["C_mid"][1]
         if c_hi > cmax and not any(f.code == "ceiling_not_identified" for f in flags):
             flags.append(Flag("ceiling_not_identified",
