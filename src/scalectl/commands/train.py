@@ -51,42 +51,76 @@ def run(
     seed: Annotated[int | None, typer.Option(help="Seed (overrides the recipe's).")] = None,
     resume: Annotated[str | None, typer.Option(help="Continue run RUN from its last checkpoint.")] = None,
     runs_dir: Annotated[Path, typer.Option(help="Where run folders go.")] = Path("runs"),
-    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan, submit nothing.")] = False,
+    launcher: Annotated[str | None, typer.Option(
+        help="Where the run executes: local or slurm (default: the setup's launcher.type).")] = None,
+    detach: Annotated[bool, typer.Option(
+        "--detach", help="Local launcher: train in a background process and return at once.")] = False,
+    dry_run: Annotated[bool, typer.Option(
+        "--dry-run", help="Print the plan (and for Slurm the sbatch parameters and script), submit nothing.")] = False,
     db: DbOption = None,
     json_: JsonOption = False,
 ) -> None:
-    """Train a recipe: warm start if needed, then RL, storing every evaluation point."""
-    from scalectl.job import run_job, write_job_file
+    """Train a recipe: warm start if needed, then RL, storing every evaluation point.
+
+    Local runs train in the foreground with live progress (Ctrl-C checkpoints
+    and stops) unless --detach; Slurm runs are submitted and the command
+    returns (follow with `scalectl logs RUN --follow`, `scalectl status`).
+    """
+    from scalectl.job import read_job_file, run_job, write_job_file
+    from scalectl.launch.base import LAUNCHER_TYPES
     from scalectl.names import check_name
+    from scalectl.recipe import Recipe
     from scalectl.recipe_io import find_default_setup, load
 
+    if launcher is not None and launcher not in LAUNCHER_TYPES:
+        raise UserError(f"--launcher {launcher!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
     if resume is not None:
         with open_store(db) as store:
             info = store.get_run(resume)
-        if not info.get("run_dir"):
-            raise UserError(f"run {resume!r} has no run folder to resume from")
+            if not info.get("run_dir") or not (Path(info["run_dir"]) / "job.json").exists():
+                raise UserError(f"run {resume!r} has no run folder to resume from")
+            from scalectl.launch.base import ACTIVE, refresh
+
+            info = refresh(store, info)
+            if info["status"] in ACTIVE - {"created"}:
+                raise UserError(f"run {info['name']} is {info['status']} (job {info.get('job_id')}); "
+                                f"cancel it first (scalectl cancel {info['name']})")
         run_dir = Path(info["run_dir"])
-        err.print(f"resuming run {info['name']} from {run_dir}")
+        run_id, run_name = info["id"], info["name"]
+        recipe = Recipe.model_validate(read_job_file(run_dir)["recipe"])
+        kind = launcher or info.get("launcher") or recipe.launcher.type
+        err.print(f"resuming run {run_name} from {run_dir}")
     else:
         if recipe_file is None:
             raise UserError("give a RECIPE file (e.g. recipes/scalerl.toml) or --resume RUN")
         setup_path = setup or find_default_setup(recipe_file)
         overrides = list(set_) + ([f"seed={seed}"] if seed is not None else [])
         recipe = load(recipe_file, setup_path, overrides)
+        kind = launcher or recipe.launcher.type
         for line in plan_lines(recipe, setup_path):
             err.print(line, highlight=False)
         if dry_run:
-            if json_:
-                print_json({"recipe": recipe.to_dict(), "hash": recipe.content_hash})
+            run_name = check_name(name or f"{recipe.name}-s{recipe.seed}")
+            _print_dry_run(recipe, kind, detach, run_name, (runs_dir / run_name).resolve(), json_)
             return
         with open_store(db) as store:
-            run_name = check_name(name) if name else _unique_name(store, f"{recipe.name}-s{recipe.seed}")
+            run_name = check_name(name) if name else check_name(
+                _unique_name(store, f"{recipe.name}-s{recipe.seed}"), "run name (from the recipe's name)")
             run_dir = (runs_dir / run_name).resolve()
             run_id = store.create_run(run_name, recipe=recipe.to_dict(), recipe_hash=recipe.content_hash,
-                                      seed=recipe.seed, launcher="local", hardware=recipe.hardware.name,
+                                      seed=recipe.seed, launcher=kind, hardware=recipe.hardware.name,
                                       run_dir=str(run_dir))
             write_job_file(run_dir, db=store.path, run_id=run_id, recipe=recipe.to_dict())
         err.print(f"run {run_name} (id {run_id}), folder {run_dir}")
+    if kind == "slurm" or detach:
+        _submit(kind, run_id, run_name, run_dir, recipe, resume is not None, db, json_)
+        return
+    from scalectl.launch.local import LocalLauncher
+
+    job = LocalLauncher.foreground_job(run_dir)
+    with open_store(db) as store:
+        store.update_run(run_id, launcher="local")
+        store.add_job_id(run_id, job.job_id)
     try:
         summary = run_job(run_dir, resume=resume is not None, reporter=RichReporter())
     except KeyboardInterrupt:
@@ -98,6 +132,51 @@ def run(
         out.print(f"done: {summary['steps']} steps, pass rate {fmt(summary['first_pass_rate'])} -> "
                   f"{fmt(summary['last_pass_rate'])}, {fmt(summary['flops'])} FLOPs, "
                   f"{fmt(summary['gpu_hours'], 4)} device-hours, {summary['retired_prompts']} prompts retired")
+
+
+def _print_dry_run(recipe, kind: str, detach: bool, run_name: str, run_dir: Path, json_: bool) -> None:
+    """What would be launched: for Slurm the submitit parameters and the sbatch script."""
+    data: dict = {"recipe": recipe.to_dict(), "hash": recipe.content_hash, "launcher": kind,
+                  "run_name": run_name, "run_dir": str(run_dir)}
+    if kind == "slurm":
+        from scalectl.launch.slurm import check_slurm_path, sbatch_script, submitit_parameters
+
+        folder = run_dir / "slurm" / "00"
+        check_slurm_path(folder)
+        data["submitit_parameters"] = submitit_parameters(recipe, run_name)
+        data["sbatch_script"] = sbatch_script(recipe, run_name, folder)
+        if not json_:
+            err.print(f"launcher slurm: submitit SlurmExecutor parameters {data['submitit_parameters']}",
+                      highlight=False)
+            out.print(data["sbatch_script"], highlight=False, markup=False)
+    elif not json_:
+        err.print("launcher local: " + ("a background process (--detach)" if detach else
+                                        "in this process, in the foreground"), highlight=False)
+    if json_:
+        print_json(data)
+
+
+def _submit(kind: str, run_id: int, run_name: str, run_dir: Path, recipe, resume: bool, db, json_: bool) -> None:
+    """Hand the run to a launcher (Slurm, or a detached local process) and record the job."""
+    from scalectl.launch.base import RunSpec, get_launcher
+
+    launcher = get_launcher(kind)
+    with open_store(db) as store:
+        # pending before the job starts: the job body sets running itself
+        store.update_run(run_id, status="pending", launcher=kind, error=None, ended=None)
+        try:
+            job = launcher.submit(RunSpec(run_id, run_name, run_dir, recipe, resume=resume))
+        except BaseException as exc:
+            store.update_run(run_id, status="failed", error=f"submission failed: {exc}")
+            raise
+        store.add_job_id(run_id, job.job_id)
+    if json_:
+        print_json({"run": run_name, "run_id": run_id, "launcher": kind, "job_id": job.job_id,
+                    "run_dir": str(run_dir), "log": job.log})
+    else:
+        out.print(f"submitted run {run_name} to {kind} as job {job.job_id}; log {job.log}")
+        err.print(f"follow it with `scalectl logs {run_name} --follow`; `scalectl status` lists every run; "
+                  f"`scalectl cancel {run_name}` stops it")
 
 
 def register(app: typer.Typer) -> None:

@@ -1,0 +1,184 @@
+"""``scalectl status``, ``cancel`` and ``logs``: runs as jobs of a launcher (local or Slurm)."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from scalectl.commands.common import DbOption, JsonOption, err, fmt, open_store, out, print_json, user_errors
+from scalectl.errors import UserError
+
+
+def _first_line(text: str | None, width: int = 60) -> str:
+    if not text:
+        return "-"
+    line = text.strip().splitlines()[0]
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+@user_errors
+def status(
+    run: Annotated[list[str] | None, typer.Argument(metavar="[RUN]...", help="Runs (names or ids); default all.")] = None,
+    db: DbOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Every run with its job: launcher state, last step, pass rate, truncation rate.
+
+    The status of a run whose job is alive is checked with its launcher
+    (process table, Slurm) and corrected in the store: a job cancelled with
+    scancel shows as cancelled, one that died without a result as failed
+    (with the tail of its log).
+    """
+    from scalectl.launch.base import ACTIVE, refresh
+
+    rows = []
+    with open_store(db) as store:
+        wanted = {store.get_run(r)["id"] for r in run} if run else None
+        for r in store.list_runs():
+            if wanted is not None and r["id"] not in wanted:
+                continue
+            if r.get("status") in ACTIVE and r.get("source") != "import":
+                r = refresh(store, r)
+            else:
+                r = dict(r, job_id=(r.get("job_ids") or [None])[-1], launcher_state=None, restarts=0)
+            rows.append(r)
+    if json_:
+        print_json([{k: v for k, v in r.items() if k != "recipe"} for r in rows])
+        return
+    table = Table(title=f"runs in {db or 'the store'}")
+    for col, right in (("id", True), ("name", False), ("launcher", False), ("job", False), ("status", False),
+                       ("launcher state", False), ("last step", True), ("pass rate", True), ("trunc.", True),
+                       ("error", False)):
+        table.add_column(col, justify="right" if right else "left")
+    for r in rows:
+        table.add_row(str(r["id"]), r["name"], r.get("launcher") or "-", r.get("job_id") or "-", r["status"],
+                      r.get("launcher_state") or "-", fmt(r.get("last_step")), fmt(r.get("last_pass_rate")),
+                      fmt(r.get("last_truncation_rate")), _first_line(r.get("error")))
+    out.print(table)
+
+
+@user_errors
+def cancel(
+    run: Annotated[str, typer.Argument(help="Run name or id.")],
+    db: DbOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Stop a run's job (local: SIGINT, then SIGKILL; Slurm: scancel).
+
+    A local job saves a checkpoint on SIGINT and is killed if it has not
+    stopped within 60 s.  Continue later with `scalectl run --resume RUN`.
+    """
+    from scalectl.launch.base import ACTIVE, get_launcher, last_job, now_iso, refresh
+
+    with open_store(db) as store:
+        info = store.get_run(run)
+        job = last_job(info.get("run_dir"))
+        if info["status"] not in ACTIVE:
+            msg = f"run {info['name']} is already {info['status']}"
+        elif job is None:
+            store.update_run(info["id"], status="cancelled", ended=now_iso(), error="cancelled before it started")
+            msg = f"run {info['name']} cancelled (no job had started)"
+        else:
+            launcher = get_launcher(job.launcher)
+            err.print(f"cancelling {job.launcher} job {job.job_id} of run {info['name']}")
+            launcher.cancel(job)
+            info = refresh(store, store.get_run(info["id"]), launcher)
+            if info["status"] in ACTIVE:
+                store.update_run(info["id"], status="cancelled", ended=now_iso(),
+                                 error=f"cancelled by scalectl cancel ({job.launcher} job {job.job_id})")
+            msg = f"run {info['name']} cancelled ({job.launcher} job {job.job_id}); " \
+                  f"continue with: scalectl run --resume {info['name']}"
+        final = store.get_run(info["id"])
+    if json_:
+        print_json({"run": final["name"], "status": final["status"], "job_id": job.job_id if job else None})
+    else:
+        out.print(msg)
+
+
+def _run_status(db, run_id: int) -> str:
+    from scalectl.launch.base import ACTIVE, refresh
+
+    with open_store(db) as store:
+        info = store.get_run(run_id)
+        if info["status"] in ACTIVE:
+            info = refresh(store, info)
+        return info["status"]
+
+
+@user_errors
+def logs(
+    run: Annotated[str, typer.Argument(help="Run name or id.")],
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
+    lines: Annotated[int | None, typer.Option("--lines", "-n", help="Only the last N lines.")] = None,
+    task: Annotated[int, typer.Option(help="Task of a multi-task Slurm job.")] = 0,
+    db: DbOption = None,
+) -> None:
+    """Print a run's job log (stdout and stderr of its latest job)."""
+    from scalectl.launch.base import TERMINAL, get_launcher, last_job, log_tail
+
+    with open_store(db) as store:
+        info = store.get_run(run)
+    job = last_job(info.get("run_dir"))
+    if job is None:
+        raise UserError(f"run {info['name']} has no job (status {info['status']})")
+    if not job.log:
+        raise UserError(f"run {info['name']} trained in the foreground: its output went to that terminal; "
+                        f"its steps are in {Path(job.run_dir) / 'steps.jsonl'}")
+    paths = get_launcher(job.launcher).log_paths(job)
+    if not 0 <= task < len(paths):
+        raise UserError(f"--task {task} is not a task of job {job.job_id} (0..{len(paths) - 1})")
+    path = paths[task]
+    err.print(f"{job.launcher} job {job.job_id}, log {path}", highlight=False)
+    pos = 0
+    if path.exists():
+        if lines is not None:
+            sys.stdout.write(log_tail(path, lines) + "\n")
+            pos = path.stat().st_size
+        else:
+            pos = _copy_from(path, 0)
+    elif not follow:
+        err.print("no log yet (the job has not started)")
+    if not follow:
+        return
+    try:
+        last_check = 0.0
+        while True:
+            if path.exists():
+                pos = _copy_from(path, pos)
+            if time.monotonic() - last_check > 1.0:
+                last_check = time.monotonic()
+                state = _run_status(db, info["id"])
+                if state in TERMINAL:
+                    time.sleep(0.3)
+                    if path.exists():
+                        _copy_from(path, pos)
+                    err.print(f"run {info['name']} is {state}")
+                    return
+            time.sleep(0.25)
+    except KeyboardInterrupt:
+        return
+
+
+def _copy_from(path: Path, pos: int) -> int:
+    """Write ``path`` from byte ``pos`` to stdout; return the new position."""
+    with path.open("rb") as fh:
+        if fh.seek(0, 2) < pos:       # truncated: start over
+            pos = 0
+        fh.seek(pos)
+        data = fh.read()
+    if data:
+        sys.stdout.write(data.decode("utf-8", errors="replace"))
+        sys.stdout.flush()
+    return pos + len(data)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``status``, ``cancel`` and ``logs`` to the app."""
+    app.command()(status)
+    app.command()(cancel)
+    app.command()(logs)

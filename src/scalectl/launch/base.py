@@ -1,0 +1,323 @@
+"""One interface over the places a run can execute: this machine or Slurm.
+
+A launcher turns a run (its folder holds ``job.json``, :mod:`scalectl.job`)
+into a job with an id, reports the job's state in the store's vocabulary,
+cancels it and names its log files.  What it submitted is recorded in
+``RUN_DIR/launch.json`` (every submission: launcher, job id, log path, and
+what the launcher needs to find the job again), and the job ids in the
+store's ``runs.job_ids``.
+
+The store's status is written by the job body itself (running, completed,
+failed, cancelled); a job can also end without writing anything: killed by
+``scancel``, requeued by a preemption, out of memory, a node lost.
+:func:`reconcile` merges the store's status with what the launcher sees, and
+:func:`refresh` writes the result back, with the tail of the job's log as the
+error of a job that died silently.  No code here ever waits on a job's result
+without a deadline.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from scalectl.errors import UserError
+
+LAUNCH_FILE = "launch.json"
+
+#: Store states a launcher can report, plus two that only say whether the job
+#: is alive: ``active`` (alive, phase unknown) and ``ended`` (gone, outcome unknown).
+LAUNCHER_STATES = ("pending", "running", "completed", "failed", "cancelled", "timed_out", "active", "ended")
+TERMINAL = frozenset({"completed", "failed", "cancelled", "timed_out"})
+ACTIVE = frozenset({"created", "pending", "running"})
+LAUNCHER_TYPES = ("local", "slurm")
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601, to the second."""
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass
+class RunSpec:
+    """What a launcher needs to start (or continue) one run.
+
+    Attributes:
+        run_id: the run's id in the store.
+        name: the run's name (already checked by :func:`scalectl.names.check_name`).
+        run_dir: the run folder, holding ``job.json``.
+        recipe: the validated :class:`scalectl.recipe.Recipe` (its ``launcher``
+            and ``hardware`` sections size the job).
+        resume: continue from the run's latest checkpoint.
+    """
+
+    run_id: int
+    name: str
+    run_dir: Path
+    recipe: object
+    resume: bool = False
+
+
+@dataclass
+class JobHandle:
+    """A submitted job: enough to find it again from another process.
+
+    Attributes:
+        launcher: ``local`` or ``slurm``.
+        job_id: the process id (local) or Slurm job id (``123``, or ``123_4``
+            in an array).
+        run_dir: the run folder.
+        log: the job's log file (stdout and stderr together; task 0 on Slurm).
+        submitted: ISO 8601 time of submission.
+        info: launcher-specific data (local: process start time, process
+            group; slurm: submitit folder, number of tasks).
+    """
+
+    launcher: str
+    job_id: str
+    run_dir: str
+    log: str
+    submitted: str = field(default_factory=now_iso)
+    info: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "JobHandle":
+        return cls(**{k: data[k] for k in ("launcher", "job_id", "run_dir", "log", "submitted", "info") if k in data})
+
+
+@dataclass(frozen=True)
+class JobState:
+    """What the launcher sees of a job.
+
+    Attributes:
+        state: one of :data:`LAUNCHER_STATES`, or None when the launcher
+            cannot tell (Slurm forgot the job, no accounting).
+        raw: the launcher's own word (``RUNNING``, ``CANCELLED by 0``, ``pid 123 alive``).
+        restarts: how many times the job was requeued (Slurm), else 0.
+    """
+
+    state: str | None
+    raw: str = ""
+    restarts: int = 0
+
+
+class Launcher(ABC):
+    """Where jobs run.  Implementations: :class:`scalectl.launch.local.LocalLauncher`,
+    :class:`scalectl.launch.slurm.SlurmLauncher`."""
+
+    name: str = ""
+
+    @abstractmethod
+    def submit(self, run: RunSpec) -> JobHandle:
+        """Start ``run`` as a job that outlives the calling process.
+
+        Raises:
+            UserError: the launcher is unavailable or the run's resources are invalid.
+        """
+
+    def submit_many(self, runs: list[RunSpec]) -> list[JobHandle]:
+        """Start several runs (Slurm: one job array); default: one by one."""
+        return [self.submit(r) for r in runs]
+
+    @abstractmethod
+    def state(self, job: JobHandle) -> JobState:
+        """The job's state now; never blocks for long (a few seconds at most)."""
+
+    @abstractmethod
+    def cancel(self, job: JobHandle) -> None:
+        """Stop the job (no error if it has ended already)."""
+
+    def log_paths(self, job: JobHandle) -> list[Path]:
+        """The job's log files, task 0 first."""
+        return [Path(job.log)]
+
+
+def get_launcher(kind: str) -> Launcher:
+    """The launcher named ``kind`` (``local`` or ``slurm``).
+
+    Raises:
+        UserError: an unknown launcher type.
+    """
+    if kind == "local":
+        from scalectl.launch.local import LocalLauncher
+
+        return LocalLauncher()
+    if kind == "slurm":
+        from scalectl.launch.slurm import SlurmLauncher
+
+        return SlurmLauncher()
+    raise UserError(f"launcher {kind!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
+
+
+# --------------------------------------------------------------------------- the launch record
+
+
+def record_job(run_dir: str | Path, job: JobHandle) -> None:
+    """Append ``job`` to ``RUN_DIR/launch.json`` (atomically)."""
+    path = Path(run_dir) / LAUNCH_FILE
+    data = read_record(run_dir)
+    data["jobs"].append(job.to_dict())
+    tmp = path.with_name(f".{LAUNCH_FILE}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data, indent=2))
+    tmp.replace(path)
+
+
+def read_record(run_dir: str | Path) -> dict:
+    """``RUN_DIR/launch.json`` as ``{"jobs": [...]}`` (empty when missing)."""
+    path = Path(run_dir) / LAUNCH_FILE
+    if not path.exists():
+        return {"jobs": []}
+    return json.loads(path.read_text())
+
+
+def last_job(run_dir: str | Path | None) -> JobHandle | None:
+    """The latest job submitted for the run in ``run_dir``, or None."""
+    if not run_dir:
+        return None
+    jobs = read_record(run_dir)["jobs"]
+    return JobHandle.from_dict(jobs[-1]) if jobs else None
+
+
+# --------------------------------------------------------------------------- store status vs launcher
+
+
+def reconcile(store_status: str, launcher_state: str | None) -> str | None:
+    """The status a run should have, given what the store and the launcher say.
+
+    The job body writes the store; the launcher knows whether the job is
+    still alive.  Rules:
+
+    * the launcher cannot tell (None): keep the store's status;
+    * the store says completed: the body finished, keep it;
+    * the store says failed / cancelled / timed_out: keep it (a cancelled
+      job may still be ``COMPLETING``);
+    * the store says created / pending / running (the job should be alive):
+      an alive job's phase (pending, running) wins; ``active`` keeps the
+      store's phase; a job that ended without recording an outcome
+      (``completed`` or ``ended``) failed; cancelled, failed and timed_out
+      are taken as they are.
+
+    Returns:
+        The new status, or None when the store's status stands.
+    """
+    if launcher_state is None or store_status not in ACTIVE:
+        return None
+    if launcher_state == "active":
+        return None
+    if launcher_state in ("completed", "ended"):
+        new = "failed"
+    else:
+        new = launcher_state
+    return None if new == store_status else new
+
+
+def log_tail(path: str | Path, lines: int = 20, max_bytes: int = 64_000) -> str:
+    """The last ``lines`` lines of a text file ('' if it does not exist)."""
+    path = Path(path)
+    if not path.exists():
+        return ""
+    with path.open("rb") as fh:
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - max_bytes))
+        text = fh.read().decode("utf-8", errors="replace")
+    return "\n".join(text.splitlines()[-lines:])
+
+
+_REASONS = {
+    "failed": "the job ended without recording a result",
+    "cancelled": "the job was cancelled",
+    "timed_out": "the job hit its time limit",
+}
+
+
+def refresh(store, run: dict, launcher: Launcher | None = None) -> dict:
+    """Bring one run's status in the store up to date with its launcher.
+
+    Args:
+        store: an open :class:`scalectl.store.Store`.
+        run: a row of :meth:`Store.list_runs` / :meth:`Store.get_run`.
+        launcher: the launcher to ask (default: the one recorded for the job).
+
+    Returns:
+        ``run`` with ``status`` (and ``error``, ``ended``) updated, plus
+        ``job_id``, ``launcher_state`` (the launcher's raw word) and
+        ``restarts``.
+    """
+    run = dict(run)
+    job = last_job(run.get("run_dir"))
+    run["job_id"] = job.job_id if job else None
+    run["launcher_state"] = None
+    run["restarts"] = 0
+    if job is None:
+        return run
+    try:
+        launcher = launcher or get_launcher(job.launcher)
+        seen = launcher.state(job)
+    except UserError as exc:            # e.g. Slurm not reachable from here
+        run["launcher_state"] = f"unknown ({exc})"
+        return run
+    run["launcher_state"], run["restarts"] = seen.raw, seen.restarts
+    new = reconcile(run["status"], seen.state)
+    if new is None:
+        return run
+    fields: dict = {"status": new}
+    if new in TERMINAL:
+        fields["ended"] = now_iso()
+        tail = log_tail(job.log)
+        reason = f"{_REASONS.get(new, new)} ({launcher.name} job {job.job_id}: {seen.raw})"
+        fields["error"] = reason + (f"; log tail:\n{tail}" if tail and new != "cancelled" else "")
+    elif new == "pending" and run["status"] == "running":
+        fields["error"] = f"requeued ({launcher.name} job {job.job_id}: {seen.raw}); resumes from its last checkpoint"
+    store.update_run(run["id"], **fields)
+    run.update(fields)
+    return run
+
+
+# --------------------------------------------------------------------------- progress in a log file
+
+
+class LogReporter:
+    """Training progress as plain lines on a stream (a job's log), flushed.
+
+    Implements :class:`scalectl.rl.loop.Reporter`: one line per optimiser
+    step (step, reward, compute) and one per evaluation point.
+    """
+
+    def __init__(self, stream=None):
+        self.stream = stream or sys.stderr
+        self.total = None
+        self.t0 = time.monotonic()
+
+    def _print(self, message: str) -> None:
+        stamp = datetime.now().strftime("%H:%M:%S")
+        print(f"[{stamp}] {message}", file=self.stream, flush=True)
+
+    def start(self, total_steps, first_step):
+        self.total = total_steps
+        self._print(f"training from step {first_step}" + (f" to {total_steps}" if total_steps else ""))
+
+    def step(self, step, metrics):
+        of = f"/{self.total}" if self.total else ""
+        reward = metrics.get("reward")
+        self._print(f"step {step}{of}" + (f"  reward {reward:+.3f}" if reward is not None else "")
+                    + f"  flops {metrics.get('flops', 0):.3g}")
+
+    def eval(self, step, point):
+        self._print(f"eval step {step}: pass rate {point['pass_rate']:.3f}  truncation "
+                    f"{point['truncation_rate']:.3f}  mean length {point['mean_length']:.1f}")
+
+    def log(self, message):
+        self._print(str(message))
+
+    def stop(self):
+        self._print(f"stopped after {time.monotonic() - self.t0:.1f} s")

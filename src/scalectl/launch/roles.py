@@ -1,0 +1,216 @@
+"""Who am I in a multi-task job: role (generator or trainer), rank, and the rendezvous.
+
+A run holds ``hardware.generators + hardware.trainers`` devices, one task
+each: global ranks ``0 .. generators-1`` generate rollouts, the rest train
+(ScaleRL's split of 64 vLLM generators and 16 DeepSpeed trainers, Khatri et
+al. 2025, section 3).  A task reads its rank from
+
+* Slurm (``srun``): ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``;
+  the rendezvous host (``MASTER_ADDR``) is the first node of
+  ``SLURM_JOB_NODELIST`` and the port is derived from the job id
+  (``SCALECTL_MASTER_PORT`` overrides it);
+* a local spawn or torchrun: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
+  ``MASTER_ADDR``, ``MASTER_PORT`` (:func:`local_task_env` builds them);
+* nothing: a single task, rank 0 of 1.
+
+:func:`init_process_group` then joins torch.distributed: NCCL on GPUs,
+gloo on CPUs.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass
+from datetime import timedelta
+
+from scalectl.errors import UserError
+
+ROLES = ("generator", "trainer")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One task of a job.
+
+    Attributes:
+        role: ``generator`` or ``trainer``.
+        rank: global rank, 0 .. world_size-1.
+        world_size: tasks in the job.
+        local_rank: rank on this node (selects the GPU).
+        role_rank: rank among the tasks of the same role.
+        role_size: tasks with this role.
+        master_addr, master_port: the torch.distributed rendezvous.
+        source: where the numbers came from: ``slurm``, ``env`` or ``single``.
+    """
+
+    role: str
+    rank: int
+    world_size: int
+    local_rank: int
+    role_rank: int
+    role_size: int
+    master_addr: str
+    master_port: int
+    source: str
+
+
+def assign_role(rank: int, generators: int, trainers: int) -> tuple[str, int, int]:
+    """(role, rank within the role, tasks with that role) of global ``rank``:
+    the first ``generators`` ranks generate, the next ``trainers`` train.
+
+    Raises:
+        ValueError: rank outside 0 .. generators + trainers - 1.
+    """
+    if not 0 <= rank < generators + trainers:
+        raise ValueError(f"rank {rank} outside 0..{generators + trainers - 1} "
+                         f"({generators} generators + {trainers} trainers)")
+    if rank < generators:
+        return "generator", rank, generators
+    return "trainer", rank - generators, trainers
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a Slurm node list: ``node[003-005,9],gpu1`` -> ``node003``.
+
+    Raises:
+        ValueError: an empty or malformed list.
+    """
+    text = nodelist.strip()
+    m = re.match(r"^([^,\[]+)(?:\[([^\]]+)\])?", text)
+    if not text or not m:
+        raise ValueError(f"cannot read a host from node list {nodelist!r}")
+    prefix, ranges = m.group(1), m.group(2)
+    if ranges is None:
+        return prefix
+    first = ranges.split(",")[0].split("-")[0]
+    if not first.isdigit():
+        raise ValueError(f"cannot read a host from node list {nodelist!r}")
+    return prefix + first
+
+
+def slurm_port(job_id: str | int) -> int:
+    """A rendezvous port for a Slurm job: 20000 + (job id mod 20000), so that
+    jobs sharing a node rarely collide."""
+    return 20000 + int(str(job_id).split("_")[0]) % 20000
+
+
+def detect(generators: int = 1, trainers: int = 1, env: dict | None = None, *, strict: bool = True) -> Task:
+    """This process's task, from Slurm's or torchrun-style environment variables.
+
+    Args:
+        generators, trainers: the run's ``hardware`` counts.
+        env: the environment (default ``os.environ``).
+        strict: require world size == generators + trainers when there is
+            more than one task; when False, a mismatch names every rank
+            beyond the generators a trainer.
+
+    Raises:
+        UserError: the job's task count does not match the hardware section.
+    """
+    env = os.environ if env is None else env
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
+        rank, world, local = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0))
+        nodes = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "localhost"
+        addr = first_host(nodes)
+        port = int(env.get("SCALECTL_MASTER_PORT") or slurm_port(env.get("SLURM_JOB_ID", "0")))
+        source = "slurm"
+    elif "RANK" in env and "WORLD_SIZE" in env:
+        rank, world, local = int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", 0))
+        addr, port, source = env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", 29500)), "env"
+    else:
+        rank, world, local, addr, port, source = 0, 1, 0, "127.0.0.1", int(env.get("MASTER_PORT", 29500)), "single"
+    if world > 1 and world != generators + trainers:
+        if strict:
+            raise UserError(f"the job has {world} tasks but hardware asks for {generators} generators + "
+                            f"{trainers} trainers = {generators + trainers}: set launcher.slurm.nodes x "
+                            "tasks_per_node to match")
+        generators = min(generators, world - 1)
+        trainers = world - generators
+    if world == 1:
+        role, role_rank, role_size = "trainer", 0, 1
+    else:
+        role, role_rank, role_size = assign_role(rank, generators, trainers)
+    return Task(role, rank, world, local, role_rank, role_size, addr, port, source)
+
+
+def local_task_env(rank: int, world_size: int, port: int, addr: str = "127.0.0.1") -> dict[str, str]:
+    """Environment variables for task ``rank`` of a job spawned on this machine
+    (read back by :func:`detect`)."""
+    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
+
+
+def free_port() -> int:
+    """A TCP port free on this machine right now (for a local rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def init_process_group(task: Task, device: str = "cpu", timeout_s: float = 300.0) -> str:
+    """Join torch.distributed as ``task``: NCCL when ``device == "cuda"`` and a
+    GPU is present (the task's GPU is ``local_rank``), gloo otherwise.  Also
+    exports MASTER_ADDR, MASTER_PORT, RANK, WORLD_SIZE and LOCAL_RANK (DeepSpeed
+    reads them).
+
+    Returns:
+        The backend: ``nccl`` or ``gloo``.
+    """
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update({"MASTER_ADDR": task.master_addr, "MASTER_PORT": str(task.master_port),
+                       "RANK": str(task.rank), "WORLD_SIZE": str(task.world_size),
+                       "LOCAL_RANK": str(task.local_rank)})
+    backend = "nccl" if device == "cuda" and torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(task.local_rank)
+    if not dist.is_initialized():
+        dist.init_process_group(backend, init_method=f"tcp://{task.master_addr}:{task.master_port}",
+                                rank=task.rank, world_size=task.world_size,
+                                timeout=timedelta(seconds=timeout_s))
+    return backend
+
+
+def exchange_check(generators: int = 1, trainers: int = 1, device: str = "cpu") -> dict:
+    """A smoke test of a job's roles and process group, run by every task.
+
+    Trainer 0 sends each generator the tensor ``[1, 2, 3] * (g + 1)`` (g the
+    generator's rank); each generator answers with the tensor it received
+    times 10 plus its rank.  Run it on a fresh allocation to check that the
+    tasks find each other before spending GPU-hours.
+
+    Returns:
+        role, rank, world_size, backend, master_addr, and what this task sent
+        and received (lists of numbers).
+    """
+    import torch
+    import torch.distributed as dist
+
+    task = detect(generators, trainers)
+    backend = init_process_group(task, device)
+    sent, received = [], []
+    try:
+        trainer0 = generators
+        if task.role == "trainer" and task.role_rank == 0:
+            for g in range(generators):
+                x = torch.tensor([1.0, 2.0, 3.0]) * (g + 1)
+                dist.send(x, dst=g)
+                reply = torch.empty(3)
+                dist.recv(reply, src=g)
+                sent.append(x.tolist())
+                received.append(reply.tolist())
+        elif task.role == "generator":
+            x = torch.empty(3)
+            dist.recv(x, src=trainer0)
+            reply = x * 10 + task.rank
+            dist.send(reply, dst=trainer0)
+            received.append(x.tolist())
+            sent.append(reply.tolist())
+        dist.barrier()
+    finally:
+        dist.destroy_process_group()
+    return {"role": task.role, "rank": task.rank, "world_size": task.world_size, "backend": backend,
+            "master_addr": task.master_addr, "source": task.source, "sent": sent, "received": received}

@@ -1,0 +1,424 @@
+"""Runs as Slurm jobs, through submitit's ``SlurmExecutor``.
+
+The setup's ``[launcher.slurm]`` section maps onto submitit's sbatch
+parameters (:func:`submitit_parameters`); several runs go out as one job
+array (``executor.batch()``), at most ``launcher.max_parallel`` running at
+once.  Every submission gets a fresh submitit folder (``RUN_DIR/slurm/NN``;
+job ids restart at 1 when a cluster's state is purged, and submitit names
+its files by job id).
+
+Preemption and time limits: the job is a submitit ``Checkpointable``
+(:class:`SlurmRunJob`).  Slurm sends SIGUSR2 ``signal_delay_s`` seconds
+before the end; submitit then calls :meth:`SlurmRunJob.checkpoint`, which
+resubmits the job with ``resume=True``, and requeues it.  A job requeued any
+other way (``scontrol requeue``, a preemption that kills it) restarts with its
+original arguments and resumes too, because it always continues from the
+run's latest checkpoint when one exists.  Work since that checkpoint is
+redone; evaluation points of redone steps replace the earlier ones (the
+store keeps one point per (run, step)), so none is duplicated or lost.
+
+States come from the controller (``scontrol show job``, which remembers a
+finished job for a few minutes) and then accounting (``sacct``); no code here
+calls submitit's ``job.result()`` (which waits forever for a job cancelled
+before writing its result when there is no accounting): :func:`wait` polls
+the state with a deadline and reads the result files itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from scalectl.errors import UserError
+from scalectl.launch.base import (
+    TERMINAL, JobHandle, JobState, Launcher, LogReporter, RunSpec, log_tail, now_iso, read_record, record_job,
+)
+from scalectl.names import check_name
+
+#: Slurm job states (``squeue``/``sacct`` words) -> store states.
+SLURM_STATES = {
+    "PENDING": "pending", "REQUEUED": "pending", "REQUEUE_HOLD": "pending", "REQUEUE_FED": "pending",
+    "CONFIGURING": "pending", "RESV_DEL_HOLD": "pending", "SUSPENDED": "pending", "STOPPED": "pending",
+    "RUNNING": "running", "COMPLETING": "running", "SIGNALING": "running", "STAGE_OUT": "running",
+    "RESIZING": "running", "UPDATE_DB": "running", "POWER_UP_NODE": "pending",
+    "COMPLETED": "completed", "CANCELLED": "cancelled", "TIMEOUT": "timed_out",
+    "FAILED": "failed", "NODE_FAIL": "failed", "BOOT_FAIL": "failed", "OUT_OF_MEMORY": "failed",
+    "DEADLINE": "failed", "PREEMPTED": "failed", "SPECIAL_EXIT": "failed", "REVOKED": "failed",
+}
+
+_SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,+=:@%-]+$")
+_SAFE_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,40}$")
+_SAFE_PATH = re.compile(r"^[A-Za-z0-9_.,+=:@/-]+$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def map_state(word: str) -> str | None:
+    """A Slurm state word (``RUNNING``, ``CANCELLED by 0``, ``OUT_OF_MEMORY+``) -> store state, or None."""
+    key = word.strip().split(" ")[0].rstrip("+").upper() if word.strip() else ""
+    return SLURM_STATES.get(key)
+
+
+def signal_delay_s(time_min: int) -> int:
+    """Seconds between the pre-emption/time-limit signal and the kill: submitit's
+    90 s, but at most a quarter of the time limit (and at least 15 s)."""
+    return int(max(15, min(90, time_min * 60 // 4)))
+
+
+def _mem(mem_gb: float) -> str:
+    return f"{int(mem_gb)}GB" if float(mem_gb).is_integer() else f"{int(mem_gb * 1024)}MB"
+
+
+def check_slurm_value(value: str, what: str) -> str:
+    """Refuse a Slurm name (partition, account, qos) with characters beyond ``A-Za-z0-9_.,+=:@%-``.
+
+    Raises:
+        UserError: naming the key and what is allowed.
+    """
+    if not isinstance(value, str) or not _SAFE_VALUE.match(value):
+        raise UserError(f"{what} = {value!r} is not allowed: use letters, digits and _ . , + = : @ % -")
+    return value
+
+
+def check_slurm_path(path: str | Path, what: str = "Slurm job folder") -> str:
+    """Refuse a path that cannot be written safely into an sbatch script
+    (whitespace, quotes, control characters, shell metacharacters).
+
+    Raises:
+        UserError: naming the path and what is allowed.
+    """
+    text = str(path)
+    if not _SAFE_PATH.match(text):
+        raise UserError(f"{what} {text!r} is not allowed in an sbatch script: use a path of letters, "
+                        "digits and _ . , + = : @ / - (no spaces, quotes or control characters); "
+                        "pass --runs-dir to choose another folder")
+    return text
+
+
+def submitit_parameters(recipe, job_name: str) -> dict:
+    """The submitit ``SlurmExecutor`` parameters (sbatch options) of a run.
+
+    ``launcher.slurm`` -> submitit: partition, account, qos, nodes,
+    tasks_per_node -> ntasks_per_node, gpus_per_node (when > 0), cpus_per_task,
+    mem_gb -> mem, time_min -> time (minutes), additional_parameters (sbatch
+    long options without ``--``).  Also: the job name, stdout and stderr in one
+    log, ``--requeue`` and the signal delay (:func:`signal_delay_s`).
+
+    Raises:
+        UserError: an unsafe name or value (one that could break out of its
+            ``#SBATCH`` line), or a task count that differs from
+            hardware.generators + hardware.trainers for a multi-task job.
+    """
+    s = recipe.launcher.slurm
+    params: dict = {
+        "job_name": check_name(job_name, "Slurm job name"),
+        "time": int(s.time_min),
+        "nodes": int(s.nodes),
+        "ntasks_per_node": int(s.tasks_per_node),
+        "cpus_per_task": int(s.cpus_per_task),
+        "stderr_to_stdout": True,
+        "signal_delay_s": signal_delay_s(s.time_min),
+    }
+    if s.gpus_per_node:
+        params["gpus_per_node"] = int(s.gpus_per_node)
+    for key in ("partition", "account", "qos"):
+        value = getattr(s, key)
+        if value is not None:
+            params[key] = check_slurm_value(value, f"launcher.slurm.{key}")
+    if s.mem_gb is not None:
+        params["mem"] = _mem(s.mem_gb)
+    extra = {"requeue": True}
+    for key, value in (s.additional_parameters or {}).items():
+        if not _SAFE_KEY.match(key):
+            raise UserError(f"launcher.slurm.additional_parameters key {key!r} is not an sbatch option "
+                            "name (lower-case letters, digits, - and _)")
+        if _CONTROL.search(str(value)):
+            raise UserError(f"launcher.slurm.additional_parameters.{key} = {value!r} contains a control "
+                            "character (newline, tab, ...)")
+        extra[key] = value
+    params["additional_parameters"] = extra
+    return params
+
+
+def submitit_command(folder: str | Path, python: str | None = None) -> str:
+    """The command line an sbatch script runs (as submitit writes it)."""
+    return " ".join([shlex.quote(python or sys.executable), "-u -m submitit.core._submit",
+                     shlex.quote(str(folder))])
+
+
+def sbatch_script(recipe, job_name: str, folder: str | Path) -> str:
+    """The sbatch script submitit would submit for this run (nothing is submitted)."""
+    from submitit.slurm.slurm import _make_sbatch_string
+
+    params = submitit_parameters(recipe, job_name)
+    return _make_sbatch_string(command=submitit_command(folder), folder=str(folder), **params)
+
+
+# --------------------------------------------------------------------------- job states
+
+
+def _run(cmd: list[str], timeout: float = 15.0) -> subprocess.CompletedProcess:
+    if shutil.which(cmd[0]) is None:
+        raise UserError(f"`{cmd[0]}` not found: the slurm launcher needs Slurm's commands on PATH "
+                        "(scripts/slurm-local.sh start sets up a one-node cluster on this machine)")
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return subprocess.CompletedProcess(cmd, 124, "", f"{cmd[0]} timed out after {timeout:.0f} s")
+
+
+def _fields(line: str) -> dict:
+    out = {}
+    for token in line.split():
+        key, sep, value = token.partition("=")
+        if sep and key not in out:
+            out[key] = value
+    return out
+
+
+def query_state(job_id: str) -> JobState:
+    """The state of Slurm job ``job_id`` (``123`` or ``123_4``): the controller
+    first, accounting (``sacct``) for jobs the controller has forgotten.
+
+    Returns:
+        :class:`JobState` with state None when neither knows the job.
+
+    Raises:
+        UserError: Slurm's commands are not installed.
+    """
+    proc = _run(["scontrol", "show", "job", "-o", str(job_id)])
+    if proc.returncode == 0 and proc.stdout.strip():
+        lines = proc.stdout.strip().splitlines()
+        info = next((f for f in map(_fields, lines)
+                     if f.get("JobId") == str(job_id)
+                     or f"{f.get('ArrayJobId')}_{f.get('ArrayTaskId')}" == str(job_id)), _fields(lines[0]))
+        word = info.get("JobState", "")
+        reason = info.get("Reason", "None")
+        raw = word + (f" ({reason})" if reason not in ("None", "") else "")
+        return JobState(map_state(word), raw, int(info.get("Restarts", 0) or 0))
+    acct = _run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "JobID,State"])
+    if acct.returncode == 0:
+        for line in acct.stdout.strip().splitlines():
+            jid, _, word = line.partition("|")
+            if jid == str(job_id) or (jid.startswith(f"{job_id}_[") and "_" not in str(job_id)):
+                return JobState(map_state(word), word.strip())
+    detail = (proc.stderr or proc.stdout).strip() or "unknown to the controller"
+    return JobState(None, f"unknown ({detail})")
+
+
+# --------------------------------------------------------------------------- the job body
+
+
+class SlurmRunJob:
+    """The callable a Slurm job runs: :func:`scalectl.job.run_job` on the run folder.
+
+    Checkpointable in submitit's sense (it has :meth:`checkpoint`): on
+    pre-emption or time limit the job is resubmitted with ``resume=True``.
+    Every task of a multi-task job knows its role (:mod:`scalectl.launch.roles`);
+    the training loop runs in one process (modes ``sync`` and
+    ``ppo_off_policy``), on task 0; other tasks report their role and exit.
+    """
+
+    def __init__(self):
+        self._requeued = False
+
+    def __call__(self, run_dir: str, resume: bool = False) -> dict | None:
+        from scalectl.job import read_job_file, run_job
+        from scalectl.launch.roles import detect
+        from scalectl.rl.checkpoint import latest_checkpoint
+        from scalectl.store import Store
+
+        reporter = LogReporter(sys.stdout)
+        job = read_job_file(run_dir)
+        hw = job["recipe"]["hardware"]
+        task = detect(hw["generators"], hw["trainers"], strict=False)
+        reporter.log(f"Slurm job {os.environ.get('SLURM_JOB_ID')} task {task.rank}/{task.world_size} "
+                     f"({task.role}) on {os.uname().nodename}, restart "
+                     f"{os.environ.get('SLURM_RESTART_COUNT', '0')}")
+        if task.rank != 0:
+            reporter.log("the training loop runs on task 0; this task has nothing to do")
+            return None
+        resume = resume or latest_checkpoint(Path(run_dir)) is not None
+        try:
+            return run_job(run_dir, resume=resume, reporter=reporter)
+        except BaseException as exc:
+            from submitit.core.utils import UncompletedJobError
+
+            status = None
+            if isinstance(exc, UncompletedJobError):
+                status, error = "timed_out", f"{exc} (resume with `scalectl run --resume`)"
+            elif self._requeued:
+                status, error = "pending", "requeued after pre-emption or time limit; resumes from its last checkpoint"
+            if status:
+                with Store.open(job["db"]) as store:
+                    store.update_run(job["run_id"], status=status, error=error,
+                                     ended=now_iso() if status == "timed_out" else None)
+            raise
+
+    def checkpoint(self, run_dir: str, resume: bool = False):
+        """Called by submitit on SIGUSR2: the same run, resumed, in the requeued job."""
+        from submitit.helpers import DelayedSubmission
+
+        self._requeued = True
+        return DelayedSubmission(SlurmRunJob(), run_dir, resume=True)
+
+
+# --------------------------------------------------------------------------- the launcher
+
+
+class SlurmLauncher(Launcher):
+    """Slurm jobs through submitit (one job per run, or one array for many runs)."""
+
+    name = "slurm"
+
+    def _executor(self, folder: Path, params: dict):
+        import submitit
+
+        check_slurm_path(folder)
+        try:
+            executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=3)
+        except RuntimeError as exc:
+            raise UserError(f"the slurm launcher needs Slurm on this machine: {exc} "
+                            "(scripts/slurm-local.sh start sets up a one-node cluster)") from None
+        executor.update_parameters(**params)
+        return executor
+
+    def _submit(self, executor, runs: list[RunSpec]) -> list:
+        from submitit.core.utils import FailedJobError, FailedSubmissionError
+
+        try:
+            if len(runs) == 1:
+                return [executor.submit(SlurmRunJob(), str(Path(runs[0].run_dir).resolve()), runs[0].resume)]
+            jobs = []
+            with executor.batch():
+                for r in runs:
+                    jobs.append(executor.submit(SlurmRunJob(), str(Path(r.run_dir).resolve()), r.resume))
+            return jobs
+        except (FailedJobError, FailedSubmissionError, subprocess.CalledProcessError) as exc:
+            raise UserError(f"sbatch refused the job: {str(exc).strip()}") from None
+
+    def submit(self, run: RunSpec) -> JobHandle:
+        run_dir = Path(run.run_dir).resolve()
+        folder = run_dir / "slurm" / f"{len(read_record(run_dir)['jobs']):02d}"
+        params = submitit_parameters(run.recipe, run.name)
+        job = self._submit(self._executor(folder, params), [run])[0]
+        return self._record(job, run_dir, folder, params)
+
+    def submit_many(self, runs: list[RunSpec], job_name: str = "scalectl") -> list[JobHandle]:
+        """Submit runs as job arrays, one array per distinct set of sbatch
+        parameters, at most ``launcher.max_parallel`` array tasks at once."""
+        if len(runs) <= 1:
+            return [self.submit(r) for r in runs]
+        groups: dict[str, list[RunSpec]] = {}
+        for r in runs:
+            params = submitit_parameters(r.recipe, job_name)
+            params["array_parallelism"] = int(r.recipe.launcher.max_parallel)
+            groups.setdefault(repr(sorted(params.items())), []).append(r)
+        handles: dict[int, JobHandle] = {}
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        for i, (_, group) in enumerate(groups.items()):
+            params = submitit_parameters(group[0].recipe, job_name)
+            params["array_parallelism"] = int(group[0].recipe.launcher.max_parallel)
+            folder = Path(group[0].run_dir).resolve().parent / ".slurm-arrays" / f"{stamp}-{os.getpid()}-{i}"
+            jobs = self._submit(self._executor(folder, params), group)
+            for r, job in zip(group, jobs):
+                handles[id(r)] = self._record(job, Path(r.run_dir).resolve(), folder, params)
+        return [handles[id(r)] for r in runs]
+
+    @staticmethod
+    def _record(job, run_dir: Path, folder: Path, params: dict) -> JobHandle:
+        tasks = params["nodes"] * params["ntasks_per_node"]
+        handle = JobHandle("slurm", str(job.job_id), str(run_dir), str(job.paths.stdout),
+                           info={"folder": str(folder), "tasks": tasks})
+        record_job(run_dir, handle)
+        return handle
+
+    def state(self, job: JobHandle) -> JobState:
+        return query_state(job.job_id)
+
+    def cancel(self, job: JobHandle) -> None:
+        proc = _run(["scancel", str(job.job_id)])
+        if proc.returncode != 0 and "already completed" not in proc.stderr and "Invalid job id" not in proc.stderr:
+            raise UserError(f"scancel {job.job_id} failed: {proc.stderr.strip()}")
+
+    def log_paths(self, job: JobHandle) -> list[Path]:
+        from submitit.core.utils import JobPaths
+
+        folder = job.info.get("folder")
+        if not folder:
+            return [Path(job.log)]
+        return [JobPaths(folder, job.job_id, t).stdout for t in range(int(job.info.get("tasks", 1)))]
+
+
+# --------------------------------------------------------------------------- any function as a job
+
+
+class JobFailed(RuntimeError):
+    """A Slurm job ended without a result: its state and the tail of its log."""
+
+
+def submit_function(fn, *args, folder: str | Path, params: dict, **kwargs) -> JobHandle:
+    """Submit ``fn(*args, **kwargs)`` as one Slurm job (every task runs it).
+
+    Args:
+        folder: a fresh submitit folder.
+        params: submitit ``SlurmExecutor`` parameters (e.g. from
+            :func:`submitit_parameters`, or ``{"ntasks_per_node": 2, "time": 5}``).
+
+    Returns:
+        A handle for :func:`wait` (not recorded in any run folder).
+    """
+    folder = Path(folder).resolve()
+    executor = SlurmLauncher()._executor(folder, params)
+    job = executor.submit(fn, *args, **kwargs)
+    tasks = int(params.get("nodes", 1)) * int(params.get("ntasks_per_node", 1) or 1)
+    return JobHandle("slurm", str(job.job_id), str(folder), str(job.paths.stdout),
+                     info={"folder": str(folder), "tasks": tasks})
+
+
+def wait(job: JobHandle, timeout_s: float, poll_s: float = 0.5) -> list:
+    """Wait (at most ``timeout_s`` seconds) for a job from :func:`submit_function`
+    to finish, and return each task's result, task 0 first.
+
+    Raises:
+        JobFailed: the job was cancelled, failed, timed out, raised, or
+            finished without writing its result; the message holds its log tail.
+        TimeoutError: still not finished after ``timeout_s``.
+    """
+    from submitit.core.utils import JobPaths, pickle_load
+
+    deadline = time.monotonic() + timeout_s
+    seen = JobState(None)
+    while time.monotonic() < deadline:
+        seen = query_state(job.job_id)
+        if seen.state in TERMINAL:
+            break
+        time.sleep(poll_s)
+    else:
+        raise TimeoutError(f"Slurm job {job.job_id} still {seen.raw or 'unknown'} after {timeout_s:.0f} s")
+    folder = job.info["folder"]
+    if seen.state != "completed":
+        error = pickle_load(JobPaths(folder, job.job_id, 0).result_pickle) \
+            if JobPaths(folder, job.job_id, 0).result_pickle.exists() else None
+        detail = f"raised:\n{error[1]}" if error and error[0] != "success" else f"log tail:\n{log_tail(job.log)}"
+        raise JobFailed(f"Slurm job {job.job_id} is {seen.raw}; {detail}")
+    results = []
+    for t in range(int(job.info.get("tasks", 1))):
+        paths = JobPaths(folder, job.job_id, t)
+        for _ in range(20):             # the file may appear just after the state changes
+            if paths.result_pickle.exists():
+                break
+            time.sleep(0.1)
+        if not paths.result_pickle.exists():
+            raise JobFailed(f"Slurm job {job.job_id} is {seen.raw} without a result for task {t}; "
+                            f"log tail:\n{log_tail(paths.stdout)}")
+        outcome, value = pickle_load(paths.result_pickle)
+        if outcome != "success":
+            raise JobFailed(f"Slurm job {job.job_id} task {t} raised:\n{value}")
+        results.append(value)
+    return results

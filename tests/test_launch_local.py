@@ -1,0 +1,216 @@
+"""Launch machinery without Slurm: state reconciliation, roles, sbatch parameters,
+and detached local jobs (slots, failure, death, cancel) as real processes."""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+from scalectl.errors import UserError
+from scalectl.launch.base import log_tail, reconcile
+from scalectl.launch.local import acquire_slot, pid_alive
+from scalectl.launch.roles import assign_role, detect, first_host, local_task_env, slurm_port
+from scalectl.launch.slurm import map_state, signal_delay_s, submitit_parameters
+from scalectl.recipe_io import load
+
+# --------------------------------------------------------------------------- pure rules
+
+
+@pytest.mark.parametrize("store, launcher, expected", [
+    ("running", None, None),             # launcher cannot tell: keep
+    ("running", "running", None),
+    ("running", "pending", "pending"),    # requeued (scontrol requeue, preemption)
+    ("pending", "running", "running"),
+    ("created", "pending", "pending"),
+    ("running", "cancelled", "cancelled"),  # scancel: the body never wrote it
+    ("running", "completed", "failed"),   # the job ended without recording a result
+    ("pending", "ended", "failed"),       # local process gone
+    ("running", "timed_out", "timed_out"),
+    ("running", "failed", "failed"),
+    ("running", "active", None),          # local process alive: keep the body's phase
+    ("completed", "cancelled", None),     # the body finished: its word stands
+    ("completed", "running", None),
+    ("cancelled", "running", None),       # cancelled, still COMPLETING
+    ("failed", "pending", None),
+])
+def test_reconcile(store, launcher, expected):
+    assert reconcile(store, launcher) == expected
+
+
+@pytest.mark.parametrize("word, state", [
+    ("RUNNING", "running"), ("PENDING", "pending"), ("REQUEUED", "pending"), ("COMPLETING", "running"),
+    ("COMPLETED", "completed"), ("CANCELLED by 0", "cancelled"), ("TIMEOUT", "timed_out"),
+    ("OUT_OF_MEMORY+", "failed"), ("NODE_FAIL", "failed"), ("PREEMPTED", "failed"), ("", None), ("WEIRD", None),
+])
+def test_map_slurm_state(word, state):
+    assert map_state(word) == state
+
+
+def test_first_host():
+    assert first_host("localhost") == "localhost"
+    assert first_host("node[003-005,9],gpu1") == "node003"
+    assert first_host("gpu7,gpu8") == "gpu7"
+    assert first_host("a-b[10-11]") == "a-b10"
+    with pytest.raises(ValueError):
+        first_host("")
+
+
+def test_assign_role_first_generators_then_trainers():
+    # ScaleRL paper: 64 generators + 16 trainers
+    assert assign_role(0, 64, 16) == ("generator", 0, 64)
+    assert assign_role(63, 64, 16) == ("generator", 63, 64)
+    assert assign_role(64, 64, 16) == ("trainer", 0, 16)
+    assert assign_role(79, 64, 16) == ("trainer", 15, 16)
+    with pytest.raises(ValueError):
+        assign_role(80, 64, 16)
+
+
+def test_detect_from_slurm_env():
+    env = {"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "1", "SLURM_JOB_ID": "20123",
+           "SLURM_JOB_NODELIST": "node[07-08]"}
+    task = detect(1, 1, env)
+    assert (task.role, task.rank, task.world_size, task.local_rank, task.role_rank) == ("trainer", 1, 2, 1, 0)
+    assert (task.master_addr, task.master_port, task.source) == ("node07", 20000 + 123, "slurm")
+    assert slurm_port("45678_3") == 20000 + 5678
+    assert detect(1, 1, dict(env, SCALECTL_MASTER_PORT="31000")).master_port == 31000
+
+
+def test_detect_from_local_spawn_env_and_single():
+    task = detect(2, 1, local_task_env(1, 3, port=29999))
+    assert (task.role, task.role_rank, task.role_size, task.master_port, task.source) == ("generator", 1, 2, 29999, "env")
+    single = detect(1, 1, {})
+    assert (single.rank, single.world_size, single.source) == (0, 1, "single")
+    with pytest.raises(UserError, match="the job has 3 tasks but hardware asks for 1 generators \\+ 1 trainers = 2"):
+        detect(1, 1, local_task_env(0, 3, port=1))
+
+
+def test_submitit_parameters_paper_setup():
+    recipe = load(ROOT / "recipes/scalerl.toml", ROOT / "setups/paper-8b.toml", [])
+    p = submitit_parameters(recipe, "scalerl-s0")
+    # setups/paper-8b.toml: 10 nodes x 8 tasks, 8 GPUs and 12 CPUs each, 1000 GB, 4320 min
+    assert {k: p[k] for k in ("job_name", "time", "nodes", "ntasks_per_node", "gpus_per_node", "cpus_per_task", "mem")} == {
+        "job_name": "scalerl-s0", "time": 4320, "nodes": 10, "ntasks_per_node": 8, "gpus_per_node": 8,
+        "cpus_per_task": 12, "mem": "1000GB"}
+    assert p["signal_delay_s"] == 90 and p["stderr_to_stdout"] is True
+    assert p["additional_parameters"] == {"requeue": True}
+    tiny = load(ROOT / "recipes/grpo.toml", ROOT / "setups/tiny-cpu.toml",
+                ["launcher.slurm.mem_gb=1.5", "launcher.slurm.time_min=1", "launcher.slurm.partition=debug"])
+    p = submitit_parameters(tiny, "g")
+    assert (p["mem"], p["time"], p["partition"], p["signal_delay_s"]) == ("1536MB", 1, "debug", 15)
+    assert "gpus_per_node" not in p
+    assert [signal_delay_s(m) for m in (1, 2, 6, 60)] == [15, 30, 90, 90]
+
+
+def test_dry_run_prints_sbatch_script_without_slurm(tmp_path):
+    proc = run_cli("run", "recipes/grpo.toml", "--launcher", "slurm", "--dry-run", "--json",
+                   "--runs-dir", str(tmp_path / "runs"), "--set", "launcher.slurm.time_min=30", db=tmp_path / "s.db")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["launcher"] == "slurm" and data["run_name"] == "grpo-s0"
+    lines = data["sbatch_script"].splitlines()
+    folder = tmp_path.resolve() / "runs" / "grpo-s0" / "slurm" / "00"
+    for expected in ("#SBATCH --job-name=grpo-s0", "#SBATCH --time=30", "#SBATCH --ntasks-per-node=1",
+                     "#SBATCH --requeue", "#SBATCH --signal=USR2@90", f"#SBATCH --output={folder}/%j_0_log.out"):
+        assert expected in lines
+    assert data["submitit_parameters"]["time"] == 30
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "s.db").exists()   # nothing created
+
+
+def test_log_tail(tmp_path):
+    path = tmp_path / "x.log"
+    path.write_text("".join(f"line {i}\n" for i in range(100)))
+    assert log_tail(path, 3) == "line 97\nline 98\nline 99"
+    assert log_tail(tmp_path / "missing.log") == ""
+
+
+def test_slots_are_exclusive_and_freed(tmp_path):
+    a = acquire_slot(tmp_path, 2)
+    b = acquire_slot(tmp_path, 2)
+    assert {Path(a.name).name, Path(b.name).name} == {"slot-0.lock", "slot-1.lock"}
+    freed = Path(a.name).name
+    a.close()
+    c = acquire_slot(tmp_path, 2)
+    assert Path(c.name).name == freed
+    b.close()
+    c.close()
+
+
+# --------------------------------------------------------------------------- detached local jobs
+
+
+def _wait(predicate, timeout=90.0, what="condition"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _status(db, name):
+    rows = json.loads(run_cli("status", "--json", db=db, check=True).stdout)
+    return next(r for r in rows if r["name"] == name)
+
+
+def _hold_slot(runs: Path):
+    """Take the only slot (max_parallel = 1 in setups/tiny-cpu.toml) as another run would."""
+    (runs / ".slots").mkdir(parents=True, exist_ok=True)
+    fh = open(runs / ".slots" / "slot-0.lock", "a+")
+    fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    return fh
+
+
+def _detach(tmp_path, name, *extra):
+    proc = run_cli("run", "recipes/grpo.toml", "--detach", "--json", "--name", name,
+                   "--runs-dir", str(tmp_path / "runs"), "--set", "budget.steps=2", *extra, db=tmp_path / "s.db")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def test_detached_run_waits_for_a_slot_then_records_its_failure(tmp_path):
+    db, runs = tmp_path / "s.db", tmp_path / "runs"
+    slot = _hold_slot(runs)
+    job = _detach(tmp_path, "bad-data", "--set", f"data.source={tmp_path}/missing.jsonl")
+    assert job["launcher"] == "local" and job["job_id"].isdigit()
+    log = Path(job["log"])
+    _wait(lambda: log.exists() and "waiting for a free slot" in log.read_text(), what="the slot wait")
+    row = _status(db, "bad-data")
+    assert row["status"] == "pending" and row["job_ids"] == [job["job_id"]]
+    assert row["launcher_state"] == f"process {job['job_id']} alive"
+    slot.close()                                   # the slot frees: the job runs, and fails on its data
+    row = _wait(lambda: (r := _status(db, "bad-data"))["status"] in ("failed", "completed") and r, what="failure")
+    assert row["status"] == "failed"
+    assert "missing.jsonl" in row["error"]
+    logs = run_cli("logs", "bad-data", db=db, check=True)
+    assert "waiting for a free slot" in logs.stdout and "missing.jsonl" in logs.stdout
+
+
+def test_killed_and_cancelled_local_jobs(tmp_path):
+    db, runs = tmp_path / "s.db", tmp_path / "runs"
+    slot = _hold_slot(runs)
+    killed = _detach(tmp_path, "killed")
+    cancelled = _detach(tmp_path, "cancelled")
+    for job in (killed, cancelled):
+        _wait(lambda: Path(job["log"]).exists() and "waiting for a free slot" in Path(job["log"]).read_text(),
+              what="the slot wait")
+    # a job killed outright records nothing: status finds the process gone
+    os.kill(int(killed["job_id"]), signal.SIGKILL)
+    _wait(lambda: not pid_alive(int(killed["job_id"])), what="the kill")
+    row = _status(db, "killed")
+    assert row["status"] == "failed"
+    assert row["error"].startswith(f"the job ended without recording a result (local job {killed['job_id']}")
+    assert "waiting for a free slot" in row["error"]          # the log tail
+    # scalectl cancel: SIGINT, the job marks itself cancelled and exits
+    proc = run_cli("cancel", "cancelled", "--json", db=db, check=True)
+    assert json.loads(proc.stdout) == {"run": "cancelled", "status": "cancelled", "job_id": cancelled["job_id"]}
+    assert not pid_alive(int(cancelled["job_id"]))
+    assert _status(db, "cancelled")["error"] == "cancelled while waiting for a slot"
+    slot.close()
