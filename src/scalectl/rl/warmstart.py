@@ -139,7 +139,7 @@ def train_sft(model, tokenizer, train: list[Problem], check_set: list[Problem], 
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         sched.step()
-        loss_val = float(loss)
+        loss_val = loss.item()
     model.eval()
     raise RuntimeError(
         f"warm start: held-out pass rate {history[-1][2]:.3f} after {cfg.max_steps} SFT steps, "

@@ -1,0 +1,209 @@
+"""The CPU rollout engine against a teacher-forced pass of the same weights, on an untrained tiny model."""
+
+import threading
+
+import pytest
+import torch
+
+from scalectl.rl.model import BOXED, build_tiny_model, build_tokenizer, encode_prompt, token_logprobs
+from scalectl.rl.rollout import make_engine
+from scalectl.rl.rollout.base import Completion
+from scalectl.rl.rollout.cpu import CPURolloutEngine
+
+PROMPTS = ["1+2=", "123+45-6=", "7-70+700="]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+def _small(seed=0, eos_bias=None):
+    """Smaller than the default tiny model (engine tests need speed, not capacity).  With
+    ``eos_bias`` the LM head gets a bias on EOS: +3 makes a random model stop after ~20
+    tokens on average (rows of different lengths); -1e4 never, +1e4 at once."""
+    m = build_tiny_model(seed=seed, num_hidden_layers=2, hidden_size=64, intermediate_size=128)
+    if eos_bias is not None:
+        bias = torch.zeros(m.config.vocab_size)
+        bias[m.config.eos_token_id] = eos_bias
+        m.lm_head.bias = torch.nn.Parameter(bias)
+    return m
+
+
+@pytest.fixture(scope="module")
+def model():
+    return _small(eos_bias=3.0)
+
+
+def _teacher_forced(model, comps, pad, **kw):
+    """Log-probs of each completion's tokens from one full forward pass (left padded together)."""
+    seqs = [c.prompt_ids + c.token_ids for c in comps]
+    L = max(map(len, seqs))
+    ids = torch.full((len(seqs), L), pad)
+    mask = torch.zeros_like(ids)
+    for r, s in enumerate(seqs):
+        ids[r, L - len(s):], mask[r, L - len(s):] = torch.tensor(s), 1
+    with torch.no_grad():
+        logp, _ = token_logprobs(model, ids, mask, **kw)
+    return [logp[r, L - 1 - len(c.token_ids):] for r, c in enumerate(comps)]
+
+
+def _flat(groups):
+    return [c for g in groups for c in g]
+
+
+def test_shapes_and_fields(model, tok):
+    groups = CPURolloutEngine(model, tok).generate(PROMPTS, 3, max_new_tokens=10, seed=0)
+    assert [len(g) for g in groups] == [3, 3, 3]
+    for i, g in enumerate(groups):
+        for c in g:
+            assert c.prompt_index == i and c.prompt_ids == encode_prompt(tok, PROMPTS[i])
+            assert 1 <= len(c.token_ids) <= 10
+            assert len(c.logprobs) == len(c.versions) == len(c.loss_mask) == len(c.token_ids)
+            assert c.finish_reason == ("stop" if c.token_ids[-1] == tok.eos_token_id else "length")
+            assert tok.eos_token_id not in c.token_ids[:-1]
+            assert c.finish_reason == "stop" or len(c.token_ids) == 10
+            assert c.text == tok.decode(c.token_ids, skip_special_tokens=True)
+            assert c.loss_mask == [1] * len(c.token_ids) and not c.interrupted
+            assert all(lp <= 0 for lp in c.logprobs)
+
+
+@pytest.mark.parametrize("temperature", [1.0, 0.6])
+def test_sampler_logprobs_equal_teacher_forced(model, tok, temperature):
+    """Prompts of different lengths (left padding) and rows that stop early (PAD, mask 0)."""
+    engine = CPURolloutEngine(model, tok, head_fp32=True)
+    comps = _flat(engine.generate(PROMPTS, 4, max_new_tokens=16, temperature=temperature, seed=1))
+    assert len({len(c.token_ids) for c in comps}) > 1  # rows finished at different steps
+    forced = _teacher_forced(model, comps, tok.pad_token_id, temperature=temperature)
+    for c, ref in zip(comps, forced):
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-5)
+    # one completion alone (no padding at all) agrees too
+    alone = _teacher_forced(model, comps[:1], tok.pad_token_id, temperature=temperature)[0]
+    assert torch.allclose(torch.tensor(comps[0].logprobs), alone, atol=1e-5)
+
+
+def test_fp32_head_used_when_asked(model, tok):
+    bf16 = _small().to(torch.bfloat16)
+    for head_fp32 in (True, False):
+        comps = _flat(CPURolloutEngine(bf16, tok, head_fp32=head_fp32).generate(PROMPTS, 2, max_new_tokens=6, seed=2))
+        same = _teacher_forced(bf16, comps, tok.pad_token_id, head_fp32=head_fp32)
+        other = _teacher_forced(bf16, comps, tok.pad_token_id, head_fp32=not head_fp32)
+        err_same = max(float((torch.tensor(c.logprobs) - r.float()).abs().max()) for c, r in zip(comps, same))
+        err_other = max(float((torch.tensor(c.logprobs) - r.float()).abs().max()) for c, r in zip(comps, other))
+        # the engine matches the trainer's computation at the same precision far better than at the other
+        assert err_same < err_other / 5, (head_fp32, err_same, err_other)
+
+
+def test_deterministic_given_seed(model, tok):
+    engine = CPURolloutEngine(model, tok)
+    a = engine.generate(PROMPTS, 2, max_new_tokens=8, seed=5)
+    b = engine.generate(PROMPTS, 2, max_new_tokens=8, seed=5)
+    c = engine.generate(PROMPTS, 2, max_new_tokens=8, seed=6)
+    assert [x.token_ids for x in _flat(a)] == [x.token_ids for x in _flat(b)]
+    assert [x.token_ids for x in _flat(a)] != [x.token_ids for x in _flat(c)]
+
+
+def test_batch_split_gives_same_completions_when_each_batch_is_one_prompt(model, tok):
+    """max_batch only changes how rows are grouped; with one row per batch vs all rows the
+    samples differ (one generator stream), but the log-probs of each stay exact."""
+    engine = CPURolloutEngine(model, tok, max_batch=1)
+    comps = _flat(engine.generate(PROMPTS, 2, max_new_tokens=8, seed=0))
+    for c, ref in zip(comps, _teacher_forced(model, comps, tok.pad_token_id)):
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-5)
+
+
+def test_interruption_inserts_the_phrase(model, tok):
+    """A random model rarely stops: with a range [3, 5] each completion gets the phrase right
+    at its drawn length, marked as forced (loss_mask 0), then continues."""
+    phrase = " so " + BOXED
+    k = len(tok.encode(phrase, add_special_tokens=False))
+    engine = CPURolloutEngine(model, tok)
+    comps = _flat(engine.generate(PROMPTS, 6, max_new_tokens=14, interrupt=(3, 5, phrase), seed=3))
+    phrase_ids = tok.encode(phrase, add_special_tokens=False)
+    positions = set()
+    for c in comps:
+        if not c.interrupted:   # stopped (EOS) before its drawn length, or wrote the phrase itself
+            assert c.finish_reason == "stop" and len(c.token_ids) <= 6 or phrase in c.text
+            continue
+        at = c.loss_mask.index(0)
+        positions.add(at)
+        assert 3 <= at <= 5
+        assert c.loss_mask[at:at + k] == [0] * k and sum(c.loss_mask) == len(c.token_ids) - k
+        assert c.token_ids[at:at + k] == phrase_ids and phrase in c.text
+        assert len(c.token_ids) > at + k or c.finish_reason == "length"
+    assert positions == {3, 4, 5}
+    # forced tokens carry the model's log-prob of the forced token
+    for c, ref in zip(comps, _teacher_forced(model, comps, tok.pad_token_id)):
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-5)
+
+
+def test_interrupt_range_must_leave_room(model, tok):
+    engine = CPURolloutEngine(model, tok)
+    with pytest.raises(ValueError, match="max_new_tokens"):
+        engine.generate(PROMPTS, 1, max_new_tokens=5, interrupt=(3, 5, BOXED))
+    with pytest.raises(ValueError, match="empty"):
+        engine.generate(PROMPTS, 1, max_new_tokens=9, interrupt=(3, 5, ""))
+
+
+def test_truncation_and_stop(model, tok):
+    """EOS forced by making its logit huge: every completion stops at once; with EOS
+    impossible, every completion runs to max_new_tokens."""
+    m = _small(eos_bias=1e4)
+    engine = CPURolloutEngine(m, tok)
+    comps = _flat(engine.generate(PROMPTS, 2, max_new_tokens=7, seed=0))
+    assert all(c.finish_reason == "stop" and c.token_ids == [tok.eos_token_id] and c.text == "" for c in comps)
+    with torch.no_grad():
+        m.lm_head.bias[tok.eos_token_id] = -1e4
+    comps = _flat(engine.generate(PROMPTS, 2, max_new_tokens=7, seed=0))
+    assert all(c.finish_reason == "length" and c.truncated and len(c.token_ids) == 7 for c in comps)
+
+
+def test_versions_and_weight_updates(model, tok):
+    m = _small()
+    engine = CPURolloutEngine(m, tok, version=3)
+    assert {v for c in _flat(engine.generate(PROMPTS, 1, max_new_tokens=4)) for v in c.versions} == {3}
+    new = _small(seed=9).state_dict()
+    engine.update_weights(new, 4)
+    assert engine.version == 4 and torch.equal(m.lm_head.weight, new["lm_head.weight"])
+    engine.update_weights(None, 5)   # shared model: version only
+    assert engine.version == 5
+
+
+def test_in_flight_update_tags_later_tokens(tok, monkeypatch):
+    """A weight update from another thread between decoding steps: later tokens carry the new version."""
+    import scalectl.rl.rollout.cpu as cpu
+
+    m = _small(eos_bias=-1e4)   # never stops: every row runs all steps
+    engine = CPURolloutEngine(m, tok, version=0)
+    calls = {"n": 0}
+    sample = cpu._sample
+
+    def sample_then_update(*args):
+        calls["n"] += 1
+        if calls["n"] == 10:   # between two decoding steps, outside the engine's lock
+            t = threading.Thread(target=engine.update_weights, args=(None, 1))
+            t.start()
+            t.join()
+        return sample(*args)
+
+    monkeypatch.setattr(cpu, "_sample", sample_then_update)
+    comps = _flat(engine.generate(PROMPTS[:1], 2, max_new_tokens=20, seed=0))
+    for c in comps:
+        # token 10 was sampled from the step-9 forward pass (version 0); tokens after it from version 1
+        assert c.versions == [0] * 10 + [1] * 10
+
+
+def test_make_engine_from_recipe(model, tok):
+    from scalectl.recipe import Recipe
+
+    engine = make_engine(Recipe(), model, tok)
+    assert isinstance(engine, CPURolloutEngine) and engine.head_fp32
+    bf = Recipe.model_validate({"precision": {"lm_head": "bf16"}})
+    assert make_engine(bf, model, tok).head_fp32 is False
+    with pytest.raises(ValueError, match="rollout_engine"):
+        make_engine(Recipe.model_validate({"hardware": {"rollout_engine": "vllm"}}), model, tok)
+
+
+def test_completion_checks_lengths():
+    with pytest.raises(ValueError, match="one entry per token"):
+        Completion(0, [2], [5, 6], [-1.0], [0, 0], "length", "ab")

@@ -1,0 +1,59 @@
+"""Synthetic arithmetic prompt sets: answers, reference completions, determinism, disjoint splits."""
+
+import pytest
+
+from scalectl.rl.rewards import check
+from scalectl.rl.tasks import (
+    DIFFICULTIES, HELD_OUT_RESERVE, eval_problems, make_splits, running_sums, sft_target, train_problems,
+)
+
+
+def test_running_sums_and_target_by_hand():
+    assert running_sums("47+8-63=") == [55, -8]
+    assert sft_target("47+8-63=") == "55;-8;\\boxed{-8}"
+    assert sft_target("12+345+6=") == "357;363;\\boxed{363}"
+    assert sft_target("5-9=") == "-4;\\boxed{-4}"
+
+
+@pytest.mark.parametrize("bad", ["12+3", "=", "+3=", "1+=", "1*2=", "12="])
+def test_running_sums_rejects_non_chains(bad):
+    with pytest.raises(ValueError, match="arithmetic chain"):
+        running_sums(bad)
+
+
+def test_problems_follow_their_difficulty_and_answers_are_right():
+    for d, spec in DIFFICULTIES.items():
+        for p in eval_problems(20, seed=3, difficulty=d):
+            numbers = p.prompt[:-1].replace("-", "+").split("+")
+            assert len(numbers) == spec.terms
+            assert all(0 <= int(x) <= spec.max_value for x in numbers)
+            assert set(c for c in p.prompt if not c.isdigit()) <= set(spec.ops) | {"="}
+            assert int(p.answer) == eval(p.prompt[:-1])  # independent: Python evaluates the chain
+            assert check(sft_target(p.prompt), p.answer)
+
+
+def test_deterministic_and_prefix_stable():
+    a = eval_problems(50, seed=7, difficulty=3)
+    assert a == eval_problems(50, seed=7, difficulty=3)
+    assert eval_problems(20, seed=7, difficulty=3) == a[:20]
+    assert eval_problems(50, seed=8, difficulty=3) != a
+    assert [p.id for p in a] == list(range(50))
+    assert train_problems(30, seed=7, difficulty=3) == train_problems(60, seed=7, difficulty=3)[:30]
+
+
+def test_splits_are_disjoint_and_distinct():
+    train, held = make_splits(3000, 1000, seed=0, difficulty=2)
+    assert len({p.prompt for p in train}) == 3000 and len({p.prompt for p in held}) == 1000
+    assert not {p.prompt for p in train} & {p.prompt for p in held}
+    # the held-out reserve is excluded whatever the held-out size
+    big = {p.prompt for p in eval_problems(HELD_OUT_RESERVE, seed=0, difficulty=3)}
+    assert not big & {p.prompt for p in train_problems(2000, seed=0, difficulty=3)}
+
+
+def test_clear_errors():
+    with pytest.raises(ValueError, match="data.difficulty = 0"):
+        eval_problems(5, difficulty=0)
+    with pytest.raises(ValueError, match="at most"):
+        eval_problems(HELD_OUT_RESERVE + 1)
+    with pytest.raises(ValueError, match="too few distinct problems"):
+        train_problems(200, difficulty=1)   # 100 problems exist at difficulty 1

@@ -1,0 +1,149 @@
+"""SFT warm start: stop at the first check on target, cache hits, atomic writes.
+
+A very small model (1 layer, hidden 64) on difficulty 1 (one-digit sums) with a
+low target keeps these tests to a few seconds.
+"""
+
+import json
+from types import SimpleNamespace as NS
+
+import pytest
+import torch
+
+import scalectl.rl.warmstart as ws
+from scalectl.rl.model import build_tiny_model, build_tokenizer, load_policy
+from scalectl.rl.tasks import eval_problems, sft_target, train_problems
+
+SMALL = dict(num_hidden_layers=1, hidden_size=64, intermediate_size=128, num_attention_heads=2,
+             num_key_value_heads=2)
+SFT = ws.SFTConfig(lr=5e-3, warmup_steps=5, batch_size=32, check_every=5, check_prompts=24, check_samples=2,
+                   max_steps=400)
+TARGET = 0.1
+
+
+def _cfgs(target=TARGET, path="builtin:tiny", source="synthetic:arithmetic"):
+    return dict(model_cfg=NS(path=path, warm_start_target=target),
+                data_cfg=NS(source=source, difficulty=1, seed=0, train_size=60), max_new_tokens=12)
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    """One warm start, shared by the tests that only read it."""
+    cache = tmp_path_factory.mktemp("cache")
+    logs = []
+    path = ws.ensure_warm_start(**_cfgs(), cache_dir=cache, sft=SFT, model_overrides=SMALL, log=logs.append)
+    return path, cache, logs
+
+
+def test_sft_batch_masks_exactly_the_completion():
+    tok = build_tokenizer()
+    problems = [NS(prompt="3+4=", answer="7"), NS(prompt="12-5+6=", answer="13")]
+    ids, mask, target = ws.sft_batch(problems, tok)
+    for r, p in enumerate(problems):
+        completion = tok.encode(sft_target(p.prompt), add_special_tokens=False) + [tok.eos_token_id]
+        predicted = ids[r, 1:][target[r].bool()].tolist()
+        assert predicted == completion
+        assert int(mask[r].sum()) == 1 + len(p.prompt) + len(completion)   # BOS + one token per character
+
+
+def test_stops_at_first_check_on_target(built):
+    path, _, logs = built
+    meta = json.loads((path / "warmstart.json").read_text())
+    rates = [h[2] for h in meta["history"]]
+    assert rates[-1] >= TARGET and all(r < TARGET for r in rates[:-1])
+    assert meta["pass_rate"] == rates[-1] and meta["steps"] == meta["history"][-1][0]
+    assert meta["steps"] % SFT.check_every == 0 and 0 < meta["steps"] <= SFT.max_steps
+    assert any("pass rate" in m for m in logs)
+
+
+def test_checkpoint_reaches_its_pass_rate_on_held_out_prompts(built):
+    """Independent re-evaluation on the held-out prompts: the saved model is the trained one."""
+    from scalectl.rl.evaluate import evaluate
+    from scalectl.rl.rollout.cpu import CPURolloutEngine
+
+    path, _, _ = built
+    model, tok = load_policy(path)
+    fresh = build_tiny_model(seed=SFT.seed, **SMALL)
+    held = eval_problems(SFT.check_prompts, seed=0, difficulty=1)
+    kw = dict(samples_per_prompt=4, max_new_tokens=12, temperature=1.0, interrupt=None, seed=123)
+    trained = evaluate(CPURolloutEngine(model, tok), held, **kw)["pass_rate"]
+    untrained = evaluate(CPURolloutEngine(fresh, tok), held, **kw)["pass_rate"]
+    assert untrained == 0.0 and trained >= 0.05
+
+
+def test_cache_hit_costs_nothing(built, monkeypatch):
+    path, cache, _ = built
+
+    def no_training(*a, **k):
+        raise AssertionError("a cache hit must not train")
+
+    monkeypatch.setattr(ws, "train_sft", no_training)
+    assert ws.ensure_warm_start(**_cfgs(), cache_dir=cache, sft=SFT, model_overrides=SMALL) == path
+    assert path.parent == cache and not [p for p in cache.iterdir() if p.name.startswith(".tmp-")]
+
+
+def test_key_depends_on_what_determines_the_weights():
+    base = ws.cache_key(SMALL, 1, 0, 60, 0.3, 12, SFT)
+    assert base == ws.cache_key(dict(SMALL), 1, 0, 60, 0.3, 12, SFT)
+    others = [ws.cache_key(SMALL, 2, 0, 60, 0.3, 12, SFT), ws.cache_key(SMALL, 1, 1, 60, 0.3, 12, SFT),
+              ws.cache_key(SMALL, 1, 0, 61, 0.3, 12, SFT), ws.cache_key(SMALL, 1, 0, 60, 0.25, 12, SFT),
+              ws.cache_key(SMALL, 1, 0, 60, 0.3, 13, SFT), ws.cache_key({}, 1, 0, 60, 0.3, 12, SFT),
+              ws.cache_key(SMALL, 1, 0, 60, 0.3, 12, ws.SFTConfig(lr=1e-3))]
+    assert len({base, *others}) == 1 + len(others)
+
+
+def test_crash_leaves_no_cache_entry(tmp_path, monkeypatch):
+    """A crash while writing: nothing under the final name; the next call trains and succeeds."""
+    def crash(model, tok, path):
+        path.mkdir(parents=True)
+        (path / "config.json").write_text("{")   # half written
+        raise OSError("disk full")
+
+    monkeypatch.setattr(ws, "save_policy", crash)
+    with pytest.raises(OSError, match="disk full"):
+        ws.ensure_warm_start(**_cfgs(target=0.02), cache_dir=tmp_path, sft=SFT, model_overrides=SMALL, log=print)
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == []
+    monkeypatch.undo()
+    path = ws.ensure_warm_start(**_cfgs(target=0.02), cache_dir=tmp_path, sft=SFT, model_overrides=SMALL, log=print)
+    assert (path / "warmstart.json").is_file() and (path / "model.safetensors").is_file()
+    load_policy(path)
+
+
+def test_deterministic(built, tmp_path):
+    path, _, _ = built
+    again = ws.ensure_warm_start(**_cfgs(), cache_dir=tmp_path, sft=SFT, model_overrides=SMALL, log=print)
+    a, _ = load_policy(path)
+    b, _ = load_policy(again)
+    assert again.name == path.name
+    assert all(torch.equal(x, y) for x, y in zip(a.state_dict().values(), b.state_dict().values()))
+
+
+def test_not_reaching_the_target_is_an_error(tmp_path):
+    with pytest.raises(RuntimeError, match="warm_start_target"):
+        ws.ensure_warm_start(**_cfgs(target=0.9), cache_dir=tmp_path, model_overrides=SMALL, log=print,
+                             sft=ws.SFTConfig(max_steps=5, check_every=5, check_prompts=8, check_samples=1))
+
+
+def test_other_paths_and_sources(tmp_path):
+    assert ws.ensure_warm_start(**_cfgs(path=str(tmp_path))) == tmp_path
+    with pytest.raises(FileNotFoundError, match="model.path"):
+        ws.ensure_warm_start(**_cfgs(path=str(tmp_path / "nope")))
+    with pytest.raises(ValueError, match="synthetic:arithmetic"):
+        ws.ensure_warm_start(**_cfgs(source="data.jsonl"), cache_dir=tmp_path)
+    with pytest.raises(ValueError, match="needs a recipe"):
+        ws.ensure_warm_start(model_cfg=NS(path="builtin:tiny", warm_start_target=0.3))
+
+
+def test_takes_a_recipe(tmp_path, monkeypatch):
+    """``ensure_warm_start(recipe)`` keys on the recipe's model, data and length.max_new_tokens."""
+    from scalectl.recipe import Recipe
+
+    seen = {}
+    monkeypatch.setattr(ws, "cache_key", lambda *a: seen.update(key_args=a) or "k")
+    monkeypatch.setattr(ws, "train_sft", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("stop here")))
+    recipe = Recipe.model_validate({"model": {"warm_start_target": 0.25}, "data": {"difficulty": 4},
+                                    "length": {"max_new_tokens": 30, "interrupt_min": 20, "interrupt_max": 25}})
+    with pytest.raises(RuntimeError, match="stop here"):
+        ws.ensure_warm_start(recipe, cache_dir=tmp_path, log=lambda m: None)
+    _, difficulty, _, _, target, max_new_tokens, _ = seen["key_args"]
+    assert (difficulty, target, max_new_tokens) == (4, 0.25, 30)
