@@ -45,7 +45,7 @@ def test_reconcile(store, launcher, expected):
 
 
 @pytest.mark.parametrize("word, state", [
-    ("RUNNING", "running"), ("PENDING", "pending"), ("REQUEUED", "pending"), ("COMPLETING", "running"),
+    ("RUNNING", "running"), ("PENDING", "pending"), ("REQUEUED", "pending"), ("COMPLETING", "active"),
     ("COMPLETED", "completed"), ("CANCELLED by 0", "cancelled"), ("TIMEOUT", "timed_out"),
     ("OUT_OF_MEMORY+", "failed"), ("NODE_FAIL", "failed"), ("PREEMPTED", "failed"), ("", None), ("WEIRD", None),
 ])

@@ -51,15 +51,18 @@ def status(
         print_json([{k: v for k, v in r.items() if k != "recipe"} for r in rows])
         return
     table = Table(title=f"runs in {db or 'the store'}")
-    for col, right in (("id", True), ("name", False), ("launcher", False), ("job", False), ("status", False),
-                       ("launcher state", False), ("last step", True), ("pass rate", True), ("trunc.", True),
-                       ("error", False)):
-        table.add_column(col, justify="right" if right else "left")
+    for col, kw in (("id", {"justify": "right"}), ("name", {"no_wrap": True}), ("status", {"no_wrap": True}),
+                    ("job", {}), ("job state", {}), ("step", {"justify": "right"}),
+                    ("pass rate", {"justify": "right"}), ("trunc.", {"justify": "right"})):
+        table.add_column(col, **kw)
     for r in rows:
-        table.add_row(str(r["id"]), r["name"], r.get("launcher") or "-", r.get("job_id") or "-", r["status"],
-                      r.get("launcher_state") or "-", fmt(r.get("last_step")), fmt(r.get("last_pass_rate")),
-                      fmt(r.get("last_truncation_rate")), _first_line(r.get("error")))
+        job = f"{r.get('launcher') or '-'} {r.get('job_id')}" if r.get("job_id") else (r.get("launcher") or "-")
+        table.add_row(str(r["id"]), r["name"], r["status"], job, r.get("launcher_state") or "-",
+                      fmt(r.get("last_step")), fmt(r.get("last_pass_rate")), fmt(r.get("last_truncation_rate")))
     out.print(table)
+    for r in rows:
+        if r.get("error"):
+            out.print(f"{r['name']}: {_first_line(r['error'].split('; log tail')[0], 200)}", markup=False)
 
 
 @user_errors

@@ -45,8 +45,9 @@ from scalectl.names import check_name
 SLURM_STATES = {
     "PENDING": "pending", "REQUEUED": "pending", "REQUEUE_HOLD": "pending", "REQUEUE_FED": "pending",
     "CONFIGURING": "pending", "RESV_DEL_HOLD": "pending", "SUSPENDED": "pending", "STOPPED": "pending",
-    "RUNNING": "running", "COMPLETING": "running", "SIGNALING": "running", "STAGE_OUT": "running",
-    "RESIZING": "running", "UPDATE_DB": "running", "POWER_UP_NODE": "pending",
+    "RUNNING": "running", "RESIZING": "running", "UPDATE_DB": "running", "POWER_UP_NODE": "pending",
+    # ending, outcome not known yet (it may be requeued): the store's word stands
+    "COMPLETING": "active", "SIGNALING": "active", "STAGE_OUT": "active",
     "COMPLETED": "completed", "CANCELLED": "cancelled", "TIMEOUT": "timed_out",
     "FAILED": "failed", "NODE_FAIL": "failed", "BOOT_FAIL": "failed", "OUT_OF_MEMORY": "failed",
     "DEADLINE": "failed", "PREEMPTED": "failed", "SPECIAL_EXIT": "failed", "REVOKED": "failed",

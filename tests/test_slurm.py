@@ -1,0 +1,188 @@
+"""Runs on a real one-node Slurm cluster on localhost (scripts/slurm-local.sh).
+
+The cluster is used if it is up; started (and stopped afterwards) if this
+process is root; otherwise these tests are skipped with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, run_cli
+
+pytestmark = pytest.mark.slurm
+
+SCRIPT = ROOT / "scripts" / "slurm-local.sh"
+TINY = ["--set", "async.mode=sync", "--set", "batch.prompts_per_step=4", "--set", "batch.generations_per_prompt=4",
+        "--set", "eval.every_steps=2", "--set", "eval.prompts=20", "--set", "eval.samples_per_prompt=2",
+        "--set", "checkpoint.every_steps=2"]
+
+
+def _up() -> bool:
+    return subprocess.run(["bash", str(SCRIPT), "status"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def slurm():
+    """A running local Slurm cluster, or a skip saying why there is none."""
+    if _up():
+        yield
+        return
+    if os.environ.get("SCALECTL_NO_SLURM_START"):
+        pytest.skip("the local Slurm cluster could not be started (SCALECTL_NO_SLURM_START is set by .ci/run)")
+    if os.geteuid() != 0:
+        pytest.skip("no Slurm cluster is running and starting one needs root (sudo scripts/slurm-local.sh start)")
+    proc = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        pytest.skip(f"scripts/slurm-local.sh start failed: {(proc.stdout + proc.stderr).strip()[-800:]}")
+    yield
+    subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, timeout=120)
+
+
+@pytest.fixture(scope="session")
+def policy(tmp_path_factory) -> str:
+    """A freshly initialised tiny policy (no warm start: these tests are about launching)."""
+    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+
+    return str(save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path_factory.mktemp("policy") / "tiny"))
+
+
+def _status(db, name) -> dict:
+    rows = json.loads(run_cli("status", "--json", db=db, check=True).stdout)
+    return next(r for r in rows if r["name"] == name)
+
+
+def _wait(predicate, timeout, what):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.3)
+    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+
+
+def _wait_status(db, name, states, timeout=240):
+    return _wait(lambda: (r := _status(db, name))["status"] in states and r, timeout,
+                 f"run {name} to be {'/'.join(states)}")
+
+
+def _points(db, name) -> list[dict]:
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        return [dict(r) for r in conn.execute(
+            "SELECT p.* FROM eval_points p JOIN runs r ON r.id = p.run_id WHERE r.name = ? ORDER BY step", [name])]
+
+
+def _submit(tmp_path, policy, name, *args) -> dict:
+    proc = run_cli("run", "recipes/grpo.toml", "--launcher", "slurm", "--json", "--name", name,
+                   "--runs-dir", str(tmp_path / "runs"), *TINY, "--set", f"model.path={policy}", *args,
+                   db=tmp_path / "s.db")
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _scontrol(job_id) -> dict:
+    out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
+    return dict(t.split("=", 1) for t in out.split() if "=" in t)
+
+
+def test_two_task_job_roles_talk_over_gloo(slurm, tmp_path):
+    """Task 0 is the generator, task 1 the trainer; the trainer sends a tensor, the generator answers."""
+    from scalectl.launch.roles import exchange_check
+    from scalectl.launch.slurm import submit_function, wait
+
+    job = submit_function(exchange_check, 1, 1, folder=tmp_path / "roles",
+                          params={"job_name": "roles", "ntasks_per_node": 2, "cpus_per_task": 1, "time": 5,
+                                  "stderr_to_stdout": True})
+    generator, trainer = wait(job, timeout_s=180)
+    assert (generator["role"], generator["rank"], trainer["role"], trainer["rank"]) == ("generator", 0, "trainer", 1)
+    assert generator["backend"] == trainer["backend"] == "gloo"
+    assert generator["source"] == "slurm" and generator["world_size"] == 2
+    assert trainer["sent"] == [[1.0, 2.0, 3.0]] and generator["received"] == [[1.0, 2.0, 3.0]]
+    assert generator["sent"] == [[10.0, 20.0, 30.0]] == trainer["received"]     # x * 10 + rank 0
+
+
+def _latest_checkpoint(run_dir: Path) -> str:
+    pointer = run_dir / "checkpoints" / "latest"
+    return pointer.read_text().strip() if pointer.exists() else ""
+
+
+def test_slurm_run_and_a_preempted_run_end_with_the_same_points(slurm, policy, tmp_path):
+    """Two runs of one recipe at once: one uninterrupted; the other pre-empted twice,
+    first by SIGUSR2 (what Slurm sends before a time limit or a pre-emption: submitit
+    calls the job's checkpoint() and requeues it), then by `scontrol requeue` (the job
+    is killed and restarts with its first arguments).  Both resume from the last
+    checkpoint and end with the same evaluation points: contiguous, none duplicated."""
+    db = tmp_path / "s.db"
+    t0 = time.monotonic()
+    plain = _submit(tmp_path, policy, "plain", "--set", "budget.steps=6")
+    preempted = _submit(tmp_path, policy, "preempted", "--set", "budget.steps=6")
+    assert plain["job_id"].isdigit() and preempted["job_id"].isdigit()
+    run_dir, job_id = Path(preempted["run_dir"]), preempted["job_id"]
+
+    _wait(lambda: _latest_checkpoint(run_dir) == "step-000002", 240, "the checkpoint of step 2")
+    subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
+    row = _wait_status(db, "preempted", ("pending",), timeout=60)
+    assert row["error"] == "requeued after pre-emption or time limit; resumes from its last checkpoint"
+
+    log = Path(preempted["log"])
+    _wait(lambda: "resumed from step-000002" in log.read_text() and _latest_checkpoint(run_dir) == "step-000004",
+          240, "the restarted job's checkpoint of step 4")
+    subprocess.run(["scontrol", "requeue", job_id], check=True)
+
+    for name, job in (("plain", plain), ("preempted", preempted)):
+        _wait(lambda: _scontrol(job["job_id"]).get("JobState") == "COMPLETED", 300, f"job {name} to complete")
+    with sqlite3.connect(db) as conn:   # run created (just before sbatch) -> first point, to the second
+        created, first = conn.execute("SELECT r.created, MIN(p.time) FROM runs r JOIN eval_points p "
+                                      "ON p.run_id = r.id WHERE r.name = 'plain'").fetchone()
+    latency = datetime.fromisoformat(first) - datetime.fromisoformat(created)
+    print(f"\nsubmit-to-first-point latency {latency.total_seconds():.0f} s; both runs done after "
+          f"{time.monotonic() - t0:.1f} s")
+
+    rows = {r["name"]: r for r in json.loads(run_cli("status", "--json", db=db, check=True).stdout)}
+    for name, job in (("plain", plain), ("preempted", preempted)):
+        assert rows[name]["status"] == "completed", rows[name]["error"]
+        assert rows[name]["launcher"] == "slurm" and rows[name]["job_ids"] == [job["job_id"]]
+        assert rows[name]["last_step"] == 6
+    assert int(_scontrol(job_id)["Restarts"]) == 2                      # one job, requeued twice in place
+    text = log.read_text()
+    assert "Calling checkpoint method" in text and "DUE TO JOB REQUEUE" in text
+    assert "resumed from step-000002" in text and "resumed from step-000004" in text
+    keys = ("step", "tokens", "samples", "flops", "pass_rate", "truncation_rate", "mean_length")
+    reference = [{k: p[k] for k in keys} for p in _points(db, "plain")]
+    assert [p["step"] for p in reference] == [0, 2, 4, 6]
+    assert [{k: p[k] for k in keys} for p in _points(db, "preempted")] == reference
+
+
+def test_scancel_and_killed_jobs_show_in_status(slurm, policy, tmp_path):
+    db = tmp_path / "s.db"
+    cancelled = _submit(tmp_path, policy, "cancelled", "--set", "budget.steps=1000")
+    killed = _submit(tmp_path, policy, "killed", "--set", "budget.steps=1000")
+    _wait_status(db, "cancelled", ("running",), timeout=120)
+    subprocess.run(["scancel", cancelled["job_id"]], check=True)
+    row = _wait_status(db, "cancelled", ("cancelled", "failed", "completed"), timeout=30)
+    assert row["status"] == "cancelled"
+    assert row["error"].startswith(f"the job was cancelled (slurm job {cancelled['job_id']}: CANCELLED")
+    # a job whose process is killed outright (as the OOM killer does) records nothing:
+    # failed, with its log tail
+    _wait_status(db, "killed", ("running",), timeout=120)
+    listed = subprocess.run(["scontrol", "listpids", killed["job_id"]], capture_output=True, text=True).stdout
+    pids = [int(line.split()[0]) for line in listed.splitlines()[1:] if line.split()]
+    task = [p for p in pids if "submitit.core._submit" in Path(f"/proc/{p}/cmdline").read_text()]
+    assert task, listed
+    for pid in task:
+        os.kill(pid, signal.SIGKILL)
+    row = _wait_status(db, "killed", ("failed", "cancelled", "completed"), timeout=60)
+    assert row["status"] == "failed"
+    assert row["error"].startswith(f"the job ended without recording a result (slurm job {killed['job_id']}: FAILED")
+    assert "log tail:" in row["error"] and "Slurm job" in row["error"]
