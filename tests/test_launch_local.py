@@ -184,7 +184,7 @@ def test_detached_run_waits_for_a_slot_then_records_its_failure(tmp_path):
     _wait(lambda: log.exists() and "waiting for a free slot" in log.read_text(), what="the slot wait")
     row = _status(db, "bad-data")
     assert row["status"] == "pending" and row["job_ids"] == [job["job_id"]]
-    assert row["launcher_state"] == f"process {job['job_id']} alive"
+    assert row["launcher_state"] == "alive"
     slot.close()                                   # the slot frees: the job runs, and fails on its data
     row = _wait(lambda: (r := _status(db, "bad-data"))["status"] in ("failed", "completed") and r, what="failure")
     assert row["status"] == "failed"
@@ -214,3 +214,38 @@ def test_killed_and_cancelled_local_jobs(tmp_path):
     assert not pid_alive(int(cancelled["job_id"]))
     assert _status(db, "cancelled")["error"] == "cancelled while waiting for a slot"
     slot.close()
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory) -> str:
+    """A freshly initialised tiny policy (no warm start: these tests are about launching)."""
+    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+
+    return str(save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path_factory.mktemp("policy") / "tiny"))
+
+
+def test_detached_training_cancelled_then_resumed(tmp_path, policy):
+    """A detached run trains in the background; `scalectl cancel` makes it checkpoint and stop;
+    `run --resume --detach` continues it to the end: evaluation steps contiguous, none twice."""
+    db = tmp_path / "s.db"
+    tiny = ["--set", "async.mode=sync", "--set", "batch.prompts_per_step=4", "--set", "batch.generations_per_prompt=4",
+            "--set", "eval.every_steps=2", "--set", "eval.prompts=20", "--set", "eval.samples_per_prompt=2",
+            "--set", "checkpoint.every_steps=2", "--set", f"model.path={policy}", "--set", "budget.steps=4"]
+    job = _detach(tmp_path, "bg", *tiny)
+    run_dir = Path(job["run_dir"])
+    _wait(lambda: (run_dir / "checkpoints" / "latest").exists(), 240, "the first checkpoint")
+    proc = run_cli("cancel", "bg", "--json", db=db, check=True)
+    assert json.loads(proc.stdout)["status"] == "cancelled"
+    row = _status(db, "bg")
+    assert row["status"] == "cancelled" and row["error"] == "interrupted (resume with --resume)"
+    stopped_at = int((run_dir / "checkpoints" / "latest").read_text().split("-")[1])
+    assert "cancelled: checkpoint saved" in Path(job["log"]).read_text()
+
+    resumed = json.loads(run_cli("run", "--resume", "bg", "--detach", "--json", db=db, check=True).stdout)
+    assert resumed["job_id"] != job["job_id"] and resumed["log"].endswith("local-1.log")
+    row = _wait(lambda: (r := _status(db, "bg"))["status"] in ("completed", "failed") and r, 240, "completion")
+    assert row["status"] == "completed", row["error"]
+    assert row["job_ids"] == [job["job_id"], resumed["job_id"]]
+    assert f"resumed from step-{stopped_at:06d}" in Path(resumed["log"]).read_text()
+    points = json.loads(run_cli("show", "bg", "--json", db=db, check=True).stdout)["points"]
+    assert [p["step"] for p in points] == [0, 2, 4]

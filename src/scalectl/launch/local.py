@@ -126,8 +126,8 @@ class LocalLauncher(Launcher):
         if host and host != socket.gethostname():
             return JobState(None, f"process {job.job_id} on host {host} (not this one)")
         if pid_alive(int(job.job_id), job.info.get("start_ticks")):
-            return JobState("active", f"process {job.job_id} alive")
-        return JobState("ended", f"process {job.job_id} exited")
+            return JobState("active", "alive")
+        return JobState("ended", "exited")
 
     def cancel(self, job: JobHandle, grace_s: float = 60.0) -> None:
         """SIGINT (checkpoint, then stop), then SIGKILL after ``grace_s`` seconds."""
