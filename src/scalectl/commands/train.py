@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -148,7 +149,7 @@ def _print_dry_run(recipe, kind: str, detach: bool, run_name: str, run_dir: Path
         if not json_:
             err.print(f"launcher slurm: submitit SlurmExecutor parameters {data['submitit_parameters']}",
                       highlight=False)
-            out.print(data["sbatch_script"], highlight=False, markup=False)
+            sys.stdout.write(data["sbatch_script"])   # verbatim: no wrapping
     elif not json_:
         err.print("launcher local: " + ("a background process (--detach)" if detach else
                                         "in this process, in the foreground"), highlight=False)
