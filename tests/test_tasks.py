@@ -4,7 +4,7 @@ import pytest
 
 from scalectl.rl.rewards import check
 from scalectl.rl.tasks import (
-    DIFFICULTIES, HELD_OUT_RESERVE, eval_problems, make_splits, running_sums, sft_target, train_problems,
+    DIFFICULTIES, HELD_OUT_RESERVE, eval_problems, reserve_size, make_splits, running_sums, sft_target, train_problems,
 )
 
 
@@ -48,6 +48,7 @@ def test_splits_are_disjoint_and_distinct():
     # the held-out reserve is excluded whatever the held-out size
     big = {p.prompt for p in eval_problems(HELD_OUT_RESERVE, seed=0, difficulty=3)}
     assert not big & {p.prompt for p in train_problems(2000, seed=0, difficulty=3)}
+    assert reserve_size(3) == HELD_OUT_RESERVE and reserve_size(1) == 100 // 4
 
 
 def test_clear_errors():
@@ -55,5 +56,7 @@ def test_clear_errors():
         eval_problems(5, difficulty=0)
     with pytest.raises(ValueError, match="at most"):
         eval_problems(HELD_OUT_RESERVE + 1)
+    with pytest.raises(ValueError, match="at most 25"):
+        eval_problems(26, difficulty=1)      # 100 problems: a quarter is held out
     with pytest.raises(ValueError, match="too few distinct problems"):
         train_problems(200, difficulty=1)   # 100 problems exist at difficulty 1

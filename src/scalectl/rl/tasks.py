@@ -9,8 +9,9 @@ completion writes the running sums, then the answer in ``\\boxed{}``::
 ``data.difficulty`` (1-9) sets the number of terms, their size and the operators
 (:data:`DIFFICULTIES`).  Everything is deterministic in (seed, difficulty): the
 held-out evaluation split and the training split come from two separate random
-streams; training skips every prompt among the first :data:`HELD_OUT_RESERVE`
-held-out prompts, so the splits are disjoint for any held-out size up to that,
+streams; training skips every prompt among the first :func:`reserve_size`
+held-out prompts (5,000, fewer at small levels), so the splits are disjoint for any
+held-out size up to that (larger sizes are refused),
 and neither split depends on the other's size (the first k prompts of a split are
 the same for any size >= k).
 """
@@ -44,17 +45,18 @@ class Difficulty:
     ops: str
 
 
-#: difficulty -> generator settings.  Lengths (characters = tokens of the tiny model) of the
-#: reference completion, EOS included, at most: 1: 12, 2: 14, 3: 17, 4: 20, 5: 25, 6: 30.
+#: difficulty -> generator settings: more digits, then more terms.  Longest reference
+#: completion seen in 2,100 problems, in tokens of the tiny model (``\\boxed{`` is
+#: one token), EOS included: 1: 8, 2: 10, 3: 12, 4: 16, 5: 19, 6: 25, 7: 31, 8: 37, 9: 49.
 DIFFICULTIES: dict[int, Difficulty] = {
     1: Difficulty(2, 9, "+"),
     2: Difficulty(2, 99, "+-"),
-    3: Difficulty(3, 99, "+-"),
-    4: Difficulty(3, 999, "+-"),
-    5: Difficulty(4, 999, "+-"),
-    6: Difficulty(5, 999, "+-"),
-    7: Difficulty(6, 999, "+-"),
-    8: Difficulty(7, 999, "+-"),
+    3: Difficulty(2, 999, "+-"),
+    4: Difficulty(3, 99, "+-"),
+    5: Difficulty(3, 999, "+-"),
+    6: Difficulty(4, 999, "+-"),
+    7: Difficulty(5, 999, "+-"),
+    8: Difficulty(6, 999, "+-"),
     9: Difficulty(8, 999, "+-"),
 }
 
@@ -142,23 +144,28 @@ def eval_problems(size: int, *, seed: int = 0, difficulty: int = 3) -> list[Prob
         ValueError: unknown difficulty, size above :data:`HELD_OUT_RESERVE`, or fewer
             distinct problems than ``size``.
     """
-    if size > HELD_OUT_RESERVE:
-        raise ValueError(f"eval.prompts = {size}: the synthetic held-out split has at most {HELD_OUT_RESERVE} prompts")
+    if size > reserve_size(difficulty):
+        raise ValueError(f"eval.prompts = {size}: the synthetic held-out split at difficulty {difficulty} "
+                         f"has at most {reserve_size(difficulty)} prompts")
     return _stream(seed, difficulty, _EVAL_STREAM, size, exclude=set())
+
+
+def reserve_size(difficulty: int) -> int:
+    """Prompts reserved for the held-out split: :data:`HELD_OUT_RESERVE`, or a quarter of
+    all distinct problems at small levels (the rest stays for training)."""
+    spec = _spec(difficulty)
+    distinct = (spec.max_value + 1) ** spec.terms * len(spec.ops) ** (spec.terms - 1)
+    return min(HELD_OUT_RESERVE, distinct // 4)
 
 
 @functools.lru_cache(maxsize=16)
 def _reserved(seed: int, difficulty: int) -> frozenset[str]:
-    spec = _spec(difficulty)
-    distinct = (spec.max_value + 1) ** spec.terms * len(spec.ops) ** (spec.terms - 1)
-    size = min(HELD_OUT_RESERVE, distinct // 4)  # small levels: keep 3/4 of the problems for training
-    return frozenset(p.prompt for p in _stream(seed, difficulty, _EVAL_STREAM, size, exclude=set()))
+    return frozenset(p.prompt for p in _stream(seed, difficulty, _EVAL_STREAM, reserve_size(difficulty), set()))
 
 
 def train_problems(size: int, *, seed: int = 0, difficulty: int = 3) -> list[Problem]:
     """The training split: ``size`` distinct problems (ids 0..size-1), none of which is
-    among the first :data:`HELD_OUT_RESERVE` held-out problems (a quarter of all
-    problems at levels with fewer than 20,000).
+    among the first :func:`reserve_size` held-out problems.
 
     Raises:
         ValueError: unknown difficulty, or not enough distinct problems.
