@@ -56,6 +56,15 @@ def policy(tmp_path_factory) -> str:
     return str(save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path_factory.mktemp("policy") / "tiny"))
 
 
+@pytest.fixture
+def submitted():
+    """Job ids a test submits; whatever is still queued or running at its end is cancelled."""
+    ids: list[str] = []
+    yield ids
+    if ids:
+        subprocess.run(["scancel", *ids], capture_output=True)
+
+
 def _status(db, name) -> dict:
     rows = json.loads(run_cli("status", "--json", db=db, check=True).stdout)
     return next(r for r in rows if r["name"] == name)
@@ -83,12 +92,14 @@ def _points(db, name) -> list[dict]:
             "SELECT p.* FROM eval_points p JOIN runs r ON r.id = p.run_id WHERE r.name = ? ORDER BY step", [name])]
 
 
-def _submit(tmp_path, policy, name, *args) -> dict:
+def _submit(tmp_path, policy, submitted, name, *args) -> dict:
     proc = run_cli("run", "recipes/grpo.toml", "--launcher", "slurm", "--json", "--name", name,
                    "--runs-dir", str(tmp_path / "runs"), *TINY, "--set", f"model.path={policy}", *args,
                    db=tmp_path / "s.db")
     assert proc.returncode == 0, proc.stderr
-    return json.loads(proc.stdout)
+    job = json.loads(proc.stdout)
+    submitted.append(job["job_id"])
+    return job
 
 
 def _scontrol(job_id) -> dict:
@@ -117,7 +128,7 @@ def _latest_checkpoint(run_dir: Path) -> str:
     return pointer.read_text().strip() if pointer.exists() else ""
 
 
-def test_slurm_run_and_a_preempted_run_end_with_the_same_points(slurm, policy, tmp_path):
+def test_slurm_run_and_a_preempted_run_end_with_the_same_points(slurm, policy, submitted, tmp_path):
     """Two runs of one recipe at once: one uninterrupted; the other pre-empted twice,
     first by SIGUSR2 (what Slurm sends before a time limit or a pre-emption: submitit
     calls the job's checkpoint() and requeues it), then by `scontrol requeue` (the job
@@ -125,8 +136,8 @@ def test_slurm_run_and_a_preempted_run_end_with_the_same_points(slurm, policy, t
     checkpoint and end with the same evaluation points: contiguous, none duplicated."""
     db = tmp_path / "s.db"
     t0 = time.monotonic()
-    plain = _submit(tmp_path, policy, "plain", "--set", "budget.steps=6")
-    preempted = _submit(tmp_path, policy, "preempted", "--set", "budget.steps=6")
+    plain = _submit(tmp_path, policy, submitted, "plain", "--set", "budget.steps=6")
+    preempted = _submit(tmp_path, policy, submitted, "preempted", "--set", "budget.steps=6")
     assert plain["job_id"].isdigit() and preempted["job_id"].isdigit()
     run_dir, job_id = Path(preempted["run_dir"]), preempted["job_id"]
 
@@ -164,25 +175,69 @@ def test_slurm_run_and_a_preempted_run_end_with_the_same_points(slurm, policy, t
     assert [{k: p[k] for k in keys} for p in _points(db, "preempted")] == reference
 
 
-def test_scancel_and_killed_jobs_show_in_status(slurm, policy, tmp_path):
+def _submit_array(tmp_path, policy, submitted, names, budget_steps) -> list:
+    """Runs created as `scalectl run` creates them, submitted together by
+    SlurmLauncher.submit_many: one job array (executor.batch())."""
+    from scalectl.job import write_job_file
+    from scalectl.launch.base import RunSpec
+    from scalectl.launch.slurm import SlurmLauncher
+    from scalectl.recipe_io import load
+    from scalectl.store import Store
+
+    overrides = [a for a in TINY if a != "--set"] + [f"model.path={policy}", f"budget.steps={budget_steps}",
+                                                     f"launcher.max_parallel={len(names)}"]
+    specs = []
+    with Store.open(tmp_path / "s.db") as store:
+        for seed, name in enumerate(names):
+            recipe = load(ROOT / "recipes/grpo.toml", ROOT / "setups/tiny-cpu.toml", overrides + [f"seed={seed}"])
+            run_dir = tmp_path / "runs" / name
+            run_id = store.create_run(name, recipe=recipe.to_dict(), recipe_hash=recipe.content_hash, seed=seed,
+                                      launcher="slurm", run_dir=str(run_dir), status="pending")
+            write_job_file(run_dir, db=store.path, run_id=run_id, recipe=recipe.to_dict())
+            specs.append(RunSpec(run_id, name, run_dir, recipe))
+        jobs = SlurmLauncher().submit_many(specs, job_name="seeds")
+        for spec, job in zip(specs, jobs):
+            store.add_job_id(spec.run_id, job.job_id)
+            submitted.append(job.job_id)
+    return jobs
+
+
+def test_job_array_scancel_and_killed_jobs_show_in_status(slurm, policy, submitted, tmp_path):
+    """Two runs as one job array (both running at once, launcher.max_parallel = 2); one
+    is cancelled with scancel, the other's process is killed: `scalectl status` says
+    cancelled for the first, failed with the log tail for the second."""
     db = tmp_path / "s.db"
-    cancelled = _submit(tmp_path, policy, "cancelled", "--set", "budget.steps=1000")
-    killed = _submit(tmp_path, policy, "killed", "--set", "budget.steps=1000")
+    cancelled, killed = _submit_array(tmp_path, policy, submitted, ["cancelled", "killed"], budget_steps=1000)
+    array_id = cancelled.job_id.split("_")[0]
+    assert (cancelled.job_id, killed.job_id) == (f"{array_id}_0", f"{array_id}_1")
+    script = (Path(cancelled.info["folder"]) / f"{array_id}_submission.sh").read_text()
+    assert "#SBATCH --array=0-1%2" in script and "#SBATCH --job-name=seeds" in script
     _wait_status(db, "cancelled", ("running",), timeout=120)
-    subprocess.run(["scancel", cancelled["job_id"]], check=True)
+    _wait(lambda: f"Slurm job {cancelled.job_id} task 0/1" in Path(cancelled.log).read_text(), 30, "the job's log")
+    subprocess.run(["scancel", cancelled.job_id], check=True)
     row = _wait_status(db, "cancelled", ("cancelled", "failed", "completed"), timeout=30)
-    assert row["status"] == "cancelled"
-    assert row["error"].startswith(f"the job was cancelled (slurm job {cancelled['job_id']}: CANCELLED")
+    assert row["status"] == "cancelled" and row["job_ids"] == [cancelled.job_id]
+    assert row["error"].startswith(f"the job was cancelled (slurm job {cancelled.job_id}: CANCELLED")
     # a job whose process is killed outright (as the OOM killer does) records nothing:
     # failed, with its log tail
     _wait_status(db, "killed", ("running",), timeout=120)
-    listed = subprocess.run(["scontrol", "listpids", killed["job_id"]], capture_output=True, text=True).stdout
+    raw_id = _scontrol(killed.job_id)["JobId"]          # listpids wants the array task's own id
+    listed = subprocess.run(["scontrol", "listpids", raw_id], capture_output=True, text=True).stdout
     pids = [int(line.split()[0]) for line in listed.splitlines()[1:] if line.split()]
-    task = [p for p in pids if "submitit.core._submit" in Path(f"/proc/{p}/cmdline").read_text()]
-    assert task, listed
+
+    def is_task(pid: int) -> bool:        # the Python task itself, not srun or the batch shell
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            return False
+        return Path(argv[0].decode()).name.startswith("python") and b"submitit.core._submit" in argv
+
+    task = [p for p in pids if is_task(p)]
+    assert len(task) == 1, listed
     for pid in task:
         os.kill(pid, signal.SIGKILL)
     row = _wait_status(db, "killed", ("failed", "cancelled", "completed"), timeout=60)
     assert row["status"] == "failed"
-    assert row["error"].startswith(f"the job ended without recording a result (slurm job {killed['job_id']}: FAILED")
-    assert "log tail:" in row["error"] and "Slurm job" in row["error"]
+    assert row["error"].startswith(f"the job ended without recording a result (slurm job {killed.job_id}: FAILED")
+    assert "log tail:" in row["error"] and "task 0: Killed" in row["error"]     # srun says so in the log
+

@@ -238,7 +238,10 @@ class SlurmRunJob:
         job = read_job_file(run_dir)
         hw = job["recipe"]["hardware"]
         task = detect(hw["generators"], hw["trainers"], strict=False)
-        reporter.log(f"Slurm job {os.environ.get('SLURM_JOB_ID')} task {task.rank}/{task.world_size} "
+        env = os.environ
+        job_id = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if env.get("SLURM_ARRAY_JOB_ID")
+                  else env.get("SLURM_JOB_ID"))
+        reporter.log(f"Slurm job {job_id} task {task.rank}/{task.world_size} "
                      f"({task.role}) on {os.uname().nodename}, restart "
                      f"{os.environ.get('SLURM_RESTART_COUNT', '0')}")
         if task.rank != 0:
