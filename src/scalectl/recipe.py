@@ -227,14 +227,21 @@ class Model(_Section):
 class Data(_Section):
     """The prompt set.  ``source``: ``synthetic:arithmetic`` (generated from
     ``seed`` with ``difficulty``), a ``.jsonl``/``.parquet`` file, or
-    ``hf:NAME`` (Hugging Face datasets, by name or local path).  The held-out
-    evaluation split (``Eval.prompts`` prompts) is drawn by ``seed`` and is
-    disjoint from training."""
+    ``hf:NAME`` (Hugging Face datasets, by name or local path; ``subset`` is the
+    configuration, ``split`` the split read).  The held-out evaluation split
+    (``Eval.prompts`` prompts) is drawn by ``seed`` and is disjoint from training.
+    ``prompt_key``/``answer_key`` name the columns (dotted for nested fields,
+    e.g. ``reward_model.ground_truth``) when they are not a known layout
+    (docs/real-data.md)."""
 
     source: str = "synthetic:arithmetic"
     train_size: int | None = Field(default=None, ge=1)
     difficulty: int = Field(default=3, ge=1, le=9)
     seed: int = 0
+    split: str = "train"
+    subset: str | None = None
+    prompt_key: str | None = None
+    answer_key: str | None = None
 
 
 class Hardware(_Section):

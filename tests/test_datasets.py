@@ -1,0 +1,250 @@
+"""Real prompt sets (GSM8K jsonl, verl parquet, other layouts), the held-out split, prompt
+rendering, and answer checking on real gold answers and on hostile completions."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+from scalectl.errors import UserError
+from scalectl.rl.datasets import (
+    BOXED_INSTRUCTION, load_problems, normalize_answer, read_rows, render_prompt, split_indices, to_record,
+)
+from scalectl.rl.rewards import check, reward
+
+MATH = Path(__file__).parent / "data" / "math"
+GSM8K = MATH / "gsm8k-test.jsonl"
+
+
+@pytest.fixture(scope="module")
+def gsm8k():
+    return [to_record(r, i) for i, r in enumerate(read_rows(str(GSM8K)))]
+
+
+# --------------------------------------------------------------------------- gold answers
+
+
+def test_every_gsm8k_answer_is_read_and_parses(gsm8k):
+    from math_verify import parse
+
+    assert len(gsm8k) == 1319
+    assert [r.answer for r in gsm8k[:3]] == ["18", "3", "70000"]
+    raw = [json.loads(line)["answer"].rsplit("####", 1)[1].strip() for line in GSM8K.read_text().splitlines()]
+    assert sum("," in a for a in raw) == 14                         # thousands separators, removed
+    for r, a in zip(gsm8k, raw):
+        assert r.answer == a.replace(",", "")
+        parsed = parse("\\boxed{" + r.answer + "}", parsing_timeout=None)
+        assert parsed and parsed[0] == int(r.answer), r.answer
+
+
+def test_gsm8k_correct_answers_score_plus_one_wrong_minus_one(gsm8k):
+    for r in gsm8k:
+        gold = int(r.answer)
+        assert reward(f"So the total is \\boxed{{{gold}}}.", r.answer) == 1.0
+        assert reward(f"\\boxed{{{gold + 1}}}", r.answer) == -1.0
+    for r in gsm8k[::10]:                         # the same through math-verify
+        gold = int(r.answer)
+        assert reward(f"\\boxed{{{gold:,}.0}}" if gold >= 1000 else f"\\boxed{{{gold}.0}}", r.answer) == 1.0
+        assert reward(f"\\boxed{{\\frac{{{2 * gold + 1}}}{{2}}}}", r.answer) == -1.0
+
+
+@pytest.mark.parametrize("name,rows", [("aime24", 30), ("aime25", 30), ("amc23", 83)])
+def test_aime_and_amc_ground_truths(name, rows):
+    records = [to_record(r, i) for i, r in enumerate(read_rows(str(MATH / f"{name}.parquet")))]
+    assert len(records) == rows
+    for r in records:
+        assert reward(f"\\boxed{{{r.answer}}}", r.answer) == 1.0
+        value = int(r.answer.removesuffix("^\\circ"))
+        assert reward(f"\\boxed{{{value}}}", r.answer) == 1.0              # 025 -> 25, 336^\circ -> 336
+        assert reward(f"\\boxed{{{value + 1}}}", r.answer) == -1.0
+    answers = [r.answer for r in records]
+    if name == "aime24":
+        assert answers[:2] == ["204", "025"]
+    if name == "aime25":
+        assert answers[19] == "336^\\circ"
+    if name == "amc23":
+        assert answers[:3] == ["142", "144", "81"]                         # floats 142.0, ...
+        assert reward("\\boxed{\\frac{284}{2}}", "142") == 1.0
+
+
+@pytest.mark.parametrize("answer,gold,expected", [
+    ("\\frac{1}{2}", "0.5", True), ("0.5", "\\frac{1}{2}", True), ("\\dfrac{1}{2}", "\\frac12", True),
+    ("1/2", "\\frac{1}{2}", True), ("\\frac{2}{4}", "\\frac{1}{2}", True), ("0.25", "\\frac{1}{2}", False),
+    ("\\frac{\\sqrt{3}}{2}", "\\frac{\\sqrt3}{2}", True), ("\\sqrt{2}", "\\frac{1}{2}", False),
+    ("2,125", "2125", True), ("\\$18", "18", True),
+])
+def test_fractions_and_forms(answer, gold, expected):
+    assert reward("\\boxed{" + answer + "}", gold) == (1.0 if expected else -1.0)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("text", [
+    "\\boxed{" + "{" * 10_000 + "1" + "}" * 10_000 + "}",     # 10,000 nested braces
+    "\\boxed{" + "1" * 1_000_000 + "}",                         # a 1 MB answer
+    "\\boxed{" * 150_000,                                        # 1 MB of unclosed boxes
+    "x" * 1_000_000,                                             # 1 MB, no box
+    "the answer is \\boxed{",                                    # unclosed
+    "\\boxed{\\sum_{k=1}^{9999}k^{9999}}",                      # passes the guard; sympy never returns
+    "\\boxed{(x+1)^{1000}}",                                    # passes the guard; ~9 s in sympy
+])
+def test_hostile_answers_score_minus_one(text):
+    assert reward(text, "1", timeout=1.0) == -1.0
+
+
+@pytest.mark.timeout(120)
+def test_checker_recovers_after_a_stuck_check_and_works_in_threads():
+    from concurrent.futures import ThreadPoolExecutor
+
+    cases = [("\\boxed{\\frac{1}{2}}", "0.5", True), ("\\boxed{\\sum_{k=1}^{9999}k^{9999}}", "1", False),
+             ("\\boxed{0.5}", "\\frac{1}{2}", True), ("\\boxed{7.0}", "8", False)] * 2
+    with ThreadPoolExecutor(3) as pool:
+        got = list(pool.map(lambda c: check(c[0], c[1], timeout=1.0), cases))
+    assert got == [c[2] for c in cases]
+    assert check("\\boxed{\\frac{3}{6}}", "0.5")
+
+
+def test_normalize_answer():
+    assert normalize_answer("He paid 5 + 5 = 10\n#### 1,000") == "1000"
+    assert normalize_answer(142.0) == "142" and normalize_answer(0.5) == "0.5" and normalize_answer(7) == "7"
+    assert normalize_answer(["\\frac{1}{2}"]) == "\\frac{1}{2}"
+    assert normalize_answer("so \\boxed{2} or rather \\boxed{\\frac{1}{3}}") == "\\frac{1}{3}"
+    assert normalize_answer(" 025 ") == "025" and normalize_answer("1,2") == "1,2"   # not a thousands separator
+    for bad in (None, True, [], ["1", "2"], "", "#### ", "\\boxed{3", float("nan")):
+        with pytest.raises(ValueError):
+            normalize_answer(bad)
+
+
+# --------------------------------------------------------------------------- layouts
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_rl_layout_in_jsonl_math_layout_and_named_keys(tmp_path):
+    rl = _write_jsonl(tmp_path / "rl.jsonl", [
+        {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+2?"}],
+         "reward_model": {"ground_truth": "3", "style": "rule"}}])
+    rec = to_record(read_rows(rl)[0], 0)
+    assert rec.answer == "3" and [m["role"] for m in rec.messages] == ["system", "user"]
+    assert render_prompt(rec.messages) == "Be brief.\n\n1+2? " + BOXED_INSTRUCTION
+
+    math = _write_jsonl(tmp_path / "math.jsonl", [{"problem": "Half of 1?", "solution": "It is \\boxed{\\frac12}."}])
+    assert to_record(read_rows(math)[0], 0).answer == "\\frac12"
+
+    custom = _write_jsonl(tmp_path / "custom.jsonl", [{"q": "2*3?", "meta": {"gold": 6}}])
+    row = read_rows(custom)[0]
+    with pytest.raises(UserError, match=r"row 0: no prompt column .*the row has q, meta.*data.prompt_key"):
+        to_record(row, 0)
+    assert to_record(row, 0, prompt_key="q", answer_key="meta.gold").answer == "6"
+
+
+def test_bad_sources_get_clear_errors(tmp_path):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "1?", "answer": "#### 1"}\n{oops\n')
+    with pytest.raises(UserError, match=r"bad.jsonl:2: invalid JSON line"):
+        read_rows(str(bad))
+    with pytest.raises(UserError, match="no such file"):
+        read_rows(str(tmp_path / "missing.parquet"))
+    with pytest.raises(UserError, match=r"is not one of: synthetic:arithmetic, a .jsonl/.json/.parquet file, hf:NAME"):
+        read_rows("prompts.csv")
+    lists = _write_jsonl(tmp_path / "lists.jsonl", [{"question": "1?", "answer": [1, 2]}])
+    with pytest.raises(UserError, match=r"row 0: answer: a list of 2 answers"):
+        load_problems(lists, held_out=1)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("datasets") is not None, reason="datasets is installed")
+def test_hf_source_without_datasets_says_what_to_do():
+    with pytest.raises(UserError, match=r"hf:openai/gsm8k' needs the Hugging Face datasets package"):
+        read_rows("hf:openai/gsm8k", split="test", subset="main")
+
+
+@pytest.mark.skipif(importlib.util.find_spec("datasets") is None, reason="datasets is not installed")
+def test_hf_source_from_a_local_folder(tmp_path):
+    import datasets
+
+    rows = read_rows(str(GSM8K))[:20]
+    datasets.Dataset.from_list(rows).save_to_disk(str(tmp_path / "gsm"))
+    train, held, _ = load_problems(f"hf:{tmp_path / 'gsm'}", held_out=5)
+    assert len(train) == 15 and len(held) == 5
+
+
+# --------------------------------------------------------------------------- split and rendering
+
+
+def test_held_out_split_is_fixed_size_disjoint_and_drawn_by_seed():
+    train, held, info = load_problems(str(GSM8K), held_out=1000, seed=0)
+    assert (len(train), len(held)) == (319, 1000) and info["duplicates"] == 0
+    assert not {p.prompt for p in train} & {p.prompt for p in held}
+    assert {p.row for p in train} | {p.row for p in held} == set(range(1319))
+    assert [p.id for p in held] == list(range(1000)) and [p.id for p in train] == list(range(319))
+    again_train, again_held, _ = load_problems(str(GSM8K), held_out=1000, seed=0, train_size=100)
+    assert again_held == held and again_train == train[:100]          # held-out does not depend on train_size
+    _, other, _ = load_problems(str(GSM8K), held_out=1000, seed=1)
+    assert {p.row for p in other} != {p.row for p in held}
+    with pytest.raises(UserError, match=r"eval.prompts = 1319 .* this one has 1319"):
+        split_indices(1319, 1319, 0)
+
+
+def test_split_indices_partition():
+    train, held = split_indices(10, 3, seed=5)
+    assert len(held) == 3 and sorted([*train, *held]) == list(range(10))
+
+
+def test_duplicates_are_kept_once_before_the_split(tmp_path):
+    rows = [{"question": f"{i}+{i}?", "answer": f"#### {2 * i}"} for i in range(10)] * 2
+    train, held, info = load_problems(_write_jsonl(tmp_path / "dup.jsonl", rows), held_out=4)
+    assert info["duplicates"] == 10 and len(train) + len(held) == 10
+    assert not {p.prompt for p in train} & {p.prompt for p in held}
+
+
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n{% endfor %}"
+          "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
+
+def test_prompts_render_with_the_chat_template_or_as_plain_text(gsm8k):
+    from scalectl.rl.model import build_tokenizer
+
+    tok = build_tokenizer()
+    question = gsm8k[1].messages[0]["content"]
+    assert render_prompt(gsm8k[1].messages) == question + " " + BOXED_INSTRUCTION
+    with pytest.raises(UserError, match="cannot apply a chat template"):
+        render_prompt(gsm8k[1].messages, tokenizer=tok, chat_template=True)
+    tok.chat_template = CHATML
+    assert render_prompt(gsm8k[1].messages, tokenizer=tok, chat_template=True) == (
+        f"<|im_start|>user\n{question} {BOXED_INSTRUCTION}<|im_end|>\n<|im_start|>assistant\n")
+    tok.chat_template = "{{ bos_token }}" + CHATML                  # BOS is the engines' to add
+    assert render_prompt(gsm8k[1].messages, tokenizer=tok, chat_template=True).startswith("<|im_start|>user\n")
+    aime = to_record(read_rows(str(MATH / "aime24.parquet"))[0], 0)
+    assert render_prompt(aime.messages) == aime.messages[0]["content"]   # already asks for \boxed{}
+
+
+def test_load_prompt_sets_from_a_recipe_drops_long_prompts():
+    from scalectl.recipe import Recipe
+    from scalectl.rl.data import load_prompt_sets
+    from scalectl.rl.model import build_tokenizer
+
+    recipe = Recipe.model_validate({"data": {"source": str(GSM8K), "train_size": 200, "seed": 3},
+                                    "eval": {"prompts": 100}, "length": {"max_prompt_tokens": 300}})
+    lines = []
+    train, held = load_prompt_sets(recipe, log=lines.append)
+    # the tiny tokenizer: one token per UTF-8 byte, "\boxed{" one token, plus BOS
+    texts = [render_prompt(r.messages) for r in to_records(GSM8K)]
+    short = sum(len(t.encode()) - 6 * t.count("\\boxed{") + 1 <= 300 for t in texts)
+    assert 100 < short < 1319
+    assert (len(train), len(held)) == (200, 100)
+    assert lines == [f"prompt set {GSM8K}: 1319 rows, 0 duplicates, {1319 - short} longer than 300 tokens; "
+                     f"200 training, 100 held-out prompts"]
+    tok = build_tokenizer()
+    assert all(len(tok.encode(p.prompt, add_special_tokens=False)) + 1 <= 300 for p in train + held)
+    with pytest.raises(UserError, match="no usable prompt"):
+        load_prompt_sets(recipe.model_copy(update={"length": recipe.length.model_copy(
+            update={"max_prompt_tokens": 20})}))
+
+
+def to_records(path):
+    return [to_record(r, i) for i, r in enumerate(read_rows(str(path)))]
