@@ -112,3 +112,12 @@ def test_validate_cli_exit_codes(tmp_path):
     data = json.loads(good.stdout)
     assert data[0]["recipe"]["loss"]["type"] == "cispo"
     assert data[0]["hash"] == load(ROOT / "recipes/scalerl.toml", ROOT / "setups/tiny-cpu.toml").content_hash
+
+
+def test_hash_ignores_where_it_runs_but_not_what_it_measures():
+    base = load(ROOT / "recipes" / "scalerl.toml", ROOT / "setups" / "tiny-cpu.toml")
+    moved = load(ROOT / "recipes" / "scalerl.toml", ROOT / "setups" / "tiny-cpu.toml",
+                 ["launcher.type=slurm", "launcher.slurm.time_min=5", "checkpoint.every_steps=7"])
+    assert moved.content_hash == base.content_hash
+    other_eval = load(ROOT / "recipes" / "scalerl.toml", ROOT / "setups" / "tiny-cpu.toml", ["eval.prompts=100"])
+    assert other_eval.content_hash != base.content_hash

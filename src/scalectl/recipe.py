@@ -305,15 +305,17 @@ class Budget(_Section):
 RECIPE_SECTIONS = ("loss", "advantage", "precision", "async", "filter", "length",
                    "batch", "optim", "sampling", "eval", "fit", "checkpoint")
 SETUP_SECTIONS = ("model", "data", "hardware", "launcher", "budget")
-#: Keys that do not change what is trained: excluded from the content hash.
-UNHASHED_KEYS = ("name", "description", "seed")
+#: Keys that do not change what is trained or measured: excluded from the content hash
+#: (the seed is stored beside the hash, so repeated runs of one recipe share it).
+UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint")
 
 
 class Recipe(_Section):
     """A validated, frozen run description: recipe (how) merged with setup (where).
 
     Build it with :func:`scalectl.recipe_io.load`; ``content_hash`` identifies
-    the training content (everything but name, description and seed), so that
+    the training content (everything but name, description, seed, launcher and
+    checkpoint frequency), so that
     repeated runs (seeds) of one recipe share a hash.
     """
 
@@ -347,7 +349,7 @@ class Recipe(_Section):
     @property
     def content_hash(self) -> str:
         """12 hex digits of SHA-256 over the normalised content, key order
-        independent; name, description and seed excluded."""
+        independent; :data:`UNHASHED_KEYS` excluded."""
         data = {k: v for k, v in self.to_dict().items() if k not in UNHASHED_KEYS}
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
