@@ -223,12 +223,28 @@ def test_interruption_appends_the_phrase_and_continues(engine, tiny):
     assert diff < LOGPROB_TOL
 
 
+@needs_vllm
+def test_settings_record_the_engine(engine):
+    s = engine.settings
+    assert s["engine"] == "vllm" and s["logprobs_mode"] == "raw_logprobs"
+    assert (s["temperature"], s["top_p"], s["lm_head_fp32"], s["head_dtype"]) == (1.0, 1.0, True, "float32")
+    FIGURES["settings"] = s
+
+
+@needs_vllm
+def test_eval_at_another_temperature_has_nan_logprobs(engine):
+    comps = _flat(engine.generate(PROMPTS[:1], 2, max_new_tokens=10, temperature=0.5, seed=7))
+    assert all(math.isnan(lp) for c in comps for lp in c.logprobs)
+
+
 def _bf16_exact(values) -> bool:
     t = torch.tensor(values, dtype=torch.float32)
     assert len(values) >= 100 and torch.isfinite(t).all()
     return bool((t.to(torch.bfloat16).float() == t).all())
 
 
+# Last in the file: vLLM keeps one set of parallel groups per process, so a second engine
+# (made and dropped here) leaves the module's engine unusable.
 @needs_vllm
 def test_fp32_head_is_applied(tiny):
     """bf16 weights; ``raw_logits`` mode records each sampled token's logit: from a bf16
@@ -261,17 +277,3 @@ def test_fp32_head_is_applied(tiny):
     assert not _bf16_exact(logits(plain))
     del plain
     gc.collect()
-
-
-@needs_vllm
-def test_settings_record_the_engine(engine):
-    s = engine.settings
-    assert s["engine"] == "vllm" and s["logprobs_mode"] == "raw_logprobs"
-    assert (s["temperature"], s["top_p"], s["lm_head_fp32"], s["head_dtype"]) == (1.0, 1.0, True, "float32")
-    FIGURES["settings"] = s
-
-
-@needs_vllm
-def test_eval_at_another_temperature_has_nan_logprobs(engine):
-    comps = _flat(engine.generate(PROMPTS[:1], 2, max_new_tokens=10, temperature=0.5, seed=7))
-    assert all(math.isnan(lp) for c in comps for lp in c.logprobs)
