@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 
 import torch
@@ -120,12 +121,27 @@ def build_tiny_model(seed: int = 0, vocab_size: int | None = None, **overrides):
     return model.eval()
 
 
+@contextlib.contextmanager
+def _quiet_transformers():
+    """No transformers progress bars ("Loading weights", "Writing model shards") on stderr."""
+    from transformers.utils import logging as hf_logging
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
 def save_policy(model, tokenizer, path: str | Path) -> Path:
     """Write model and tokenizer with ``save_pretrained`` (safetensors): the folder
     loads with ``AutoModelForCausalLM.from_pretrained`` / ``AutoTokenizer.from_pretrained``."""
     path = Path(path)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
+    with _quiet_transformers():
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
     return path
 
 
@@ -148,8 +164,9 @@ def load_policy(path: str | Path, dtype: str = "fp32"):
         raise ValueError(f"model.dtype = {dtype!r} is not one of: {', '.join(DTYPES)}")
     if not Path(path).is_dir():
         raise FileNotFoundError(f"no checkpoint folder at {path}")
-    model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], attn_implementation="eager")
-    tokenizer = AutoTokenizer.from_pretrained(path)
+    with _quiet_transformers():
+        model = AutoModelForCausalLM.from_pretrained(path, dtype=DTYPES[dtype], attn_implementation="eager")
+        tokenizer = AutoTokenizer.from_pretrained(path)
     tokenizer.padding_side = "left"
     return model.eval(), tokenizer
 

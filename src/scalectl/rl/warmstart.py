@@ -57,7 +57,7 @@ class SFTConfig:
     the first check >= target, or fail after ``max_steps``.
     """
 
-    lr: float = 2e-3
+    lr: float = 3e-3
     warmup_steps: int = 20
     batch_size: int = 64
     check_every: int = 10
