@@ -199,13 +199,20 @@ class _WorkerPool:
     imports math-verify).  Thread-safe: each thread takes an idle worker or starts one."""
 
     def __init__(self):
+        import os
+
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
+        self._pid = os.getpid()
         self.unavailable: str | None = None   # why workers cannot start (then: in-process)
 
     def run(self, gold: str, answer: str, timeout: float) -> bool:
         """math-verify on (gold, answer) in a worker; raises :class:`_CheckTimeout` after
         ``timeout`` seconds (the worker is killed)."""
+        import os
+
+        if self._pid != os.getpid():   # a forked child: the parent's workers are not ours
+            self._idle, self._lock, self._pid = [], threading.Lock(), os.getpid()
         with self._lock:
             worker = self._idle.pop() if self._idle else None
         if worker is not None and not worker.alive():
@@ -228,6 +235,10 @@ class _WorkerPool:
 
     def close(self) -> None:
         """Stop the idle workers (the next check starts a new one)."""
+        import os
+
+        if self._pid != os.getpid():
+            return
         with self._lock:
             idle, self._idle = self._idle, []
         for worker in idle:
