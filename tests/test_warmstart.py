@@ -21,6 +21,16 @@ SFT = ws.SFTConfig(lr=5e-3, warmup_steps=5, batch_size=32, check_every=5, check_
 TARGET = 0.1
 
 
+
+@pytest.fixture(autouse=True, scope="module")
+def _one_thread():
+    """One intra-op thread: a tiny model gains nothing from two, and on a busy 2-core
+    machine OpenMP threads spin against other processes (measured: 8x slower)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
 def _cfgs(target=TARGET, path="builtin:tiny", source="synthetic:arithmetic"):
     return dict(model_cfg=NS(path=path, warm_start_target=target),
                 data_cfg=NS(source=source, difficulty=1, seed=0, train_size=60), max_new_tokens=12)
