@@ -201,6 +201,32 @@ def test_in_flight_update_lands_between_steps(engine, tiny):
 
 
 @needs_vllm
+def test_poll_weights_updates_before_a_given_step(engine, tiny):
+    """A generator process polls for new weights before every decoding step: an update at
+    the 11th poll tags the first 10 tokens with the old version and the rest with the new."""
+    from scalectl.rl.model import build_tiny_model
+
+    _, model, _ = tiny
+    other = build_tiny_model(seed=3)
+    old, calls = engine.version, []
+
+    def poll():
+        calls.append(1)
+        if len(calls) == 11:
+            engine.update_weights(other.state_dict(), 9)
+
+    engine.poll_weights = poll
+    try:
+        comps = _flat(engine.generate(PROMPTS[:1], 2, max_new_tokens=30, seed=8))
+    finally:
+        engine.poll_weights = None
+        engine.update_weights(model.state_dict(), old)
+    assert any(len(c.token_ids) > 10 for c in comps)
+    for c in comps:
+        assert c.versions == [old] * min(10, len(c.token_ids)) + [9] * max(0, len(c.token_ids) - 10)
+
+
+@needs_vllm
 def test_interruption_appends_the_phrase_and_continues(engine, tiny):
     _, model, tok = tiny
     phrase = "Time is up. \\boxed{"

@@ -234,6 +234,9 @@ class VLLMRolloutEngine(RolloutEngine):
         enable_prefix_caching: reuse KV blocks of shared prefixes (the G completions
             of a prompt, continuations after interruption); reset after weight updates.
         version: policy version of the initial weights.
+        poll_weights: called with no argument before every decoding step, outside the
+            engine's lock; it may call :meth:`update_weights` (a generator process that
+            receives weights over the network; tokens sampled after it carry the new version).
         **llm_kwargs: passed to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``,
             ``tensor_parallel_size``, ``enforce_eager``).
 
@@ -246,7 +249,7 @@ class VLLMRolloutEngine(RolloutEngine):
     def __init__(self, model_path: str | Path, tokenizer=None, *, dtype: str = "bf16", head_fp32: bool = True,
                  head_fp32_via: str = "auto", temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
                  max_model_len: int | None = None, source_model=None, enable_prefix_caching: bool = True,
-                 version: int = 0, logprobs_mode: str | None = None, **llm_kwargs):
+                 version: int = 0, poll_weights=None, logprobs_mode: str | None = None, **llm_kwargs):
         if dtype not in _DTYPES:
             raise ValueError(f"model.dtype = {dtype!r} is not one of: {', '.join(_DTYPES)}")
         if head_fp32_via not in ("auto", "head_dtype", "patch"):
@@ -279,6 +282,7 @@ class VLLMRolloutEngine(RolloutEngine):
         self.temperature, self.top_p = temperature, top_p
         self.enable_prefix_caching = enable_prefix_caching
         self._version = version
+        self.poll_weights = poll_weights
         self._lock = threading.Lock()            # one decoding step or one weight load at a time
         self._generate_lock = threading.Lock()   # one generate call at a time
         self._reset_pending = False
@@ -463,6 +467,8 @@ class VLLMRolloutEngine(RolloutEngine):
         pending = set(requests)
         try:
             while pending:
+                if self.poll_weights is not None:
+                    self.poll_weights()
                 with self._lock:
                     outputs = self.llm.llm_engine.step()
                     version = self._version
