@@ -12,7 +12,10 @@ Weights may be replaced from another thread while a batch decodes
 (:meth:`CPURolloutEngine.update_weights`, PipelineRL in-flight updates): each
 decoding step runs under a lock and tags its tokens with the version current at
 that step; the KV cache of earlier tokens is kept (computed by the older weights),
-as in PipelineRL.
+as in PipelineRL.  A generator process that receives weights over the network
+sets :attr:`CPURolloutEngine.poll_weights`: the engine calls it before every
+forward pass (prefill and each decoding step), and it loads whatever weights
+have arrived (through :meth:`~CPURolloutEngine.update_weights`).
 """
 
 from __future__ import annotations
@@ -36,9 +39,13 @@ class CPURolloutEngine(RolloutEngine):
         head_fp32: LM head and log-softmax in float32 (``precision.lm_head = "fp32"``).
         max_batch: most rows (completions) decoded together; larger batches are split.
         version: policy version of the initial weights.
+        poll_weights: called with no argument before every forward pass, outside the
+            engine's lock; it may call :meth:`update_weights` (in-flight weight updates:
+            tokens sampled after it carry the new version).
     """
 
-    def __init__(self, model, tokenizer, *, head_fp32: bool = True, max_batch: int = 512, version: int = 0):
+    def __init__(self, model, tokenizer, *, head_fp32: bool = True, max_batch: int = 512, version: int = 0,
+                 poll_weights=None):
         if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
             raise ValueError("the tokenizer needs a pad token and an eos token")
         if max_batch < 1:
@@ -49,6 +56,7 @@ class CPURolloutEngine(RolloutEngine):
         self.max_batch = max_batch
         self._version = version
         self._lock = threading.Lock()
+        self.poll_weights = poll_weights
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: str = "fp32", **kwargs) -> "CPURolloutEngine":
@@ -146,6 +154,8 @@ class CPURolloutEngine(RolloutEngine):
         seen_phrase = torch.zeros(B, dtype=torch.bool)
 
         cache = DynamicCache(config=self.model.config)
+        if self.poll_weights is not None:
+            self.poll_weights()
         with self._lock:
             step_logp = next_token_logprobs(self.model, input_ids, mask, positions, cache,
                                             head_fp32=self.head_fp32, temperature=temperature)
@@ -178,6 +188,8 @@ class CPURolloutEngine(RolloutEngine):
             feed = ~done
             mask = torch.cat([mask, feed.long().unsqueeze(-1)], dim=-1)
             step_ids = torch.where(feed, tok, torch.full_like(tok, pad)).unsqueeze(-1)
+            if self.poll_weights is not None:
+                self.poll_weights()
             with self._lock:
                 step_logp = next_token_logprobs(self.model, step_ids, mask, next_pos, cache,
                                                 head_fp32=self.head_fp32, temperature=temperature)
