@@ -53,6 +53,11 @@ def run_job(run_dir: str | Path, *, resume: bool = False, reporter=None) -> dict
     run_dir = Path(run_dir)
     job = read_job_file(run_dir)
     recipe = Recipe.model_validate(job["recipe"])
+    if recipe.async_.mode == "pipeline":
+        from scalectl.rl.pipeline import generator_task, run_generator_task
+
+        if generator_task(recipe) is not None:    # a generator task of a multi-task job: the trainer task
+            return run_generator_task(run_dir, job, resume=resume, reporter=reporter)   # records the run
     store = Store.open(job["db"])
     run_id = job["run_id"]
     store.update_run(run_id, status="running", started=_now(), error=None)

@@ -73,17 +73,24 @@ def interrupt_spec(length):
     return (length.interrupt_min, length.interrupt_max, length.interrupt_phrase)
 
 
-def build_policy(recipe, reporter: Reporter) -> Policy:
-    """Load (or build and warm-start) the model, and wrap it in an engine and a trainer."""
-    from scalectl.rl.model import load_policy, n_params
-    from scalectl.rl.rollout import make_engine
-    from scalectl.rl.trainer import PolicyTrainer
+def load_model(recipe, reporter: Reporter):
+    """The policy's (model, tokenizer) in ``model.dtype``, warm-started first for ``builtin:`` paths."""
+    from scalectl.rl.model import load_policy
     from scalectl.rl.warmstart import ensure_warm_start
 
     path = recipe.model.path
     if path.startswith("builtin:"):
         path = ensure_warm_start(recipe, log=reporter.log)
-    model, tokenizer = load_policy(path, recipe.model.dtype)
+    return load_policy(path, recipe.model.dtype)
+
+
+def build_policy(recipe, reporter: Reporter) -> Policy:
+    """Load (or build and warm-start) the model, and wrap it in an engine and a trainer."""
+    from scalectl.rl.model import n_params
+    from scalectl.rl.rollout import make_engine
+    from scalectl.rl.trainer import PolicyTrainer
+
+    model, tokenizer = load_model(recipe, reporter)
     head_fp32 = recipe.precision.lm_head == "fp32"
     trainer = PolicyTrainer(model, loss=recipe.loss, optim=recipe.optim, head_fp32=head_fp32,
                             temperature=recipe.sampling.temperature,
@@ -93,30 +100,23 @@ def build_policy(recipe, reporter: Reporter) -> Policy:
     return Policy(trainer.model, tokenizer, engine, trainer, n_params(trainer.model))
 
 
-def generate_batch(recipe, policy: Policy, problems: list, state: LoopState, seed: int) -> tuple[list, dict]:
-    """One training batch of scored, filtered groups (dynamic-sampling refills included).
+def collect_batch(recipe, fetch, state: LoopState) -> tuple[list, dict]:
+    """One training batch of scored groups, filtered, with dynamic-sampling refills.
+
+    Args:
+        fetch: ``fetch(want, refill_round)`` returns ``want`` more scored groups and
+            has counted them (compute meter, prompt history).
 
     Returns:
-        (kept groups, rollout statistics over every generated group).
+        (kept groups, rollout statistics over every fetched group).
+
+    Raises:
+        DynamicSamplingExhausted: dynamic sampling used every refill round.
     """
-    P, G = recipe.batch.prompts_per_step, recipe.batch.generations_per_prompt
-    filt = recipe.filter
+    P, filt = recipe.batch.prompts_per_step, recipe.filter
     kept, generated, want, refill_round = [], [], P, 0
     while want > 0:
-        retired = state.history.retired if filt.retire_solved else frozenset()
-        ids = state.sampler.next(want, retired)
-        raw = policy.engine.generate([problems[i].prompt for i in ids], G,
-                                     max_new_tokens=recipe.length.max_new_tokens,
-                                     temperature=recipe.sampling.temperature,
-                                     interrupt=interrupt_spec(recipe.length),
-                                     seed=seed * 1009 + refill_round)
-        groups = score_groups(raw, problems, ids, recipe.length)
-        state.meter.add_generation(sum(len(c.prompt_ids) for g in groups for c in g.completions),
-                                   sum(len(c.token_ids) for g in groups for c in g.completions),
-                                   len(groups) * G)
-        for g in groups:
-            if filt.retire_solved:
-                state.history.update(g.prompt_id, g.n_correct, G)
+        groups = fetch(want, refill_round)
         generated += groups
         kept += keep_groups(groups, filt.zero_variance or filt.dynamic_sampling)
         if not filt.dynamic_sampling:
@@ -130,6 +130,99 @@ def generate_batch(recipe, policy: Policy, problems: list, state: LoopState, see
     stats["groups_kept"] = len(kept)
     stats["retired_prompts"] = len(state.history.retired)
     return kept, stats
+
+
+def count_groups(recipe, groups: list, state: LoopState) -> None:
+    """Add generated groups to the compute meter and (when retiring solved prompts) the prompt history."""
+    G = recipe.batch.generations_per_prompt
+    state.meter.add_generation(sum(len(c.prompt_ids) for g in groups for c in g.completions),
+                               sum(len(c.token_ids) for g in groups for c in g.completions),
+                               sum(len(g.completions) for g in groups))
+    if recipe.filter.retire_solved:
+        for g in groups:
+            state.history.update(g.prompt_id, g.n_correct, G)
+
+
+def generate_batch(recipe, policy: Policy, problems: list, state: LoopState, seed: int) -> tuple[list, dict]:
+    """One training batch of scored, filtered groups (dynamic-sampling refills included),
+    generated here with the engine's current weights; see :func:`collect_batch`."""
+    G = recipe.batch.generations_per_prompt
+
+    def fetch(want: int, refill_round: int) -> list:
+        retired = state.history.retired if recipe.filter.retire_solved else frozenset()
+        ids = state.sampler.next(want, retired)
+        raw = policy.engine.generate([problems[i].prompt for i in ids], G,
+                                     max_new_tokens=recipe.length.max_new_tokens,
+                                     temperature=recipe.sampling.temperature,
+                                     interrupt=interrupt_spec(recipe.length),
+                                     seed=seed * 1009 + refill_round)
+        groups = score_groups(raw, problems, ids, recipe.length)
+        count_groups(recipe, groups, state)
+        return groups
+
+    return collect_batch(recipe, fetch, state)
+
+
+def new_state(recipe, n_params: int, n_train: int) -> LoopState:
+    """A run's state before its first step."""
+    return LoopState(step=0, meter=ComputeMeter(devices=recipe.hardware.devices, n_params=n_params),
+                     sampler=PromptSampler(n_train, recipe.seed),
+                     history=PromptHistory(threshold=recipe.filter.retire_threshold,
+                                           rule=recipe.filter.retire_rule))
+
+
+def restore_state(run_dir: Path, trainer, state: LoopState, reporter: Reporter) -> bool:
+    """Load the latest checkpoint of ``run_dir`` into ``trainer`` and ``state``; False if there is none."""
+    ckpt = latest_checkpoint(run_dir)
+    if ckpt is None:
+        return False
+    saved = load_checkpoint(ckpt, trainer)
+    state.step, state.meter = saved["step"], ComputeMeter.from_dict(saved["meter"])
+    state.sampler.load_state_dict(saved["sampler"])
+    state.history = PromptHistory.from_dict(saved["history"])
+    state.pending, state.evaluated = saved["pending"], saved["evaluated"]
+    reporter.log(f"resumed from {ckpt.name} (step {state.step})")
+    return True
+
+
+def budget_spent(budget, state: LoopState) -> bool:
+    """Whether ``budget.steps`` or ``budget.gpu_hours`` is reached."""
+    return ((budget.steps is not None and state.step >= budget.steps)
+            or (budget.gpu_hours is not None and state.meter.gpu_hours >= budget.gpu_hours))
+
+
+def train_on_groups(recipe, policy: Policy, groups: list, stats: dict, meter: ComputeMeter) -> dict:
+    """One optimiser step on the kept groups (none: a step without gradient); returns the step's metrics."""
+    metrics = dict(stats)
+    if groups:
+        batch = build_train_batch(groups, recipe.advantage.normalization, policy.tokenizer.pad_token_id)
+        metrics.update(policy.trainer.train_step(batch))
+        meter.add_training(int(batch.attention_mask.sum()))
+    else:
+        metrics["skipped"] = True   # every group filtered: no gradient this step
+    return metrics
+
+
+def eval_point(recipe, engine, eval_problems: list, state: LoopState, last_metrics: dict) -> dict:
+    """Evaluate the engine's current weights on the held-out prompts: the store's point for
+    ``state.step`` with the compute spent so far (and ``eval_seconds``, not stored)."""
+    t0 = time.perf_counter()
+    result = evaluate(engine, eval_problems, samples_per_prompt=recipe.eval.samples_per_prompt,
+                      max_new_tokens=recipe.length.max_new_tokens, temperature=recipe.eval.temperature,
+                      interrupt=interrupt_spec(recipe.length), seed=recipe.seed * 7919 + 17)
+    point = {"step": state.step, "gpu_hours": state.meter.gpu_hours, "flops": state.meter.flops,
+             "tokens": state.meter.tokens, "samples": state.meter.samples,
+             "retired_prompts": len(state.history.retired), "wall_seconds": state.meter.seconds,
+             **result, **last_metrics}
+    return {**point, "eval_seconds": time.perf_counter() - t0}
+
+
+def append_step(run_dir: Path, metrics: dict) -> dict:
+    """Append one step's metrics to ``RUN_DIR/steps.jsonl``; return what evaluation points carry of them."""
+    with (Path(run_dir) / "steps.jsonl").open("a") as fh:
+        fh.write(json.dumps(metrics) + "\n")
+    return {"train_reward": metrics["reward"], "entropy": metrics.get("entropy"),
+            "logprob_mismatch": metrics.get("logprob_gap")}
 
 
 def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: list, eval_problems: list,
@@ -150,47 +243,32 @@ def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: l
     Raises:
         KeyboardInterrupt: after saving a checkpoint, when interrupted.
     """
+    if recipe.async_.mode == "pipeline":
+        from scalectl.rl.pipeline import run_pipeline
+
+        return run_pipeline(recipe, run_dir, store, run_id, train_problems=train_problems,
+                            eval_problems=eval_problems, reporter=reporter, resume=resume)
     reporter = reporter or Reporter()
     torch.manual_seed(recipe.seed)
     policy = build_policy(recipe, reporter)
-    hw = recipe.hardware
-    state = LoopState(step=0, meter=ComputeMeter(devices=hw.devices, n_params=policy.n_params),
-                      sampler=PromptSampler(len(train_problems), recipe.seed),
-                      history=PromptHistory(threshold=recipe.filter.retire_threshold,
-                                            rule=recipe.filter.retire_rule))
-    if resume and (ckpt := latest_checkpoint(run_dir)) is not None:
-        saved = load_checkpoint(ckpt, policy.trainer)
-        state.step, state.meter = saved["step"], ComputeMeter.from_dict(saved["meter"])
-        state.sampler.load_state_dict(saved["sampler"])
-        state.history = PromptHistory.from_dict(saved["history"])
-        state.pending, state.evaluated = saved["pending"], saved["evaluated"]
-        reporter.log(f"resumed from {ckpt.name} (step {state.step})")
+    state = new_state(recipe, policy.n_params, len(train_problems))
+    if resume:
+        restore_state(run_dir, policy.trainer, state, reporter)
     policy.engine.update_weights(None, state.step)
 
     k = recipe.async_.k if recipe.async_.mode == "ppo_off_policy" else 1
-    budget = recipe.budget
-    steps_log = Path(run_dir) / "steps.jsonl"
-
-    def done() -> bool:
-        return ((budget.steps is not None and state.step >= budget.steps)
-                or (budget.gpu_hours is not None and state.meter.gpu_hours >= budget.gpu_hours))
 
     def do_eval() -> None:
-        t0 = time.perf_counter()
-        result = evaluate(policy.engine, eval_problems, samples_per_prompt=recipe.eval.samples_per_prompt,
-                          max_new_tokens=recipe.length.max_new_tokens, temperature=recipe.eval.temperature,
-                          interrupt=interrupt_spec(recipe.length), seed=recipe.seed * 7919 + 17)
-        point = {"step": state.step, "gpu_hours": state.meter.gpu_hours, "flops": state.meter.flops,
-                 "tokens": state.meter.tokens, "samples": state.meter.samples,
-                 "retired_prompts": len(state.history.retired), "wall_seconds": state.meter.seconds,
-                 **result, **last_metrics}
-        store.add_point(run_id, point)
+        point = eval_point(recipe, policy.engine, eval_problems, state, last_metrics)
+        store.add_point(run_id, {k: v for k, v in point.items() if k != "eval_seconds"})
         state.evaluated.append(state.step)
-        reporter.eval(state.step, {**point, "eval_seconds": time.perf_counter() - t0})
+        reporter.eval(state.step, point)
+
+    def done() -> bool:
+        return budget_spent(recipe.budget, state)
 
     last_metrics: dict = {}
-    first_step = state.step
-    reporter.start(budget.steps, first_step)
+    reporter.start(recipe.budget.steps, state.step)
     try:
         if state.step not in state.evaluated:
             do_eval()                     # R0 (or the point a crash lost)
@@ -201,21 +279,11 @@ def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: l
                                                     seed=recipe.seed * 100003 + state.step + j)
                                      for j in range(k)]
                 groups, stats = state.pending.pop(0)
-                metrics = dict(stats)
-                if groups:
-                    batch = build_train_batch(groups, recipe.advantage.normalization,
-                                              policy.tokenizer.pad_token_id)
-                    metrics.update(policy.trainer.train_step(batch))
-                    state.meter.add_training(int(batch.attention_mask.sum()))
-                else:
-                    metrics["skipped"] = True   # every group filtered: no gradient this step
+                metrics = train_on_groups(recipe, policy, groups, stats, state.meter)
                 state.step += 1
                 policy.engine.update_weights(None, state.step)
             metrics.update(step=state.step, gpu_hours=state.meter.gpu_hours, flops=state.meter.flops)
-            last_metrics = {"train_reward": metrics["reward"], "entropy": metrics.get("entropy"),
-                            "logprob_mismatch": metrics.get("logprob_gap")}
-            with steps_log.open("a") as fh:
-                fh.write(json.dumps(metrics) + "\n")
+            last_metrics = append_step(run_dir, metrics)
             reporter.step(state.step, metrics)
             if state.step % recipe.eval.every_steps == 0 or done():
                 do_eval()
@@ -227,6 +295,11 @@ def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: l
         raise
     finally:
         reporter.stop()
+    return summary(store, run_id, state)
+
+
+def summary(store, run_id: int, state: LoopState) -> dict:
+    """What :func:`run_training` returns: steps, first and last pass rate, compute."""
     points = store.points(run_id)
     return {"steps": state.step, "first_pass_rate": points[0]["pass_rate"] if points else None,
             "last_pass_rate": points[-1]["pass_rate"] if points else None,

@@ -1,0 +1,271 @@
+"""Streaming RL across processes (PipelineRL-k): in-flight weight updates over the real
+weight channel, the staleness bound, failure of a process, checkpoint and resume."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import SCALECTL, run_cli
+from scalectl.launch.local import pid_alive
+from scalectl.launch.roles import Task, free_port
+from scalectl.rl.batch import build_train_batch
+from scalectl.rl.groups import Group
+from scalectl.rl.model import build_tiny_model, build_tokenizer, head_log_softmax, token_logprobs
+from scalectl.rl.pipeline import staleness_bound, staleness_stats
+from scalectl.rl.rollout.cpu import CPURolloutEngine
+from scalectl.rl.stream import Channel, WeightSlot, flatten_weights, send_weights, weight_layout
+
+PROMPT = "12+34-5="
+T, S = 16, 7          # completion length; the weights change before the forward pass of call S
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return build_tokenizer()
+
+
+def _never_stops():
+    """A small untrained model that never samples EOS, so every row runs T tokens."""
+    m = build_tiny_model(seed=0, num_hidden_layers=2, hidden_size=64, intermediate_size=128)
+    bias = torch.zeros(m.config.vocab_size)
+    bias[m.config.eos_token_id] = -1e4
+    m.lm_head.bias = torch.nn.Parameter(bias)
+    return m
+
+
+def _channel_pair():
+    """The generator's (rank 0) and trainer's (rank 1) channels of a two-task job, in this process."""
+    port = free_port()
+    tasks = [Task(role, r, 2, r, 0, 1, "127.0.0.1", port, "env") for r, role in enumerate(("generator", "trainer"))]
+    out = [None, None]
+
+    def join(r):
+        out[r] = Channel.connect(tasks[r], timeout_s=60)
+
+    threads = [threading.Thread(target=join, args=(r,)) for r in (0, 1)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
+
+
+def _sample_with_update(tok, v0, v1):
+    """Sample 2 completions with weights ``v0``; the trainer side sends ``v1`` (version 1) over the
+    weight channel so that it lands just before forward pass number S."""
+    gen, trainer = _channel_pair()
+    engine = CPURolloutEngine(copy.deepcopy(v0), tok, version=0)
+    slot = WeightSlot(gen.groups["weights"], 1, engine, weight_layout(engine.model))
+    calls = {"n": 0}
+
+    def poll():
+        calls["n"] += 1
+        if calls["n"] == S:
+            for w in send_weights(trainer.groups["weights"], flatten_weights(v1), 1, 0):
+                w.wait()
+            assert slot.arrived.wait(30)
+        slot.poll()
+
+    engine.poll_weights = poll
+    comps = engine.generate([PROMPT], 2, max_new_tokens=T, seed=3)[0]
+    return comps, slot
+
+
+def _forced(model, c):
+    """Teacher-forced log-probs of completion ``c`` under ``model`` (no padding)."""
+    ids = torch.tensor([c.prompt_ids + c.token_ids])
+    with torch.no_grad():
+        logp, _ = token_logprobs(model, ids, torch.ones_like(ids), start=len(c.prompt_ids) - 1)
+    return logp[0]
+
+
+def _stale_cache_replay(m0, m1, c):
+    """Log-probs with the engine's in-flight semantics, computed in two teacher-forced chunks:
+    the prompt and tokens 0..S-3 by ``m0`` (their KV cache), then tokens S-2.. by ``m1`` on that cache."""
+    from transformers import DynamicCache
+
+    p = len(c.prompt_ids)
+    seq = c.prompt_ids + c.token_ids
+    cache = DynamicCache(config=m0.config)
+    with torch.no_grad():
+        a = m0.model(input_ids=torch.tensor([seq[:p + S - 2]]), cache=cache, use_cache=True).last_hidden_state
+        pos = torch.arange(p + S - 2, p + T - 1).unsqueeze(0)
+        b = m1.model(input_ids=torch.tensor([seq[p + S - 2:p + T - 1]]), position_ids=pos, cache=cache,
+                     use_cache=True).last_hidden_state
+        la = head_log_softmax(m0, a[:, p - 1:], head_fp32=True)
+        lb = head_log_softmax(m1, b, head_fp32=True)
+    logp = torch.cat([la, lb], dim=1)[0]
+    return logp.gather(-1, torch.tensor(c.token_ids).unsqueeze(-1)).squeeze(-1)
+
+
+def test_in_flight_update_head_only_logprobs_and_ratios(tok):
+    """Weights that differ only after the last layer (final norm, LM head) leave the KV cache
+    valid: every recorded log-prob equals the teacher-forced log-prob under the weights of the
+    version recorded for its token, and the trainer's importance ratio is 1 on the tokens of its
+    own version and pi_1 / pi_0 on the older ones."""
+    v0 = _never_stops()
+    v1 = copy.deepcopy(v0)
+    with torch.no_grad():
+        v1.model.norm.weight.mul_(1.5)
+        v1.lm_head.weight.add_(0.05 * torch.randn_like(v1.lm_head.weight))
+    comps, slot = _sample_with_update(tok, v0, v1)
+    assert slot.loads == 1
+    for c in comps:
+        assert c.versions == [0] * (S - 1) + [1] * (T - S + 1)      # two versions in one completion
+        rec = torch.tensor(c.logprobs)
+        f0, f1 = _forced(v0, c), _forced(v1, c)
+        assert torch.allclose(rec[:S - 1], f0[:S - 1], atol=1e-5)
+        assert torch.allclose(rec[S - 1:], f1[S - 1:], atol=1e-5)
+        assert (f1[:S - 1] - f0[:S - 1]).abs().max() > 1e-2       # the versions do differ
+    # the trainer (holding version 1) builds its batch from the recorded log-probs
+    group = Group(0, comps, [False, True], torch.tensor([-1.0, 1.0]))
+    batch = build_train_batch([group], "prompt", tok.pad_token_id)
+    with torch.no_grad():
+        logp, _ = token_logprobs(v1, batch.input_ids, batch.attention_mask, start=batch.start)
+    ratio = (logp - batch.gen_logp).exp()
+    for i, c in enumerate(comps):
+        assert torch.allclose(ratio[i, S - 1:T], torch.ones(T - S + 1), atol=1e-4)
+        expect = (_forced(v1, c) - _forced(v0, c))[:S - 1].exp()
+        assert torch.allclose(ratio[i, :S - 1], expect, atol=1e-4)
+
+
+def test_in_flight_update_keeps_the_stale_kv_cache(tok):
+    """A full weight update: tokens before it match version 0 exactly; tokens after it match
+    version 1 computed on the KV cache version 0 left (kept, not recomputed), which differs
+    from a fresh version-1 pass."""
+    v0 = _never_stops()
+    v1 = copy.deepcopy(v0)
+    with torch.no_grad():
+        for p in v1.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    comps, _ = _sample_with_update(tok, v0, v1)
+    for c in comps:
+        assert c.versions == [0] * (S - 1) + [1] * (T - S + 1)
+        rec = torch.tensor(c.logprobs)
+        assert torch.allclose(rec[:S - 1], _forced(v0, c)[:S - 1], atol=1e-5)
+        assert torch.allclose(rec, _stale_cache_replay(v0, v1, c), atol=1e-5)
+        assert (rec[S:] - _forced(v1, c)[S:]).abs().max() > 1e-3
+
+
+def test_staleness_stats_and_bounds():
+    # trainer version 5; completions with token versions (3, 3, 4) and (5, 5): lags 2 2 1 0 0
+    st = staleness_stats(5, [[3, 3, 4], [5, 5]])
+    assert st == {"staleness_max": 2, "staleness_mean": 1.0, "multi_version_share": 0.5, "tokens": 5,
+                  "completions": 2}
+    assert [staleness_bound(m, 8) for m in ("pipeline", "ppo_off_policy", "sync")] == [8, 7, 0]
+
+
+# --------------------------------------------------------------------------- the processes
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory) -> str:
+    """A freshly initialised tiny policy (no warm start: these tests are about the processes)."""
+    from scalectl.rl.model import save_policy
+
+    return str(save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path_factory.mktemp("policy") / "tiny"))
+
+
+P, G, K = 8, 8, 1
+TINY = ["--set", "batch.prompts_per_step=8", "--set", "batch.generations_per_prompt=8",
+        "--set", "eval.prompts=16", "--set", "eval.samples_per_prompt=2", "--set", "eval.every_steps=3",
+        "--set", "checkpoint.every_steps=3", "--set", f"async.k={K}", "--set", "data.train_size=400",
+        "--set", "budget.steps=9"]
+
+
+def _wait(cond, timeout=180.0, what="it"):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if (value := cond()):
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _launch(tmp_path, policy, name):
+    db, runs = tmp_path / "s.db", tmp_path / "runs"
+    env = dict(os.environ, SCALECTL_DB=str(db), COLUMNS="200")
+    args = ["run", "recipes/scalerl.toml", "--name", name, "--runs-dir", str(runs),
+            "--set", f"model.path={policy}", *TINY]
+    proc = subprocess.Popen([SCALECTL, *args], cwd=Path(__file__).resolve().parents[1], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    run_dir = runs / name
+    try:
+        _wait(lambda: (run_dir / "checkpoints" / "latest").exists(), what="the step-3 checkpoint")
+    except BaseException:
+        proc.kill()
+        raise
+    tasks = json.loads((run_dir / "pipeline" / "tasks.json").read_text())["tasks"]
+    return proc, run_dir, tasks
+
+
+def _steps(run_dir):
+    return [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+
+
+def test_killed_generator_fails_the_run(tmp_path, policy):
+    """`scalectl run` of a pipeline recipe spawns a generator and a trainer process that stream
+    with in-flight updates and never train on a token more than k versions old; SIGKILL on the
+    generator fails the run with a message naming it, and leaves no process behind."""
+    proc, run_dir, tasks = _launch(tmp_path, policy, "pipe")
+    gen = next(t for t in tasks if t["role"] == "generator")
+    try:
+        os.kill(gen["pid"], signal.SIGKILL)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    db = tmp_path / "s.db"
+    shown = json.loads(run_cli("show", "pipe", "--json", db=db, check=True).stdout)
+    row = shown["run"]
+    assert row["status"] == "failed"
+    assert (f"PipelineFailed: pipeline generator process (rank 0, pid {gen['pid']}) was killed by signal SIGKILL"
+            in row["error"]), row["error"]
+    assert not any(pid_alive(t["pid"]) for t in tasks)             # no orphan
+    steps = _steps(run_dir)
+    assert len(steps) >= 3
+    assert max(s["staleness_max"] for s in steps) <= K
+    assert any(s["multi_version_share"] > 0 for s in steps)          # in-flight updates happened
+    assert all(0 <= s["trainer_idle_share"] <= 1 for s in steps)
+    points = shown["points"]
+    assert [p["step"] for p in points][:2] == [0, 3]
+    assert all(p["samples"] == p["step"] * P * G for p in points)    # P groups of G consumed per step
+
+
+@pytest.mark.slow
+def test_interrupted_run_checkpoints_and_resumes(tmp_path, policy):
+    """SIGINT (Ctrl-C, `scalectl cancel`) drains the pipeline: the trainer checkpoints, the run is
+    cancelled, no process is left; `run --resume` finishes it with evaluation steps 0, 3, 6, 9
+    once each and exactly P x G samples per step."""
+    proc, run_dir, tasks = _launch(tmp_path, policy, "pipe")
+    try:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    db = tmp_path / "s.db"
+    row = json.loads(run_cli("show", "pipe", "--json", db=db, check=True).stdout)["run"]
+    assert row["status"] == "cancelled" and proc.returncode == 130
+    assert not any(pid_alive(t["pid"]) for t in tasks)
+    stopped_at = int((run_dir / "checkpoints" / "latest").read_text().split("-")[1])
+    assert stopped_at >= 3
+
+    run_cli("run", "--resume", "pipe", "--runs-dir", str(tmp_path / "runs"), db=db, check=True, timeout=240)
+    shown = json.loads(run_cli("show", "pipe", "--json", db=db, check=True).stdout)
+    assert shown["run"]["status"] == "completed"
+    assert [p["step"] for p in shown["points"]] == [0, 3, 6, 9]
+    assert [p["samples"] for p in shown["points"]] == [s * P * G for s in (0, 3, 6, 9)]
+    steps = _steps(run_dir)
+    assert steps[-1]["step"] == 9 and max(s["staleness_max"] for s in steps) <= K
