@@ -210,8 +210,6 @@ def test_make_engine_from_recipe(model, tok):
     assert isinstance(engine, CPURolloutEngine) and engine.head_fp32
     bf = Recipe.model_validate({"precision": {"lm_head": "bf16"}})
     assert make_engine(bf, model, tok).head_fp32 is False
-    with pytest.raises(ValueError, match="rollout_engine"):
-        make_engine(Recipe.model_validate({"hardware": {"rollout_engine": "vllm"}}), model, tok)
 
 
 def test_completion_checks_lengths():
