@@ -13,16 +13,6 @@ from scalectl.commands.progress import RichReporter
 from scalectl.errors import UserError
 
 
-def _unique_name(store, base: str) -> str:
-    taken = {r["name"] for r in store.find_runs(name_prefix=base)}
-    if base not in taken:
-        return base
-    i = 2
-    while f"{base}-{i}" in taken:
-        i += 1
-    return f"{base}-{i}"
-
-
 def plan_lines(recipe, setup_path) -> list[str]:
     """A short human summary of what a run will do."""
     r = recipe
@@ -67,11 +57,12 @@ def run(
     and stops) unless --detach; Slurm runs are submitted and the command
     returns (follow with `scalectl logs RUN --follow`, `scalectl status`).
     """
-    from scalectl.job import read_job_file, run_job, write_job_file
+    from scalectl.job import read_job_file, run_job
     from scalectl.launch.base import LAUNCHER_TYPES
     from scalectl.names import check_name
     from scalectl.recipe import Recipe
     from scalectl.recipe_io import find_default_setup, load
+    from scalectl.runs import create_run, unique_name
 
     if launcher is not None and launcher not in LAUNCHER_TYPES:
         raise UserError(f"--launcher {launcher!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
@@ -106,12 +97,8 @@ def run(
             return
         with open_store(db) as store:
             run_name = check_name(name) if name else check_name(
-                _unique_name(store, f"{recipe.name}-s{recipe.seed}"), "run name (from the recipe's name)")
-            run_dir = (runs_dir / run_name).resolve()
-            run_id = store.create_run(run_name, recipe=recipe.to_dict(), recipe_hash=recipe.content_hash,
-                                      seed=recipe.seed, launcher=kind, hardware=recipe.hardware.name,
-                                      run_dir=str(run_dir))
-            write_job_file(run_dir, db=store.path, run_id=run_id, recipe=recipe.to_dict())
+                unique_name(store, f"{recipe.name}-s{recipe.seed}"), "run name (from the recipe's name)")
+            run_id, run_dir = create_run(store, recipe, run_name, runs_dir, launcher=kind)
         err.print(f"run {run_name} (id {run_id}), folder {run_dir}")
     if kind == "slurm" or detach:
         _submit(kind, run_id, run_name, run_dir, recipe, resume is not None, db, json_)
