@@ -1,0 +1,148 @@
+"""The ablation report: verdict sentences, and the report of imported synthetic
+curves named as an ablation's runs (no training)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_cli
+from scalectl.compare import FASTER, HIGHER, LOWER, SLOWER, UNDECIDED, RunCurve, Row
+from scalectl.curve import SigmoidFit
+from scalectl.importer import import_points
+from scalectl.report import VariantResult, sentence
+from scalectl.store import Store
+
+
+def _fit(A: float, B: float = 2.0) -> SigmoidFit:
+    return SigmoidFit(A=A, B=B, C_mid=2500.0, R0=0.3, r0_fitted=False, window=(100.0, 12500.0),
+                      n_points=30, rmse=0.003, method="vp", intervals={"A": (A - 0.004, A + 0.004)})
+
+
+def _variant(name: str, lead: str, A: float) -> VariantResult:
+    fit = _fit(A)
+    return VariantResult(name, False, lead, [], [], curve=RunCurve(np.array([1.0]), np.array([0.3]), fit))
+
+
+def _row(name, A, verdict, reason="", d_iv=(-0.01, 0.01), shared=None, b_shared=None) -> Row:
+    return Row(name=name, A=A, B=2.0, C_mid=2500.0, A_interval=(A - 0.004, A + 0.004), delta_A=A - 0.61,
+               delta_A_interval=d_iv, verdict=verdict, reason=reason, shared_A=shared, B_shared=b_shared)
+
+
+def test_sentences_per_verdict():
+    base = _fit(0.61)
+    v = _variant("loo-fp32", "Removing the FP32 head", 0.55)
+    assert sentence(v, _row("loo-fp32", 0.55, LOWER), base, 0.02) == \
+        "Removing the FP32 head lowered the ceiling from 0.61 to 0.55, beyond the 0.02 margin."
+    v = _variant("gspo", "Changing loss.type from cispo to gspo", 0.64)
+    assert sentence(v, _row("gspo", 0.64, HIGHER), base, 0.02) == \
+        "Changing loss.type from cispo to gspo raised the ceiling from 0.61 to 0.64, beyond the 0.02 margin."
+    # equal at two decimals: three are printed
+    v = _variant("loo-plan", "Removing batch-level advantage normalization", 0.6064)
+    reason = ("dA = -0.004 [-0.010, +0.002] within margin 0.020; with A = 0.608 shared: B 1.52 vs 2.01, "
+              "C_mid 2611 vs 2490")
+    assert sentence(v, _row("loo-plan", 0.6064, SLOWER, reason, shared=0.608, b_shared=1.52), base, 0.02) == (
+        "Removing batch-level advantage normalization left the ceiling within the 0.02 margin "
+        "(0.610 -> 0.606): a tie on ceiling, slower rise (with A shared at 0.608: B 1.52 vs 2.01, "
+        "C_mid 2611 vs 2490).")
+    v = _variant("pipe", "Changing async.mode from ppo_off_policy to pipeline", 0.62)
+    s = sentence(v, _row("pipe", 0.62, FASTER, reason, shared=0.615, b_shared=2.4), base, 0.02)
+    assert "a tie on ceiling, faster rise" in s and "(0.61 -> 0.62)" in s
+    v = _variant("x", "", 0.63)
+    assert sentence(v, _row("x", 0.63, UNDECIDED, "dA straddles", d_iv=(-0.004, 0.044)), base, 0.02) == (
+        "Variant x moved the ceiling from 0.61 to 0.63, but the interval of the difference "
+        "[-0.004, +0.044] straddles the 0.02 margin: undecided (train longer or add seeds).")
+    broken = VariantResult("y", False, "Removing y", [], [], error="no run")
+    assert sentence(broken, None, base, 0.02) == "Removing y could not be judged: no run."
+
+
+# --------------------------------------------------------------------------- imported curves
+
+C_MID = 2500.0
+#: variant -> (A, B, final truncation rate) of its synthetic curve; R0 = 0.30.
+CURVES = {"base": (0.61, 2.0, 0.04), "loo-fp32": (0.55, 2.0, 0.05), "loo-plan": (0.61, 1.4, 0.04),
+          "loo-lp": (0.60, 2.0, 0.14)}
+
+
+def _write_curve(path, A, B, trunc_end, seed):
+    rng = np.random.default_rng(seed)
+    c = np.concatenate([[0.0], np.geomspace(100, 5 * C_MID, 40)])
+    r = 0.30 + (A - 0.30) / (1 + (C_MID / np.maximum(c, 1e-9)) ** B)
+    r[1:] += rng.normal(0, 0.003, c.size - 1)
+    t = trunc_end * np.linspace(0.2, 1.0, c.size)
+    lines = ["step,gpu_hours,pass_rate,truncation_rate"]
+    lines += [f"{i},{ci:.3f},{ri:.5f},{ti:.4f}" for i, (ci, ri, ti) in enumerate(zip(c, r, t))]
+    path.write_text("\n".join(lines) + "\n")
+
+
+@pytest.fixture(scope="module")
+def imported(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("report")
+    db = tmp / "s.db"
+    with Store.open(db) as store:
+        for i, (variant, (A, B, tr)) in enumerate(CURVES.items()):
+            csv = tmp / f"{variant}.csv"
+            _write_curve(csv, A, B, tr, seed=i)
+            import_points(store, csv, f"scalerl-loo--{variant}--s0")
+    return tmp, db
+
+
+def test_report_of_an_ablation_file(imported):
+    tmp, db = imported
+    out = tmp / "out"
+    proc = run_cli("report", "ablations/scalerl-loo.toml", "--out", str(out), "--runs-dir", str(tmp / "runs"),
+                   "--bootstrap", "300", "--json", db=db)
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    res = data["result"]
+    rows = {r["name"]: r for r in res["comparison"]["rows"]}
+    assert res["baseline"] == "base" and res["kind"] == "leave_one_out"
+    fits = {v["name"]: v["fit"] for v in res["variants"]}
+    for variant, (A, B, _) in CURVES.items():     # noise sd 0.003, data to 5 x C_mid: A within 0.01
+        assert abs(fits[variant]["A"] - A) < 0.01, (variant, fits[variant])
+    assert rows["loo-fp32"]["verdict"] == LOWER
+    assert rows["loo-plan"]["verdict"] == SLOWER       # same A, B 1.4 against 2.0
+    assert rows["loo-plan"]["B_shared"] < 1.6
+    sentences = {v["name"]: v["sentence"] for v in res["variants"]}
+    a_base, a_fp32 = fits["base"]["A"], fits["loo-fp32"]["A"]
+    assert sentences["loo-fp32"] == (f"Removing the FP32 head lowered the ceiling from {a_base:.2f} to "
+                                     f"{a_fp32:.2f}, beyond the 0.02 margin.")
+    assert sentences["loo-plan"].startswith("Removing batch-level advantage normalization left the ceiling "
+                                            "within the 0.02 margin") and "slower rise" in sentences["loo-plan"]
+    # the truncation flag of the run whose truncation rate passes 0.10
+    assert "truncation" in [f["code"] for f in fits["loo-lp"]["flags"]]
+    assert "truncation" not in [f["code"] for f in fits["base"]["flags"]]
+    # variants without runs are in the report, unjudged
+    assert sentences["loo-dapo"] == "Removing the CISPO loss could not be judged: no run in the store."
+    assert [r["status"] for r in next(v for v in res["variants"] if v["name"] == "loo-dapo")["runs"]] == ["missing"]
+
+    page = (out / "index.html").read_text()
+    images = re.findall(r"src='data:image/png;base64,([A-Za-z0-9+/=]+)'", page)
+    assert len(images) == 3                          # curves, leave-one-out lines, truncation
+    import base64
+    assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
+    assert "Removing the FP32 head lowered the ceiling" in page and "<script" not in page
+    md = (out / "summary.md").read_text()
+    assert sentences["loo-fp32"] in md
+    assert re.search(r"!\[Pass rate against compute with the fitted sigmoids[^]]*\]\(curves.png\)", md)
+    assert "| loo-fp32 | precision.lm_head fp32 -> bf16 |" in md
+    for name in ("curves.png", "loo.png", "truncation.png"):
+        assert (out / name).stat().st_size > 10_000
+
+
+def test_report_by_name_without_manifest(imported):
+    """Runs found by their names alone (no manifest, no file): the variant called base is the baseline."""
+    tmp, db = imported
+    proc = run_cli("report", "scalerl-loo", "--out", str(tmp / "by-name"), "--runs-dir", str(tmp / "runs"),
+                   "--bootstrap", "0", "--json", db=db)
+    assert proc.returncode == 0, proc.stderr
+    res = json.loads(proc.stdout)["result"]
+    assert [v["name"] for v in res["variants"]] == ["base", "loo-fp32", "loo-plan", "loo-lp"]
+    assert res["baseline"] == "base"
+    assert (tmp / "by-name" / "index.html").exists()
+    bad = run_cli("report", "no-such-ablation", "--runs-dir", str(tmp / "runs"), db=db)
+    assert bad.returncode == 2
+    assert "no ablation 'no-such-ablation'" in bad.stderr
