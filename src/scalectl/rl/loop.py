@@ -15,6 +15,7 @@ in the store with the compute spent so far.
 from __future__ import annotations
 
 import json
+import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -225,6 +226,17 @@ def append_step(run_dir: Path, metrics: dict) -> dict:
             "logprob_mismatch": metrics.get("logprob_gap")}
 
 
+def cpu_threads_per_device(hardware) -> int:
+    """On a CPU, give each device of the run (generator, trainer) an equal share of
+    the cores as torch threads; more threads than cores makes a tiny model's step
+    many times slower once other processes compete for the machine."""
+    if hardware.device != "cpu":
+        return torch.get_num_threads()
+    threads = max(1, (os.cpu_count() or 1) // hardware.devices)
+    torch.set_num_threads(threads)
+    return threads
+
+
 def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: list, eval_problems: list,
                  reporter: Reporter | None = None, resume: bool = False) -> dict:
     """Train until the budget is spent, storing evaluation points as they come.
@@ -249,6 +261,7 @@ def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: l
         return run_pipeline(recipe, run_dir, store, run_id, train_problems=train_problems,
                             eval_problems=eval_problems, reporter=reporter, resume=resume)
     reporter = reporter or Reporter()
+    cpu_threads_per_device(recipe.hardware)
     torch.manual_seed(recipe.seed)
     policy = build_policy(recipe, reporter)
     state = new_state(recipe, policy.n_params, len(train_problems))
