@@ -1,0 +1,161 @@
+"""Shared helpers of the benchmark scripts: timing, peak memory, the machine, and
+one consistent way of printing a figure against its target.
+
+Every benchmark prints, for each figure that has a target, one line::
+
+    target: <figure> <op> <target> <unit>: <value> <unit>, met      (or MISSED)
+
+and, when ``$BENCH_RESULTS`` names a file, appends the figure to it as one JSON
+line (``make bench`` collects them; ``python benchmarks/common.py summary FILE``
+prints the Markdown table of ``benchmarks/README.md``).
+
+    python benchmarks/common.py machine            # nproc, CPU model, load average
+    python benchmarks/common.py summary FILE.jsonl  # the README table
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import resource
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+OPS = {"<": lambda v, t: v < t, "<=": lambda v, t: v <= t, ">": lambda v, t: v > t, ">=": lambda v, t: v >= t,
+       "==": lambda v, t: v == t}
+
+
+def timed(fn, repeats: int) -> list[float]:
+    """Wall-clock seconds of ``repeats`` calls of ``fn()`` (perf_counter)."""
+    out = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t)
+    return out
+
+
+def median(xs) -> float:
+    """The median of a non-empty sequence."""
+    return statistics.median(list(xs))
+
+
+def peak_rss_mib() -> float:
+    """Peak resident set size of this process so far, MiB (``getrusage``: KiB on Linux)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def cpu_model() -> str:
+    """The CPU model name from /proc/cpuinfo (platform.processor() elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "unknown"
+
+
+def machine() -> dict:
+    """nproc, CPU model, 1/5/15-minute load averages, Python and torch-free platform facts."""
+    return {"nproc": os.cpu_count(), "cpu": cpu_model(), "loadavg": [round(x, 2) for x in os.getloadavg()],
+            "python": platform.python_version(), "platform": platform.platform()}
+
+
+def machine_line() -> str:
+    """One printable line of :func:`machine`."""
+    m = machine()
+    return (f"machine: {m['nproc']} CPUs ({m['cpu']}), load average {m['loadavg'][0]:.2f} "
+            f"{m['loadavg'][1]:.2f} {m['loadavg'][2]:.2f}, Python {m['python']}")
+
+
+@dataclass
+class Figure:
+    """One measured figure and, if it has one, its target.
+
+    Attributes:
+        bench: the script (``bench_store``).
+        name: what was measured, in words.
+        value: the measurement, in ``unit``.
+        unit: ``s``, ``rows/s``, ``x`` (a ratio), ...
+        op, target: the target is ``value op target`` (``op`` one of <, <=, >, >=, ==);
+            None for a figure shown for scale only.
+    """
+
+    bench: str
+    name: str
+    value: float
+    unit: str = ""
+    op: str | None = None
+    target: float | None = None
+
+    @property
+    def met(self) -> bool | None:
+        """Whether the target is met; None without a target."""
+        if self.op is None or self.target is None:
+            return None
+        return bool(OPS[self.op](self.value, self.target))
+
+    def verdict(self) -> str:
+        """``met``, ``MISSED`` or ``-``."""
+        return {True: "met", False: "MISSED", None: "-"}[self.met]
+
+
+def _fmt(x: float) -> str:
+    if x == 0 or 0.01 <= abs(x) < 1e6:
+        return f"{x:,.3g}" if abs(x) < 100 else f"{x:,.0f}"
+    return f"{x:.3g}"
+
+
+def report(fig: Figure) -> Figure:
+    """Print ``fig``'s target line (or its value line) and append it to ``$BENCH_RESULTS``."""
+    unit = f" {fig.unit}" if fig.unit else ""
+    if fig.met is None:
+        print(f"figure: {fig.name}: {_fmt(fig.value)}{unit}")
+    else:
+        print(f"target: {fig.name} {fig.op} {_fmt(fig.target)}{unit}: {_fmt(fig.value)}{unit}, {fig.verdict()}")
+    path = os.environ.get("BENCH_RESULTS")
+    if path:
+        with open(path, "a") as fh:
+            fh.write(json.dumps({**asdict(fig), "met": fig.met, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+                                 "loadavg": os.getloadavg()[0]}) + "\n")
+    return fig
+
+
+def print_table(title: str, columns: list[str], rows: list[list], left: int = 1) -> None:
+    """A rich table: the first ``left`` columns left-aligned, the others right-aligned."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title)
+    for i, col in enumerate(columns):
+        table.add_column(col, justify="left" if i < left else "right")
+    for row in rows:
+        table.add_row(*[r if isinstance(r, str) else _fmt(r) for r in row])
+    Console().print(table)
+
+
+def summary(path: str) -> str:
+    """The Markdown table (figure, value, target, met?) of a ``$BENCH_RESULTS`` file."""
+    lines = ["| benchmark | figure | value | target | met? |", "|---|---|---|---|---|"]
+    for line in Path(path).read_text().splitlines():
+        f = json.loads(line)
+        unit = f" {f['unit']}" if f["unit"] else ""
+        target = f"{f['op']} {_fmt(f['target'])}{unit}" if f["op"] else "-"
+        met = {True: "yes", False: "**no**", None: "-"}[f["met"]]
+        lines.append(f"| {f['bench']} | {f['name']} | {_fmt(f['value'])}{unit} | {target} | {met} |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 2 and sys.argv[1] == "machine":
+        print(machine_line())
+    elif len(sys.argv) == 3 and sys.argv[1] == "summary":
+        print(summary(sys.argv[2]))
+    else:
+        sys.exit("usage: python benchmarks/common.py machine | summary FILE.jsonl")
