@@ -244,7 +244,12 @@ def parse_run_name(name: str) -> tuple[str, str, int] | None:
     return parts[0], parts[1], int(seed)
 
 
-def _check_part(name: str, what: str) -> str:
+def check_part(name: str, what: str) -> str:
+    """``name`` if it is a safe name (:func:`scalectl.names.check_name`) without ``--``.
+
+    Raises:
+        UserError: naming the value and what is allowed.
+    """
     check_name(name, what)
     if SEP in name:
         raise UserError(f"{what} {name!r} may not contain {SEP!r} (it separates the parts of run names)")
@@ -305,7 +310,7 @@ def parse_forward(text: str) -> tuple[str, tuple[Any, ...]]:
 def leave_one_out_spec(base: str | Path = DEFAULT_BASE_RECIPE, *, name: str = "scalerl-loo",
                        variants: tuple[VariantSpec, ...] = SCALERL_LOO, **kw) -> AblationSpec:
     """A leave-one-out ablation of ``base`` (default ScaleRL's seven variants)."""
-    return AblationSpec(name=_check_part(name, "ablation name"), kind="leave_one_out",
+    return AblationSpec(name=check_part(name, "ablation name"), kind="leave_one_out",
                         base=Path(base), variants=variants, **kw)
 
 
@@ -316,7 +321,7 @@ def forward_spec(axes: list[tuple[str, tuple[Any, ...]]], base: str | Path = DEF
     if not axes:
         raise UserError("a forward ablation needs at least one axis (--forward KEY=V1,V2)")
     name = name or "forward-" + "+".join(k for k, _ in axes)
-    return AblationSpec(name=_check_part(name, "ablation name"), kind="forward", base=Path(base),
+    return AblationSpec(name=check_part(name, "ablation name"), kind="forward", base=Path(base),
                         forward=tuple((k, tuple(v)) for k, v in axes), **kw)
 
 
@@ -364,7 +369,7 @@ def read_ablation(path: str | Path) -> AblationSpec:
         if bad:
             raise UserError(f"{path}: variants[{i}] ({v['name']}): unknown key(s) {', '.join(bad)}; "
                             f"allowed: {', '.join(sorted(_VARIANT_KEYS))}")
-        variants.append(VariantSpec(_check_part(v["name"], f"{path}: variant name"),
+        variants.append(VariantSpec(check_part(v["name"], f"{path}: variant name"),
                                     strings(v.get("set", []), f"variants[{i}].set"),
                                     rel(v.get("recipe"), f"variants[{i}].recipe"), v.get("what", ""),
                                     v.get("description", "")))
@@ -393,7 +398,7 @@ def read_ablation(path: str | Path) -> AblationSpec:
         raise UserError(f"{path}: every variant needs a recipe when the ablation has no base")
     default_baseline = variants[0].name if kind == "variants" else BASE
     return AblationSpec(
-        name=_check_part(data.get("name", path.stem), f"{path}: ablation name"), kind=kind, base=base,
+        name=check_part(data.get("name", path.stem), f"{path}: ablation name"), kind=kind, base=base,
         setup=rel(data.get("setup"), "setup"), variants=tuple(variants),
         forward=tuple((k, tuple(v)) for k, v in forward.items()),
         baseline=data.get("baseline", default_baseline), repeats=repeats,

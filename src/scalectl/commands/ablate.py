@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import statistics
+from dataclasses import replace
 import time
 from pathlib import Path
 from typing import Annotated
@@ -133,7 +134,7 @@ def _spec(file, leave_one_out: bool, forward: list[str], base: Path | None, name
         if base is not None:
             raise UserError("--base is for --leave-one-out and --forward; an ablation file names its base")
         spec = ab.read_ablation(file)
-        return spec if name is None else ab.AblationSpec(**{**spec.__dict__, "name": ab._check_part(name, "--name")})
+        return spec if name is None else replace(spec, name=ab.check_part(name, "--name"))
     base = base or Path(ab.DEFAULT_BASE_RECIPE)
     if leave_one_out:
         return ab.leave_one_out_spec(base, **({"name": name} if name else {}))
