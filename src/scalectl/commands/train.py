@@ -114,6 +114,14 @@ def run(
     except KeyboardInterrupt:
         err.print(f"stopped; continue with: scalectl run --resume {run_dir.name}")
         raise typer.Exit(130) from None
+    except UserError:
+        raise
+    except Exception as exc:  # the run is marked failed in the store; the traceback goes to its folder
+        import traceback
+
+        (run_dir / "error.log").write_text(traceback.format_exc())
+        err.print(f"[red]run failed:[/red] {exc}\n(traceback in {run_dir / 'error.log'})", markup=True)
+        raise typer.Exit(1) from None
     if json_:
         print_json(summary)
     else:

@@ -54,8 +54,11 @@ def load_prompt_sets(recipe, tokenizer=None, *, log=None) -> tuple[list, list]:
     if source == "synthetic:arithmetic":
         from scalectl.rl.tasks import make_splits
 
-        return make_splits(recipe.data.train_size or DEFAULT_SYNTHETIC_TRAIN, recipe.eval.prompts,
-                           seed=recipe.data.seed, difficulty=recipe.data.difficulty)
+        try:
+            return make_splits(recipe.data.train_size or DEFAULT_SYNTHETIC_TRAIN, recipe.eval.prompts,
+                               seed=recipe.data.seed, difficulty=recipe.data.difficulty)
+        except ValueError as exc:  # sizes the synthetic task cannot supply
+            raise UserError(f"data.source = 'synthetic:arithmetic': {exc}") from None
     if source.startswith("synthetic:"):
         raise UserError(f"data.source = {source!r} is not one of: synthetic:arithmetic, "
                         "a .jsonl/.json/.parquet file, hf:NAME")
