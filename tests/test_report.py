@@ -135,14 +135,45 @@ def test_report_of_an_ablation_file(imported):
 
 def test_report_by_name_without_manifest(imported):
     """Runs found by their names alone (no manifest, no file): the variant called base is the baseline."""
+    from scalectl.commands.ablate import find_manifest
+    from scalectl.errors import UserError
+    from scalectl.report import gather
+
     tmp, db = imported
-    proc = run_cli("report", "scalerl-loo", "--out", str(tmp / "by-name"), "--runs-dir", str(tmp / "runs"),
-                   "--bootstrap", "0", "--json", db=db)
-    assert proc.returncode == 0, proc.stderr
-    res = json.loads(proc.stdout)["result"]
-    assert [v["name"] for v in res["variants"]] == ["base", "loo-fp32", "loo-plan", "loo-lp"]
-    assert res["baseline"] == "base"
-    assert (tmp / "by-name" / "index.html").exists()
-    bad = run_cli("report", "no-such-ablation", "--runs-dir", str(tmp / "runs"), db=db)
-    assert bad.returncode == 2
-    assert "no ablation 'no-such-ablation'" in bad.stderr
+    with Store.open(db) as store:
+        manifest = find_manifest(store, "scalerl-loo", tmp / "runs")
+        result = gather(store, manifest, bootstrap=0)
+        with pytest.raises(UserError, match="no ablation 'no-such-ablation'"):
+            find_manifest(store, "no-such-ablation", tmp / "runs")
+    assert [v.name for v in result.variants] == ["base", "loo-fp32", "loo-plan", "loo-lp"]
+    assert [v["runs"] for v in manifest["variants"]] == [[f"scalerl-loo--{v}--s0"] for v in CURVES]
+    # no lead phrase without a plan; no bootstrap: the point estimates count as exact
+    assert result.baseline == "base" and result.comparison.row("loo-fp32").verdict == LOWER
+    assert result.variant("loo-fp32").sentence == \
+        "Variant loo-fp32 lowered the ceiling from 0.61 to 0.55, beyond the 0.02 margin."
+
+
+def test_seeds_of_a_variant_are_pooled(tmp_path):
+    """Two seeds per variant: one fit on the pooled points for the verdict, and the
+    per-seed fits for the spread of A."""
+    from scalectl.report import gather
+
+    db = tmp_path / "s.db"
+    manifest = {"name": "two", "kind": "forward", "baseline": "base", "margin": 0.02, "variants": []}
+    with Store.open(db) as store:
+        for variant, A, lead in (("base", 0.61, ""), ("low", 0.55, "Changing x from a to b")):
+            names = []
+            for seed in (0, 1):
+                csv = tmp_path / f"{variant}-{seed}.csv"
+                _write_curve(csv, A, 2.0, 0.02, seed=10 * seed + len(variant))
+                names.append(f"two--{variant}--s{seed}")
+                import_points(store, csv, names[-1])
+            manifest["variants"].append({"name": variant, "is_base": variant == "base", "lead": lead,
+                                         "changes": [], "runs": names})
+        result = gather(store, manifest, bootstrap=100)
+    low = result.variant("low")
+    assert low.curve.fit.n_points == 2 * 18              # 18 points past 1,500 GPU-hours per seed
+    assert [f.n_points for f in low.seed_fits] == [18, 18]
+    assert abs(low.curve.fit.A - 0.55) < 0.01
+    assert result.comparison.row("low").verdict == LOWER
+    assert low.sentence.startswith("Changing x from a to b lowered the ceiling from 0.61 to 0.55")

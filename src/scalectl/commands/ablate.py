@@ -493,14 +493,18 @@ def _manifest_from_store(store, name: str) -> dict:
             "notes": [f"no manifest: runs found by their names {name}--VARIANT--sSEED"]}
 
 
-def _manifest_for_report(store, ref: str, runs_dir: Path) -> dict:
-    """The manifest of ``ref``: an ablation file or name (see :func:`report`)."""
+def find_manifest(store, ref: str, runs_dir: str | Path = "runs") -> dict:
+    """The manifest of ``ref``: an ablation file or name (see :func:`report`).
+
+    Raises:
+        UserError: an invalid file, or a name with neither a manifest nor runs.
+    """
     from scalectl.ablation import plan as make_plan
     from scalectl.ablation import read_ablation
     from scalectl.names import check_name
     from scalectl.runs import find_existing
 
-    path = Path(ref)
+    path, runs_dir = Path(ref), Path(runs_dir)
     if path.suffix == ".toml" or path.exists():
         spec = read_ablation(path)
         saved = manifest_path(runs_dir, spec.name)
@@ -539,7 +543,7 @@ def report(
     found by their names NAME--VARIANT--sSEED (imported curves too).
     """
     with open_store(db) as store:
-        manifest = _manifest_for_report(store, ablation, runs_dir)
+        manifest = find_manifest(store, ablation, runs_dir)
         path = store.path
     _finish(path, manifest, out_dir or Path("reports") / manifest["name"], bootstrap, margin, json_)
 
