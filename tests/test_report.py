@@ -9,7 +9,7 @@ import re
 import numpy as np
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import run_cli
 from scalectl.compare import FASTER, HIGHER, LOWER, SLOWER, UNDECIDED, RunCurve, Row
 from scalectl.curve import SigmoidFit
 from scalectl.importer import import_points
