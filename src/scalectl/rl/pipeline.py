@@ -53,7 +53,7 @@ from scalectl.rl.loop import (
     load_model, new_state, restore_state, summary, train_on_groups,
 )
 from scalectl.rl.stream import (
-    BYE, Channel, Inbox, PeerLost, WeightSlot, flatten_weights, recv_object, send_object, send_weights,
+    BYE, STOP, Channel, Inbox, PeerLost, WeightSlot, end_weights, flatten_weights, send_object, send_weights,
     weight_layout,
 )
 
@@ -279,10 +279,11 @@ class Feeder:
                 "samples_per_s": st["completions"] / wall, "tokens_per_s": st["tokens"] / wall}
 
     def close(self, timeout_s: float = 60.0) -> None:
-        """Tell every generator to stop and wait for its last word."""
+        """Tell every generator to stop, end the flows to it, and wait for its last word."""
         for g in self.generators:
             try:
-                for w in send_object(self.channel.groups["control"], ("stop",), g):
+                for w in (send_object(self.channel.groups["control"], (STOP,), g)
+                          + end_weights(self.channel.groups["weights"], g)):
                     w.wait()
             except Exception:  # noqa: BLE001 - a dead generator has nothing to stop
                 self.byes.setdefault(g, "lost")
@@ -414,7 +415,7 @@ def run_generator(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) 
                 idle += time.perf_counter() - t0
             if isinstance(msg, PeerLost):
                 raise msg
-            if msg is not None and msg[0] == "stop":
+            if msg is not None and msg[0] == STOP:
                 reason = "stopped"
                 break
             if msg is not None:
@@ -452,7 +453,7 @@ def run_generator(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) 
             _, msg = control.get(timeout=0.5)
         except queue.Empty:
             continue
-        if isinstance(msg, PeerLost) or msg[0] == "stop":
+        if isinstance(msg, PeerLost) or msg[0] == STOP:
             break
     return reason
 

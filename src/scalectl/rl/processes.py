@@ -213,8 +213,10 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0) -> dict:
                 deadline = deadline or time.monotonic() + grace_s
     finally:
         signal_all(signal.SIGKILL)
-        for p in procs:
+        for rank, p in enumerate(procs):
             p.wait()
+            if rank not in dict(exits):
+                exits.append((rank, p.returncode))
         while not events.empty():
             rank, ev = events.get()
             if ev is not None and ev["event"] == "error":
@@ -233,4 +235,7 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0) -> dict:
 
 
 if __name__ == "__main__":
-    raise SystemExit(child_main())
+    code = child_main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)      # no interpreter teardown: a receive still pending after a failure would abort it

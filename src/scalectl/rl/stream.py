@@ -20,7 +20,10 @@ and a gloo receive cannot be polled (``Work.is_completed`` turns true only in
 ``wait``), so every receiving end is a thread blocked in ``wait`` that hands
 what arrives to the process's main thread (:class:`Inbox`,
 :class:`WeightSlot`).  A peer that dies closes its connections: the blocked
-receive raises at once and the inbox reports :class:`PeerLost`.
+receive raises at once and the inbox reports :class:`PeerLost`.  A process
+must not exit while one of its receives is pending (gloo aborts it), so
+every flow ends with a last message (:data:`BYE`, :data:`STOP`, a weights
+header with version -1) that ends its receiving thread.
 """
 
 from __future__ import annotations
@@ -35,8 +38,10 @@ import torch
 import torch.distributed as dist
 
 FLOWS = ("rollouts", "control", "weights")
-#: What a generator sends last on ``rollouts`` (with its reason), so that the trainer stops listening.
+#: The last message on ``rollouts``: ``(BYE, reason)`` from a generator.
 BYE = "bye"
+#: The last message on ``control``: ``(STOP,)`` from the trainer.
+STOP = "stop"
 
 
 class PeerLost(RuntimeError):
@@ -106,8 +111,8 @@ class Inbox:
     """Objects from several senders on one flow, received by one thread per sender.
 
     ``get`` returns ``(src, obj)``; a sender whose connection fails yields
-    ``(src, PeerLost(...))`` and its thread ends; a sender's :data:`BYE`
-    message (a tuple ``(BYE, reason)``) ends its thread after being delivered.
+    ``(src, PeerLost(...))`` and its thread ends; a last message (a tuple
+    starting with :data:`BYE` or :data:`STOP`) ends its thread after being delivered.
     """
 
     def __init__(self, pg, sources: list[int], name: str):
@@ -125,7 +130,7 @@ class Inbox:
                 self.queue.put((src, PeerLost(f"rank {src} stopped answering: {exc}")))
                 return
             self.queue.put((src, obj))
-            if isinstance(obj, tuple) and obj and obj[0] == BYE:
+            if isinstance(obj, tuple) and obj and obj[0] in (BYE, STOP):
                 return
 
     def get(self, timeout: float | None = None):
@@ -169,6 +174,11 @@ def send_weights(pg, flat: torch.Tensor, version: int, dst: int) -> list:
     return [pg.send([header], dst, 0), pg.send([flat], dst, 0)]
 
 
+def end_weights(pg, dst: int) -> list:
+    """The last message on the weights flow to rank ``dst`` (ends its :class:`WeightSlot` thread)."""
+    return [pg.send([torch.tensor([-1, 0], dtype=torch.int64)], dst, 0)]
+
+
 class WeightSlot:
     """The newest weights the trainer has sent, received by a thread; :meth:`poll`
     (the CPU engine's ``poll_weights`` hook) loads them into the engine between
@@ -196,6 +206,8 @@ class WeightSlot:
             header = torch.zeros(2, dtype=torch.int64)
             try:
                 pg.recv([header], src, 0).wait()
+                if int(header[0]) < 0:                 # the trainer's last word
+                    return
                 flat = torch.empty(int(header[1]), dtype=torch.uint8)
                 pg.recv([flat], src, 0).wait()
             except Exception as exc:  # noqa: BLE001
