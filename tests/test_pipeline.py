@@ -21,7 +21,7 @@ from scalectl.launch.roles import Task, free_port
 from scalectl.rl.batch import build_train_batch
 from scalectl.rl.groups import Group
 from scalectl.rl.model import build_tiny_model, build_tokenizer, head_log_softmax, token_logprobs
-from scalectl.rl.pipeline import staleness_bound, staleness_stats
+from scalectl.rl.schedule import staleness_bound, staleness_stats
 from scalectl.rl.rollout.cpu import CPURolloutEngine
 from scalectl.rl.stream import Channel, WeightSlot, flatten_weights, send_weights, weight_layout
 

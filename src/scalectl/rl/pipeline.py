@@ -9,22 +9,10 @@ the KV cache computed by older weights is kept).  Every token carries the
 version that sampled it and its generator log-prob, which the importance
 ratio uses.
 
-The trainer owns the prompt order: it draws prompts (sampler, retired
-prompts) and sends them to the generators as requests tagged with the
-oldest weights allowed to sample them; groups come back and are consumed in
-request order.  Modes differ only in this schedule (v = trainer version,
-P = prompts per step, c_v = groups consumed before step v):
-
-* ``pipeline`` (k): requests are issued up to c_v + (k + 1) P, with
-  weights v; weights are pushed after every step.  A group requested at
-  version v is consumed by step v + k at the latest (each step consumes at
-  least P groups), so staleness = trainer version - token version <= k.
-  Generators wait when no request is open: the stream is full.
-* ``ppo_off_policy`` (k): when every request is consumed, push weights v and
-  request k P groups; staleness <= k - 1.
-* ``sync``: the same with k = 1; staleness 0.
-
-The staleness bound is checked on every consumed token (:class:`StalenessError`).
+The trainer owns the prompt order and requests groups from the generators
+on a schedule that keeps every trained token at most k versions old
+(:mod:`scalectl.rl.schedule`; ``sync`` and ``ppo_off_policy`` run through
+the same processes with their own schedules).
 
 Evaluation runs in the trainer on its current weights (exactly version v)
 while generators keep filling the stream; compute is the trainer's
@@ -41,7 +29,7 @@ import signal
 import threading
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -49,39 +37,11 @@ import torch
 from scalectl.rl.checkpoint import save_checkpoint
 from scalectl.rl.groups import score_groups
 from scalectl.rl.loop import (
-    Reporter, append_step, budget_spent, build_policy, collect_batch, count_groups, eval_point, interrupt_spec,
-    load_model, new_state, restore_state, summary, train_on_groups,
+    Reporter, append_step, budget_spent, build_policy, collect_batch, eval_point, interrupt_spec, load_model,
+    new_state, restore_state, summary, train_on_groups,
 )
-from scalectl.rl.stream import (
-    BYE, STOP, Channel, Inbox, PeerLost, WeightSlot, end_weights, flatten_weights, send_object, send_weights,
-    weight_layout,
-)
-
-
-class StalenessError(RuntimeError):
-    """A token older than the mode allows reached the trainer (a scheduling bug, never expected)."""
-
-
-def staleness_bound(mode: str, k: int) -> int:
-    """Most versions a trained token may lag the trainer: k (pipeline), k - 1 (ppo_off_policy), 0 (sync)."""
-    return {"pipeline": k, "ppo_off_policy": k - 1, "sync": 0}[mode]
-
-
-def staleness_stats(trainer_version: int, versions: list[list[int]]) -> dict:
-    """Per-token staleness of completions consumed by ``trainer_version``.
-
-    Args:
-        versions: one list of token versions per completion.
-
-    Returns:
-        staleness_max, staleness_mean (versions behind, over tokens), multi_version_share
-        (share of completions whose tokens span more than one version), tokens, completions.
-    """
-    lags = [trainer_version - v for vs in versions for v in vs]
-    spans = [len(set(vs)) > 1 for vs in versions]
-    return {"staleness_max": max(lags, default=0), "staleness_mean": sum(lags) / len(lags) if lags else 0.0,
-            "multi_version_share": sum(spans) / len(spans) if spans else 0.0,
-            "tokens": len(lags), "completions": len(spans)}
+from scalectl.rl.schedule import Feeder
+from scalectl.rl.stream import BYE, STOP, Channel, Inbox, PeerLost, WeightSlot, send_object, weight_layout
 
 
 @dataclass
@@ -129,170 +89,6 @@ class StopFlag:
         handler = self.previous.get(self.signum)
         if self.signum in (signal.SIGUSR2, signal.SIGTERM) and callable(handler):
             handler(self.signum, None)
-
-
-# --------------------------------------------------------------------------- the trainer's stream
-
-
-@dataclass
-class _Ticket:
-    req_id: int
-    prompt_id: int
-    min_version: int
-    sampler_state: dict
-
-
-@dataclass
-class Feeder:
-    """The trainer's end of the stream: issues requests by the mode's schedule, consumes groups in order."""
-
-    recipe: object
-    state: object
-    channel: Channel
-    generators: list[int]
-    inbox: Inbox
-    stop: StopFlag
-    tickets: deque = field(default_factory=deque)
-    received: dict = field(default_factory=dict)
-    next_req: int = 0
-    next_gen: int = 0
-    consumed: int = 0
-    pushed: int = -1
-    gen_info: dict = field(default_factory=dict)
-    byes: dict = field(default_factory=dict)
-
-    def __post_init__(self):
-        a = self.recipe.async_
-        self.mode, self.P = a.mode, self.recipe.batch.prompts_per_step
-        self.k = a.k if a.mode != "sync" else 1
-        self.bound = staleness_bound(a.mode, self.k)
-        self.consumed_sampler = self.state.sampler.state_dict()
-        self._step = {}
-        self._gen_prev = (0.0, 0.0)
-
-    # -- scheduling
-    def push(self, model, version: int) -> None:
-        """Send weights ``version`` to every generator."""
-        flat = flatten_weights(model)
-        for g in self.generators:
-            for w in send_weights(self.channel.groups["weights"], flat, version, g):
-                w.wait()
-        self.pushed = version
-
-    def dispatch(self, n: int) -> None:
-        """Draw ``n`` prompts and send them as requests (chunks of P prompts, generators in turn)."""
-        retired = self.state.history.retired if self.recipe.filter.retire_solved else frozenset()
-        new = []
-        for _ in range(n):
-            pid = self.state.sampler.next(1, retired)[0]
-            new.append(_Ticket(self.next_req, pid, self.pushed, self.state.sampler.state_dict()))
-            self.next_req += 1
-        self.tickets.extend(new)
-        for lo in range(0, len(new), self.P):
-            chunk = [(t.req_id, t.prompt_id, t.min_version) for t in new[lo:lo + self.P]]
-            g = self.generators[self.next_gen % len(self.generators)]
-            self.next_gen += 1
-            for w in send_object(self.channel.groups["control"], ("requests", chunk), g):
-                w.wait()
-
-    def start_step(self, model, version: int) -> None:
-        """Before step ``version``: pipeline requests fill the window c_v + (k + 1) P."""
-        self._step = {"idle": 0.0, "versions": [], "t0": time.perf_counter()}
-        if self.mode == "pipeline":
-            if self.pushed < version:
-                self.push(model, version)
-            self.dispatch((self.k + 1) * self.P - len(self.tickets))
-
-    def after_step(self, model, version: int) -> None:
-        """After the step that made ``version``: pipeline pushes the weights at once."""
-        if self.mode == "pipeline":
-            self.push(model, version)
-
-    def _ensure(self, n: int, model, version: int) -> None:
-        if len(self.tickets) >= n:
-            return
-        if self.mode != "pipeline" and not self.tickets:   # a new round: k P groups with weights v
-            if self.pushed < version:
-                self.push(model, version)
-            self.dispatch(max(n, self.k * self.P))
-        else:
-            self.dispatch(n - len(self.tickets))
-
-    # -- consuming
-    def _pull(self, timeout: float) -> None:
-        try:
-            src, msg = self.inbox.get(timeout=timeout)
-        except queue.Empty:
-            return
-        if isinstance(msg, PeerLost):
-            raise PeerLost(f"generator rank {src} stopped: {msg}")
-        if msg[0] == BYE:
-            self.byes[src] = msg[1]
-            if msg[1] != "stopped":
-                self.stop.event.set()     # a generator was interrupted: the job stops
-            return
-        _, items, info = msg
-        self.received.update(items)
-        self.gen_info[src] = info
-
-    def next_group(self, version: int):
-        """The next group in request order (waits for it); checks its staleness."""
-        ticket = self.tickets.popleft()
-        t0 = time.perf_counter()
-        while ticket.req_id not in self.received:
-            if self.stop.is_set():
-                raise KeyboardInterrupt
-            self._pull(0.2)
-        self._step["idle"] += time.perf_counter() - t0
-        group = self.received.pop(ticket.req_id)
-        versions = [c.versions for c in group.completions]
-        lag = max((version - v for vs in versions for v in vs), default=0)
-        if lag > self.bound or min((v for vs in versions for v in vs), default=version) < ticket.min_version:
-            raise StalenessError(f"group of prompt {ticket.prompt_id} is {lag} versions behind trainer version "
-                                 f"{version} (async.mode = {self.mode}, bound {self.bound})")
-        self._step["versions"] += versions
-        self.consumed += 1
-        self.consumed_sampler = ticket.sampler_state
-        return group
-
-    def fetch(self, model, version: int):
-        """``fetch(want, refill_round)`` for :func:`scalectl.rl.loop.collect_batch`."""
-        def fetch(want: int, refill_round: int) -> list:
-            self._ensure(want, model, version)
-            groups = [self.next_group(version) for _ in range(want)]
-            count_groups(self.recipe, groups, self.state)
-            return groups
-        return fetch
-
-    def step_metrics(self, version: int) -> dict:
-        """Staleness, idle times and throughput of the step just taken (consumed by ``version - 1``)."""
-        wall = time.perf_counter() - self._step["t0"]
-        st = staleness_stats(version - 1, self._step["versions"])
-        idle = sum(i["idle_s"] for i in self.gen_info.values())
-        gwall = sum(i["wall_s"] for i in self.gen_info.values())
-        prev, self._gen_prev = self._gen_prev, (idle, gwall)
-        gen_share = (idle - prev[0]) / (gwall - prev[1]) if gwall > prev[1] else None
-        return {"staleness_max": st["staleness_max"], "staleness_mean": st["staleness_mean"],
-                "multi_version_share": st["multi_version_share"], "step_seconds": wall,
-                "trainer_idle_s": self._step["idle"], "trainer_idle_share": self._step["idle"] / wall,
-                "generator_idle_share": gen_share, "generator_idle_s": idle, "generator_wall_s": gwall,
-                "samples_per_s": st["completions"] / wall, "tokens_per_s": st["tokens"] / wall}
-
-    def close(self, timeout_s: float = 60.0) -> None:
-        """Tell every generator to stop, end the flows to it, and wait for its last word."""
-        for g in self.generators:
-            try:
-                for w in (send_object(self.channel.groups["control"], (STOP,), g)
-                          + end_weights(self.channel.groups["weights"], g)):
-                    w.wait()
-            except Exception:  # noqa: BLE001 - a dead generator has nothing to stop
-                self.byes.setdefault(g, "lost")
-        deadline = time.monotonic() + timeout_s
-        while len(self.byes) < len(self.generators) and time.monotonic() < deadline:
-            try:
-                self._pull(0.2)
-            except PeerLost:
-                break
 
 
 def _trainer_world_env() -> None:

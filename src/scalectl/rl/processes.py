@@ -167,7 +167,7 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0) -> dict:
     interrupted, deadline = False, None
 
     def handle(rank: int, ev: dict | None) -> None:
-        nonlocal result, interrupted
+        nonlocal result
         if ev is None:
             return
         kind = ev["event"]
