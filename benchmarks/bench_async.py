@@ -11,7 +11,10 @@ Printed per mode: samples/s and tokens/s (completions and completion tokens
 consumed by the trainer, over the compute wall-clock, which excludes
 evaluation and checkpoints), the generator's and the trainer's idle shares
 (after the first step), and the staleness of the trained tokens (max, mean,
-share of completions spanning more than one policy version).
+share of completions spanning more than one policy version).  Overlapping
+generation and training pays only when the machine has a free core for each
+process: a check first times one single-threaded matmul loop alone and two at
+once, and prints the parallel capacity (2.0: two free cores; 1.0: none).
 
     .venv/bin/python benchmarks/bench_async.py [--steps 24] [--k 8] [--model DIR] [--single-process]
 """
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -28,6 +32,24 @@ from rich.console import Console
 from rich.table import Table
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
+_SPIN = ("import time, torch; torch.set_num_threads(1); a = torch.randn(256, 256); t = time.perf_counter()\n"
+         "for _ in range(1500): a = torch.tanh(a @ a)\nprint(time.perf_counter() - t)")
+
+
+def parallel_capacity() -> float:
+    """How many single-threaded workloads this machine runs at once at full speed (1.0 to 2.0 for two)."""
+    import subprocess
+    import sys
+
+    def spin(n: int) -> list[float]:
+        procs = [subprocess.Popen([sys.executable, "-c", _SPIN], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                  text=True) for _ in range(n)]
+        return [float(p.communicate()[0]) for p in procs]
+
+    alone = spin(1)[0]
+    return 2 * alone / max(spin(2))
 
 
 class _Quiet:
@@ -101,6 +123,9 @@ def main() -> None:
     runs = [(m, True) for m in args.modes]
     if args.single_process:
         runs += [(m, False) for m in args.modes if m != "pipeline"]
+    capacity = parallel_capacity()
+    console.print(f"parallel capacity of this machine now: {capacity:.2f} (two 1-thread workloads at once "
+                  "vs one alone; 2.0 = two free cores)")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
         for mode, processes in runs:
@@ -121,6 +146,8 @@ def main() -> None:
                       f(r.get("staleness_max"), "d"), f(r.get("staleness_mean"), ".2f"),
                       f(r.get("multi_version"), ".0%"))
     console.print(table)
+    console.print(f"parallel capacity {capacity:.2f} before, {parallel_capacity():.2f} after; load average "
+                  f"{os.getloadavg()[0]:.1f}")
 
 
 if __name__ == "__main__":
