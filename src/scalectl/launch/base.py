@@ -223,7 +223,7 @@ def reconcile(store_status: str, launcher_state: str | None) -> str | None:
 def log_tail(path: str | Path, lines: int = 20, max_bytes: int = 64_000) -> str:
     """The last ``lines`` lines of a text file ('' if it does not exist)."""
     path = Path(path)
-    if not path.exists():
+    if not path.is_file():
         return ""
     with path.open("rb") as fh:
         fh.seek(0, os.SEEK_END)
