@@ -269,3 +269,34 @@ def test_interrupted_run_checkpoints_and_resumes(tmp_path, policy):
     assert [p["samples"] for p in shown["points"]] == [s * P * G for s in (0, 3, 6, 9)]
     steps = _steps(run_dir)
     assert steps[-1]["step"] == 9 and max(s["staleness_max"] for s in steps) <= K
+
+
+@pytest.mark.slow
+def test_tasks_of_a_multi_task_job_run_their_roles(tmp_path, policy):
+    """Two tasks started with the environment a job launcher gives them (RANK, WORLD_SIZE,
+    MASTER_ADDR/PORT), each calling `run_job` on the run folder: rank 0 generates and leaves the
+    run's status alone, rank 1 trains and records it."""
+    import sys
+
+    from scalectl.job import write_job_file
+    from scalectl.launch.roles import local_task_env
+    from scalectl.recipe_io import load
+    from scalectl.store import Store
+
+    root = Path(__file__).resolve().parents[1]
+    overrides = [a for a in TINY if a != "--set"] + [f"model.path={policy}", "budget.steps=3"]
+    recipe = load(root / "recipes/magistral.toml", root / "setups/tiny-cpu.toml", overrides)
+    with Store.open(tmp_path / "s.db") as store:
+        run_id = store.create_run("tasks", recipe=recipe.to_dict(), recipe_hash=recipe.content_hash, seed=0,
+                                  launcher="slurm", hardware="cpu", run_dir=str(tmp_path / "run"))
+    write_job_file(tmp_path / "run", db=str(tmp_path / "s.db"), run_id=run_id, recipe=recipe.to_dict())
+    port = free_port()
+    code = f"from scalectl.job import run_job; print('RESULT', run_job({str(tmp_path / 'run')!r}))"
+    procs = [subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **local_task_env(rank, 2, port)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
+    outs = [p.communicate(timeout=300)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert "RESULT None" in outs[0] and "RESULT {'steps': 3" in outs[1]
+    with Store.open(tmp_path / "s.db") as store:
+        assert store.get_run("tasks")["status"] == "completed"
+        assert [p["step"] for p in store.points(run_id)] == [0, 3]
