@@ -112,7 +112,7 @@ def gather(store, manifest: dict, *, bootstrap: int = 1000, seed: int = 0, margi
         runs, points or a fit carry an ``error`` instead of a curve.
     """
     from scalectl import compare as cmp
-    from scalectl.commands.science import FitOptions, fit_run, load_points
+    from scalectl.run_fits import FitOptions, fit_run, load_points
     from scalectl.curve import FitError, default_min_compute, fit_sigmoid
     from scalectl.errors import UserError
 

@@ -19,8 +19,8 @@ from rich.table import Table
 
 from scalectl.commands.common import DbOption, JsonOption, err, open_store, out, print_json, user_errors
 from scalectl.errors import UserError
+from scalectl.run_fits import AXES, FitOptions, fit_run, fit_section, load_points, parse_r0, resolve_axis
 
-AXES = ("gpu_hours", "flops", "tokens", "step")
 
 AxisOption = Annotated[str | None, typer.Option(
     "--axis", help="Compute axis: gpu_hours, flops, tokens or step (default: the run's recipe "
@@ -38,97 +38,6 @@ LevelOption = Annotated[float, typer.Option("--level", help="Interval level.")]
 SeedOption = Annotated[int, typer.Option("--seed", help="Bootstrap seed.")]
 MarginOption = Annotated[float, typer.Option("--margin", help="Noise margin on A (paper: 0.02).")]
 PlotOption = Annotated[Path | None, typer.Option("--plot", help="Write a figure (.png or .svg).")]
-
-
-@dataclass(frozen=True)
-class FitOptions:
-    """Settings of a fit from the command line (None: from the recipe or the default)."""
-
-    axis: str | None = None
-    min_compute: float | None = None
-    method: str = "vp"
-    r0: str = "auto"
-    bootstrap: int = 1000
-    level: float = 0.95
-    seed: int = 0
-
-
-def _fit_section(run: dict) -> dict:
-    return (run.get("recipe") or {}).get("fit") or {}
-
-
-def _axis(run: dict, opts: FitOptions) -> str:
-    axis = opts.axis or _fit_section(run).get("axis") or "gpu_hours"
-    if axis not in AXES:
-        raise UserError(f"--axis {axis!r} is not one of: {', '.join(AXES)}")
-    return axis
-
-
-def _r0(value: str) -> str | float:
-    if value in ("auto", "measured", "fit"):
-        return value
-    try:
-        return float(value)
-    except ValueError:
-        raise UserError(f"--r0 {value!r} is not one of: auto, measured, fit, or a number "
-                        "in [0, 1]") from None
-
-
-def load_points(store, run: dict, axis: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(compute, pass_rate, truncation_rate) of a run on ``axis``; points without a value dropped."""
-    pts = store.points(run["id"])
-    if not pts:
-        raise UserError(f"run {run['name']!r} has no evaluation points yet")
-    have = [p for p in pts if p.get(axis) is not None and p.get("pass_rate") is not None]
-    if not have:
-        filled = [a for a in AXES if any(p.get(a) is not None for p in pts)]
-        raise UserError(f"run {run['name']!r} has no {axis!r} values; axes with values: "
-                        f"{', '.join(filled) or 'none'} (choose one with --axis)")
-    if len(have) < len(pts):
-        err.print(f"run {run['name']}: {len(pts) - len(have)} points without {axis} left out")
-    x = np.array([float(p[axis]) for p in have])
-    y = np.array([float(p["pass_rate"]) for p in have])
-    t = np.array([np.nan if p.get("truncation_rate") is None else float(p["truncation_rate"])
-                  for p in have])
-    return x, y, t
-
-
-def fit_run(store, run: dict, opts: FitOptions, refit: bool = False) -> tuple[Any, bool, str]:
-    """Fit a stored run (or reuse its stored fit when its points are unchanged).
-
-    Returns (:class:`scalectl.compare.RunCurve`, cached, key).  Raises UserError on
-    input that cannot be fitted, naming the run.
-    """
-    from scalectl.compare import RunCurve
-    from scalectl.curve import FitError, SigmoidFit, default_min_compute, fit_sigmoid
-
-    if opts.method not in ("vp", "grid"):
-        raise UserError(f"--method {opts.method!r} is not one of: vp, grid")
-    axis = _axis(run, opts)
-    x, y, trunc = load_points(store, run, axis)
-    section = _fit_section(run)
-    if opts.min_compute is not None:
-        min_c = opts.min_compute
-    elif "min_compute" in section and section.get("axis", "gpu_hours") == axis:
-        min_c = float(section["min_compute"])
-    else:
-        min_c = default_min_compute(x, axis)
-    threshold = float(section.get("truncation_threshold", 0.10))
-    key = (f"{axis}/{opts.method}/min={min_c:g}/r0={opts.r0}/boot={opts.bootstrap}"
-           f"/level={opts.level:g}/seed={opts.seed}/trunc={threshold:g}")
-    digest = store.points_digest(run["id"])
-    hardware = run.get("hardware") or None
-    stored = None if refit else store.get_fit(run["id"], key)
-    if stored is not None and stored[1] == digest:
-        return RunCurve(x, y, SigmoidFit.from_dict(stored[0]), hardware), True, key
-    try:
-        fit = fit_sigmoid(x, y, min_compute=min_c, r0=_r0(opts.r0), method=opts.method, axis=axis,
-                          bootstrap=opts.bootstrap, level=opts.level, seed=opts.seed,
-                          truncation=trunc, truncation_threshold=threshold)
-    except (FitError, ValueError) as exc:
-        raise UserError(f"run {run['name']!r}: {exc}") from None
-    store.save_fit(run["id"], key, fit.to_dict(), digest)
-    return RunCurve(x, y, fit, hardware), False, key
 
 
 def _est(fit, name: str) -> str:
@@ -339,13 +248,13 @@ def extrapolate(
         raise UserError(f"--method {method!r} is not one of: vp, grid")
     with open_store(db) as store:
         info = store.get_run(run)
-        ax = _axis(info, FitOptions(axis=axis))
+        ax = resolve_axis(info, FitOptions(axis=axis))
         x, y, trunc = load_points(store, info, ax)
-    section = _fit_section(info)
+    section = fit_section(info)
     if min_compute is None:
         min_compute = (float(section["min_compute"]) if "min_compute" in section
                        and section.get("axis", "gpu_hours") == ax else default_min_compute(x, ax))
-    kw = dict(min_compute=min_compute, r0=_r0(r0), method=method, axis=ax, bootstrap=bootstrap,
+    kw = dict(min_compute=min_compute, r0=parse_r0(r0), method=method, axis=ax, bootstrap=bootstrap,
               seed=seed)
     try:
         ex = extrap(x, y, until=until, fraction=fraction, truncation=trunc, **kw)
