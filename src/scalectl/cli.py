@@ -24,13 +24,7 @@ app = typer.Typer(
 COMMAND_MODULES = ("recipes", "train", "store", "science", "launch", "ablate")
 
 for _name in COMMAND_MODULES:
-    try:
-        _module = importlib.import_module(f"scalectl.commands.{_name}")
-    except ModuleNotFoundError as _exc:  # a family not built into this install
-        if _exc.name != f"scalectl.commands.{_name}":
-            raise
-        continue
-    _module.register(app)
+    importlib.import_module(f"scalectl.commands.{_name}").register(app)
 
 
 def main() -> None:
