@@ -10,8 +10,6 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
-
 from scalectl.errors import UserError
 
 AXES = ("gpu_hours", "flops", "tokens", "step")
@@ -55,8 +53,10 @@ def parse_r0(value: str) -> str | float:
                         "in [0, 1]") from None
 
 
-def load_points(store, run: dict, axis: str, log=_stderr) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def load_points(store, run: dict, axis: str, log=_stderr) -> tuple:
     """(compute, pass_rate, truncation_rate) of a run on ``axis``; points without a value dropped."""
+    import numpy as np
+
     pts = store.points(run["id"])
     if not pts:
         raise UserError(f"run {run['name']!r} has no evaluation points yet")
