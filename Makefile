@@ -50,8 +50,16 @@ test-vllm: $(VLLM_STAMP)
 run: $(STAMP)
 	$(VENV)/bin/scalectl run $(RECIPE) $(ARGS)
 
+# Every benchmarks/bench_*.py; each figure is printed against its target, and the
+# table of all of them (benchmarks/README.md) is printed at the end.
+BENCH_RESULTS ?= build/bench-results.jsonl
 bench: $(STAMP)
-	@for b in benchmarks/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+	PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install -q -c constraints.txt -e '.[bench]'
+	@mkdir -p $(dir $(BENCH_RESULTS)) && rm -f $(BENCH_RESULTS)
+	@$(PY) benchmarks/common.py machine
+	@for b in benchmarks/bench_*.py; do echo "== $$b"; BENCH_RESULTS=$(abspath $(BENCH_RESULTS)) $(PY) $$b || exit 1; done
+	@$(PY) benchmarks/common.py machine
+	@$(PY) benchmarks/common.py summary $(BENCH_RESULTS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache build src/*.egg-info

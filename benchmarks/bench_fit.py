@@ -16,6 +16,8 @@ import numpy as np
 
 from scalectl.curve import fit_sigmoid, sigmoid
 
+from common import Figure, report
+
 TARGET_S = 1.0
 
 
@@ -53,10 +55,10 @@ def main() -> None:
         results[name] = statistics.median(times)
         print(f"{name:38s} median {results[name] * 1000:8.1f} ms  (min {min(times) * 1000:.1f}, "
               f"max {max(times) * 1000:.1f}, {args.repeats} runs, {len(x)} points)")
-    main_case = results["vp fit + 1000 bootstrap"]
-    met = "met" if main_case < TARGET_S else "NOT met"
-    print(f"target: one fit with a 1,000-sample bootstrap on 100 points < {TARGET_S:.1f} s: "
-          f"{main_case:.3f} s, {met}")
+    report(Figure("bench_fit", "one fit with a 1,000-sample bootstrap on 100 points (median)",
+                  results["vp fit + 1000 bootstrap"], "s", "<", TARGET_S))
+    for name in ("vp fit, no bootstrap", "grid fit (paper A.5), no bootstrap"):
+        report(Figure("bench_fit", f"{name} on 100 points (median)", results[name], "s"))
 
 
 if __name__ == "__main__":

@@ -4,7 +4,9 @@ Same model (the tiny Qwen2, random weights or a checkpoint), same prompts, same
 batch, sampling at temperature 1 with the full softmax, at most ``--new-tokens``
 per row; both stop a row at EOS and the batch when every row has stopped.
 Tokens counted: the completion tokens actually generated (EOS included).  Prints
-tokens/s side by side and the ratio (best of ``--repeats``).
+tokens/s side by side and the ratio (best of ``--repeats``).  Target: the engine
+at least as fast as ``model.generate`` (ratio >= 1), although it also records
+every sampled token's log-prob.
 
     .venv/bin/python benchmarks/bench_rollout.py [--batch 128 512] [--new-tokens 24] [--checkpoint DIR]
 """
@@ -21,6 +23,10 @@ from rich.table import Table
 from scalectl.rl.model import build_tiny_model, build_tokenizer, encode_prompt, load_policy
 from scalectl.rl.rollout.cpu import CPURolloutEngine
 from scalectl.rl.tasks import eval_problems
+
+from common import Figure, report
+
+TARGET_RATIO = 1.0
 
 
 def _engine_tps(engine: CPURolloutEngine, prompts: list[str], new_tokens: int, repeats: int) -> float:
@@ -72,6 +78,7 @@ def main() -> None:
     table = Table(title=f"rollout tokens/s ({args.new_tokens} new tokens per row, {torch.get_num_threads()} threads)")
     for col in ("batch", "CPURolloutEngine", "model.generate", "ratio"):
         table.add_column(col, justify="right")
+    ratios = {}
     for batch in args.batch:
         prompts = [p.prompt for p in eval_problems(batch, seed=1, difficulty=3)]
         engine = CPURolloutEngine(model, tokenizer, head_fp32=True, max_batch=batch)
@@ -79,7 +86,12 @@ def main() -> None:
         ours = _engine_tps(engine, prompts, args.new_tokens, args.repeats)
         theirs = _hf_tps(model, tokenizer, prompts, args.new_tokens, args.repeats)
         table.add_row(str(batch), f"{ours:,.0f}", f"{theirs:,.0f}", f"{ours / theirs:.2f}")
+        ratios[batch] = (ours, ours / theirs)
     Console().print(table)
+    for batch, (ours, ratio) in ratios.items():
+        report(Figure("bench_rollout", f"CPU engine tokens/s, batch {batch}", ours, "1/s"))
+        report(Figure("bench_rollout", f"CPU engine / model.generate tokens/s, batch {batch}", ratio, "x",
+                      ">=", TARGET_RATIO))
 
 
 if __name__ == "__main__":
