@@ -148,6 +148,12 @@ def main() -> None:
     console.print(table)
     console.print(f"parallel capacity {capacity:.2f} before, {parallel_capacity():.2f} after; load average "
                   f"{os.getloadavg()[0]:.1f}")
+    sync = next((r for r in results if r["mode"] == "sync" and r["path"] == "2 processes"), None)
+    if sync and sync.get("trainer_idle") is not None:
+        gen, train = sync["trainer_idle"], 1 - sync["trainer_idle"]   # the trainer waits while the generator works
+        console.print(f"sync step: {gen:.0%} generation, {train:.0%} training; on two free cores an overlapped step "
+                      f"takes max of the two = {max(gen, train):.0%} of it (at most {1 / max(gen, train):.2f}x "
+                      "the sync throughput)")
 
 
 if __name__ == "__main__":
