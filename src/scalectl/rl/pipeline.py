@@ -288,8 +288,10 @@ def run_pipeline(recipe, run_dir: Path, store, run_id: int, *, train_problems: l
     task = _task(recipe)
     if task.world_size > 1:
         return run_role(spec, task, reporter)
-    if recipe.model.path.startswith("builtin:"):
-        load_model(recipe, reporter)                    # build the warm start once, before the processes
+    if recipe.model.path.startswith("builtin:"):      # build the warm start once, before the processes
+        from scalectl.rl.warmstart import ensure_warm_start
+
+        ensure_warm_start(recipe, log=reporter.log)
     return supervise(spec, recipe.hardware.generators, reporter)
 
 

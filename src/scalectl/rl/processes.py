@@ -119,6 +119,12 @@ def _read_events(rank: int, fd: int, events: queue.Queue) -> None:
     events.put((rank, None))
 
 
+def recipe_mode(spec) -> str:
+    """``async.mode`` and k of a spec's recipe, as one word (``pipeline-8``)."""
+    a = spec.recipe["async"]
+    return a["mode"] + ("" if a["mode"] == "sync" else f"-{a['k']}")
+
+
 def _describe(task: dict, rc: int, error: dict | None) -> str:
     what = f"pipeline {task['role']} process (rank {task['rank']}, pid {task['pid']})"
     if rc < 0:
@@ -162,6 +168,8 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0) -> dict:
         procs.append(proc)
         tasks.append({"rank": rank, "role": role, "pid": proc.pid, "log": str(log)})
     (folder / "tasks.json").write_text(json.dumps({"supervisor": os.getpid(), "tasks": tasks}, indent=2))
+    reporter.log(f"{generators} generator process(es) and 1 trainer process started "
+                 f"({recipe_mode(spec)}; logs in {logs})")
 
     result, errors, exits = None, {}, []
     interrupted, deadline = False, None
