@@ -168,10 +168,13 @@ class Feeder:
         self._step["idle"] += time.perf_counter() - t0
         group = self.received.pop(ticket.req_id)
         versions = [c.versions for c in group.completions]
-        lag = max((version - v for vs in versions for v in vs), default=0)
-        if lag > self.bound or min((v for vs in versions for v in vs), default=version) < ticket.min_version:
-            raise StalenessError(f"group of prompt {ticket.prompt_id} is {lag} versions behind trainer version "
-                                 f"{version} (async.mode = {self.mode}, bound {self.bound})")
+        oldest = min((v for vs in versions for v in vs), default=version)
+        if version - oldest > self.bound:
+            raise StalenessError(f"a token of prompt {ticket.prompt_id} is {version - oldest} versions behind "
+                                 f"trainer version {version} (async.mode = {self.mode}, at most {self.bound})")
+        if oldest < ticket.min_version:
+            raise StalenessError(f"a token of prompt {ticket.prompt_id} has version {oldest}, older than the "
+                                 f"weights {ticket.min_version} its request asked for")
         self._step["versions"] += versions
         self.consumed += 1
         self.consumed_sampler = ticket.sampler_state
