@@ -200,22 +200,28 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0) -> dict:
                 except ProcessLookupError:
                     pass
 
-    try:
+    def wait_all() -> None:
+        nonlocal deadline
         while any(p.poll() is None for p in procs) or not events.empty():
             try:
-                try:
-                    handle(*events.get(timeout=0.1))
-                except queue.Empty:
-                    pass
-                for rank, p in enumerate(procs):
-                    if p.returncode is not None and rank not in dict(exits):
-                        exits.append((rank, p.returncode))
-                        if p.returncode not in (0, 130) and deadline is None:
-                            signal_all(signal.SIGTERM)       # one failed: the others checkpoint and stop
-                            deadline = time.monotonic() + grace_s
-                if deadline is not None and time.monotonic() > deadline:
-                    signal_all(signal.SIGKILL)
-            except KeyboardInterrupt:
+                handle(*events.get(timeout=0.1))
+            except queue.Empty:
+                pass
+            for rank, p in enumerate(procs):
+                if p.returncode is not None and rank not in dict(exits):
+                    exits.append((rank, p.returncode))
+                    if p.returncode not in (0, 130) and deadline is None:
+                        signal_all(signal.SIGTERM)           # one failed: the others checkpoint and stop
+                        deadline = time.monotonic() + grace_s
+            if deadline is not None and time.monotonic() > deadline:
+                signal_all(signal.SIGKILL)
+
+    try:
+        while True:
+            try:
+                wait_all()
+                break
+            except KeyboardInterrupt:                        # wherever it lands: pass it on, keep waiting
                 interrupted = True
                 signal_all(signal.SIGINT)
                 deadline = deadline or time.monotonic() + grace_s
