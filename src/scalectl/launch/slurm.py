@@ -221,8 +221,9 @@ class SlurmRunJob:
     Checkpointable in submitit's sense (it has :meth:`checkpoint`): on
     pre-emption or time limit the job is resubmitted with ``resume=True``.
     Every task of a multi-task job knows its role (:mod:`scalectl.launch.roles`);
-    the training loop runs in one process (modes ``sync`` and
-    ``ppo_off_policy``), on task 0; other tasks report their role and exit.
+    modes ``sync`` and ``ppo_off_policy`` run the training loop in one
+    process, on task 0, and other tasks report their role and exit; in
+    ``pipeline`` mode every task runs its role (:mod:`scalectl.rl.pipeline`).
     """
 
     def __init__(self):
@@ -244,7 +245,8 @@ class SlurmRunJob:
         reporter.log(f"Slurm job {job_id} task {task.rank}/{task.world_size} "
                      f"({task.role}) on {os.uname().nodename}, restart "
                      f"{os.environ.get('SLURM_RESTART_COUNT', '0')}")
-        if task.rank != 0:
+        pipeline = job["recipe"]["async"]["mode"] == "pipeline"
+        if task.rank != 0 and not pipeline:   # pipeline: every task runs its role (generator or trainer)
             reporter.log("the training loop runs on task 0; this task has nothing to do")
             return None
         resume = resume or latest_checkpoint(Path(run_dir)) is not None
