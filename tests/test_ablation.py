@@ -249,9 +249,8 @@ def test_forward_ablation_interrupted_then_continued(tmp_path, policy):
     for n in NAMES:
         show = json.loads(run_cli("show", n, "--json", db=db, check=True).stdout)
         steps = [p["step"] for p in show["points"]]
-        # every evaluation step of an uninterrupted run; a run stopped between two
-        # evaluations is evaluated once more where it resumes
-        assert set(range(0, 11, 2)) <= set(steps) and steps == sorted(set(steps)) and steps[-1] == 10
+        # exactly the evaluation steps of an uninterrupted run, wherever the stop fell
+        assert steps == list(range(0, 11, 2))
         assert len(show["run"]["job_ids"]) == (2 if n in stopped else 1)
     n = next(iter(stopped))
     assert "resumed from step-" in (runs / n / "logs" / "local-1.log").read_text()

@@ -229,8 +229,8 @@ def test_detached_training_cancelled_then_resumed(tmp_path, policy):
     `run --resume --detach` continues it to the end: evaluation steps contiguous, none twice."""
     db = tmp_path / "s.db"
     tiny = ["--set", "async.mode=sync", "--set", "batch.prompts_per_step=4", "--set", "batch.generations_per_prompt=4",
-            "--set", "eval.every_steps=2", "--set", "eval.prompts=20", "--set", "eval.samples_per_prompt=2",
-            "--set", "checkpoint.every_steps=2", "--set", f"model.path={policy}", "--set", "budget.steps=4"]
+            "--set", "eval.every_steps=2", "--set", "eval.prompts=200", "--set", "eval.samples_per_prompt=4",
+            "--set", "checkpoint.every_steps=2", "--set", f"model.path={policy}", "--set", "budget.steps=10"]  # evaluations slow enough for the cancel to land mid-run
     job = _detach(tmp_path, "bg", *tiny)
     run_dir = Path(job["run_dir"])
     _wait(lambda: (run_dir / "checkpoints" / "latest").exists(), 240, "the first checkpoint")
@@ -248,4 +248,4 @@ def test_detached_training_cancelled_then_resumed(tmp_path, policy):
     assert row["job_ids"] == [job["job_id"], resumed["job_id"]]
     assert f"resumed from step-{stopped_at:06d}" in Path(resumed["log"]).read_text()
     points = json.loads(run_cli("show", "bg", "--json", db=db, check=True).stdout)["points"]
-    assert [p["step"] for p in points] == [0, 2, 4]
+    assert [p["step"] for p in points] == [0, 2, 4, 6, 8, 10]

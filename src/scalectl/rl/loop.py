@@ -192,6 +192,15 @@ def budget_spent(budget, state: LoopState) -> bool:
             or (budget.gpu_hours is not None and state.meter.gpu_hours >= budget.gpu_hours))
 
 
+def eval_due_on_start(recipe, state: LoopState) -> bool:
+    """At the start of a run or a resume: evaluate when this step's scheduled point
+    is missing (R0 at step 0, or a point a crash lost); a run stopped between two
+    evaluation steps gets no extra point."""
+    if state.step in state.evaluated:
+        return False
+    return (state.step % recipe.eval.every_steps == 0) or budget_spent(recipe.budget, state)
+
+
 def train_on_groups(recipe, policy: Policy, groups: list, stats: dict, meter: ComputeMeter) -> dict:
     """One optimiser step on the kept groups (none: a step without gradient); returns the step's metrics."""
     metrics = dict(stats)
@@ -283,8 +292,8 @@ def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: l
     last_metrics: dict = {}
     reporter.start(recipe.budget.steps, state.step)
     try:
-        if state.step not in state.evaluated:
-            do_eval()                     # R0 (or the point a crash lost)
+        if eval_due_on_start(recipe, state):
+            do_eval()
         while not done():
             with state.meter.timer():
                 if not state.pending:

@@ -37,7 +37,7 @@ import torch
 from scalectl.rl.checkpoint import save_checkpoint
 from scalectl.rl.groups import score_groups
 from scalectl.rl.loop import (
-    Reporter, append_step, budget_spent, build_policy, collect_batch, eval_point, interrupt_spec, load_model,
+    Reporter, append_step, budget_spent, build_policy, eval_due_on_start, collect_batch, eval_point, interrupt_spec, load_model,
     new_state, restore_state, summary, train_on_groups,
 )
 from scalectl.rl.schedule import Feeder
@@ -139,7 +139,7 @@ def run_trainer(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) ->
 
     reporter.start(recipe.budget.steps, state.step)
     try:
-        if state.step not in state.evaluated:
+        if eval_due_on_start(recipe, state):
             do_eval()
         while not budget_spent(recipe.budget, state):
             if stop.is_set():
