@@ -389,20 +389,7 @@ class VLLMRolloutEngine(RolloutEngine):
                 an interrupt range outside [1, max_new_tokens) or with an empty phrase,
                 or a request vLLM ends otherwise than by EOS or length.
         """
-        if n < 1 or max_new_tokens < 1:
-            raise ValueError(f"need n >= 1 and max_new_tokens >= 1; got n={n}, max_new_tokens={max_new_tokens}")
-        if temperature <= 0 or not 0 < top_p <= 1:
-            raise ValueError(f"need temperature > 0 and 0 < top_p <= 1; got {temperature}, {top_p}")
-        phrase_ids: list[int] = []
-        if interrupt is not None:
-            lo, hi, phrase = interrupt
-            phrase_ids = self.tokenizer.encode(phrase, add_special_tokens=False)
-            if not phrase_ids:
-                raise ValueError("length.interrupt_phrase is empty")
-            if not 1 <= lo <= hi < max_new_tokens:
-                raise ValueError(
-                    f"interrupt range [{lo}, {hi}] must satisfy 1 <= min <= max < max_new_tokens ({max_new_tokens})"
-                )
+        phrase_ids = self.check_request(n, max_new_tokens, temperature, top_p, interrupt)
         encoded = [encode_prompt(self.tokenizer, p) for p in prompts]
         rows = [_Row(i, ids) for i, ids in enumerate(encoded) for _ in range(n)]
         gen = torch.Generator().manual_seed(int(seed))
