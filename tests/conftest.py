@@ -31,3 +31,15 @@ def run_cli(*args: str, db: Path | None = None, check: bool = False, cwd: Path =
     if check and proc.returncode != 0:
         raise AssertionError(f"scalectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
     return proc
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One intra-op thread for a module: a tiny model gains nothing from two, and on a
+    busy 2-core machine OpenMP threads spin against other processes (measured: 8x slower)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)

@@ -14,14 +14,7 @@ PROMPTS = ["1+2=", "123+45-6=", "7-70+700="]
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: a tiny model gains nothing from two, and on a busy 2-core
-    machine OpenMP threads spin against other processes (measured: 8x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def tok():

@@ -22,14 +22,7 @@ TARGET = 0.1
 
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """One intra-op thread: a tiny model gains nothing from two, and on a busy 2-core
-    machine OpenMP threads spin against other processes (measured: 8x slower)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 def _cfgs(target=TARGET, path="builtin:tiny", source="synthetic:arithmetic"):
     return dict(model_cfg=NS(path=path, warm_start_target=target),
