@@ -56,19 +56,11 @@ def parallel_capacity() -> float:
     return 2 * alone / max(spin(2))
 
 
-class _Quiet:
-    def start(self, *a): ...
-    def step(self, *a): ...
-    def eval(self, *a): ...
-    def log(self, *a): ...
-    def stop(self): ...
-
-
 def run_mode(mode: str, args, processes: bool, folder: Path) -> dict:
     """One run of ``mode``; returns throughput, idle shares and staleness."""
     from scalectl.recipe_io import load
     from scalectl.rl.data import load_prompt_sets
-    from scalectl.rl.loop import run_training
+    from scalectl.rl.loop import Reporter, run_training
     from scalectl.rl.pipeline import run_pipeline
     from scalectl.store import Store
 
@@ -89,7 +81,7 @@ def run_mode(mode: str, args, processes: bool, folder: Path) -> dict:
     train, held_out = load_prompt_sets(recipe)
     go = run_pipeline if processes else run_training
     t0 = time.perf_counter()
-    go(recipe, run_dir, store, run_id, train_problems=train, eval_problems=held_out, reporter=_Quiet())
+    go(recipe, run_dir, store, run_id, train_problems=train, eval_problems=held_out, reporter=Reporter())
     total = time.perf_counter() - t0
     last = store.points(run_id)[-1]
     store.close()

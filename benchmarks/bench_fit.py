@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import time
 
 import numpy as np
 
+from common import timed
 from scalectl.curve import fit_sigmoid, sigmoid
 
 from common import Figure, report
@@ -26,15 +26,6 @@ def points(n: int = 100, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     x = np.linspace(0.0, 50_000.0, n)
     y = sigmoid(x, 0.645, 1.70, 10909.0, 0.3) + np.random.default_rng(seed).normal(0, 0.01, n)
     return x, y
-
-
-def timed(fn, repeats: int) -> list[float]:
-    out = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
 
 
 def main() -> None:

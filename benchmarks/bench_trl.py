@@ -114,18 +114,10 @@ def load_recipe(loss: str, mode: str, k: int, steps: int, model: str | None = No
     return load(RECIPE, SETUP, overrides)
 
 
-class _Quiet:
-    def start(self, *a): ...
-    def step(self, *a): ...
-    def eval(self, *a): ...
-    def log(self, *a): ...
-    def stop(self): ...
-
-
 def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None) -> dict:
     """One scalectl training run; completions, completion tokens and seconds of its steps."""
     from scalectl.rl.data import load_prompt_sets
-    from scalectl.rl.loop import run_training
+    from scalectl.rl.loop import Reporter, run_training
     from scalectl.rl.warmstart import ensure_warm_start
     from scalectl.store import Store
 
@@ -137,7 +129,7 @@ def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None) ->
         run_id = store.create_run("bench", recipe=recipe.to_dict(), recipe_hash=recipe.content_hash,
                                   seed=recipe.seed, run_dir=tmp)
         run_training(recipe, Path(tmp), store, run_id, train_problems=train, eval_problems=held_out,
-                     reporter=_Quiet())
+                     reporter=Reporter())
         last = store.points(run_id)[-1]
         store.close()
     return {"completions": last["samples"], "tokens": last["tokens"], "seconds": last["wall_seconds"],
