@@ -15,11 +15,11 @@ from scalectl.curve import (
     default_min_compute,
     detect_late_decline,
     fit_sigmoid,
-    format_estimate,
     resolve_grid,
     seed_spread,
     sigmoid,
 )
+from scalectl.display import format_estimate
 
 # Paper, Table 1: (C_mid GPU-hours, B, A).
 TABLE1 = [(2542, 1.92, 0.610), (11272, 1.89, 0.645), (2818, 1.77, 0.605),
@@ -177,7 +177,7 @@ def test_bootstrap_is_deterministic_given_seed():
 
 def test_warm_started_refits_reach_scipys_optimum():
     """The vectorised refits of the bootstrap land where least_squares does."""
-    from scalectl import curve
+    from scalectl.curve import solvers as curve
 
     x, y1 = synthetic(2542, 1.92, 0.61, reach=4, sd=0.01, seed=1)
     _, y2 = synthetic(2542, 1.92, 0.61, reach=4, sd=0.01, seed=2)

@@ -16,7 +16,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
 from scalectl.compare import LooLine, RunCurve
-from scalectl.curve import SigmoidFit, format_estimate
+from scalectl.curve import SigmoidFit
+from scalectl.display import format_estimate
 from scalectl.extrapolate import Extrapolation
 
 AXIS_LABELS = {

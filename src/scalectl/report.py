@@ -24,7 +24,8 @@ import numpy as np
 
 from scalectl.ablation import format_value
 from scalectl.compare import BASELINE, FASTER, HIGHER, LOWER, SLOWER, Comparison, LooLine, RunCurve, Row
-from scalectl.curve import SigmoidFit, format_estimate
+from scalectl.curve import SigmoidFit
+from scalectl.display import format_estimate
 
 DEFAULT_TRUNCATION_THRESHOLD = 0.10
 FIGURES = {"curves": "Pass rate against compute with the fitted sigmoids (grey band: the "

@@ -334,7 +334,7 @@ def _finish(db, manifest: dict, out_dir: Path, bootstrap: int, margin: float | N
         if v.curve is None:
             table.add_row(v.name, "-", "-", "-", "-", f"not fitted: {v.error}")
             continue
-        from scalectl.curve import format_estimate
+        from scalectl.display import format_estimate
 
         f = v.curve.fit
         row = result.comparison.row(v.name) if result.comparison else None

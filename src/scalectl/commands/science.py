@@ -40,7 +40,7 @@ PlotOption = Annotated[Path | None, typer.Option("--plot", help="Write a figure 
 
 
 def _est(fit, name: str) -> str:
-    from scalectl.curve import format_estimate
+    from scalectl.display import format_estimate
 
     return format_estimate(getattr(fit, name), fit.interval(name))
 

@@ -1,0 +1,264 @@
+"""Fitting the sigmoid to evaluation points: :func:`fit_sigmoid`, its window and flags.
+
+Khatri et al. 2025 (arXiv 2510.13786), eq. 1 and appendix A.5.  The solvers are
+in :mod:`scalectl.curve.solvers`, the bootstrap behind the intervals in
+:mod:`scalectl.curve.bootstrap`.  Nothing is clipped silently: an estimate on a
+bound is reported as a flag.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, Sequence
+
+import numpy as np
+
+from scalectl.curve.bootstrap import _bootstrap
+from scalectl.curve.model import (_A, _B, _R0, _U, MIN_POINTS, MIN_POINTS_BEFORE_MIDPOINT,
+                                  MIN_POINTS_PAST_MIDPOINT, MIN_REACH_PAST_MIDPOINT, PARAM_NAMES,
+                                  PAPER_MIN_COMPUTE, TRUNCATION_THRESHOLD, Bounds, FitError, Flag,
+                                  GridSpec, SigmoidFit, _model, _to_named)
+from scalectl.curve.solvers import _fit_grid, _fit_vp
+
+
+def default_min_compute(compute: Sequence[float], axis: str = "gpu_hours") -> float:
+    """Default start of the fit window.
+
+    Paper scale (GPU-hours, last point >= 10k): 1 500 GPU-hours (A.5).  Otherwise
+    the same share of the run the paper drops from its 100k GPU-hour run: 1.5 %
+    of the largest compute.
+    """
+    cmax = float(np.max(compute)) if len(compute) else 0.0
+    if axis == "gpu_hours" and cmax >= 10_000:
+        return PAPER_MIN_COMPUTE
+    return 0.015 * cmax
+
+
+def _as_arrays(compute: Any, pass_rate: Any) -> tuple[np.ndarray, np.ndarray]:
+    x = np.asarray(compute, dtype=float).ravel()
+    y = np.asarray(pass_rate, dtype=float).ravel()
+    if x.shape != y.shape:
+        raise FitError(f"compute has {x.size} values but pass_rate has {y.size}: they must pair up")
+    if not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
+        raise FitError("compute and pass_rate must be finite numbers (found NaN or inf)")
+    if np.any(x < 0):
+        raise FitError(f"compute must be >= 0 (smallest given: {x.min():g})")
+    if np.any((y < 0) | (y > 1)):
+        raise FitError(f"pass_rate must lie in [0, 1] (given range {y.min():g}..{y.max():g})")
+    return x, y
+
+
+
+def detect_late_decline(compute: np.ndarray, pass_rate: np.ndarray, tol: float = 0.02
+                        ) -> Flag | None:
+    """Flag a collapse after a peak (method.md section 7: unstable runs break the sigmoid).
+
+    The mean of the last fifth of the points (at least 3) is compared with the
+    peak of a running median of 3 over the points before them; a drop larger than
+    max(tol, 4 x noise sd) is a late decline.  The noise sd is estimated from the
+    median absolute difference of successive points.  compute, pass_rate: (n,).
+    """
+    order = np.argsort(compute)
+    x, y = compute[order], pass_rate[order]
+    n = y.size
+    k = max(3, n // 5)
+    if n < k + 3:
+        return None
+    body = np.lib.stride_tricks.sliding_window_view(y[:-k], 3)
+    smooth = np.median(body, axis=1)
+    j = int(np.argmax(smooth))
+    peak, tail = float(smooth[j]), float(y[-k:].mean())
+    noise = float(np.median(np.abs(np.diff(y)))) / (0.6745 * math.sqrt(2))
+    if peak - tail > max(tol, 4 * noise):
+        return Flag("late_decline",
+                    f"pass rate falls after a peak of {peak:.3f} near compute {x[j + 1]:.4g} "
+                    f"to {tail:.3f} over the last {k} points: the run may be unstable and the "
+                    "sigmoid does not describe it")
+    return None
+
+
+def _on_bound(value: float, lo: float, hi: float, rel: float = 1e-3) -> str | None:
+    tol = rel * (hi - lo)
+    if value - lo <= tol:
+        return "lower"
+    if hi - value <= tol:
+        return "upper"
+    return None
+
+
+def _point_flags(theta, free, active, lo, hi, xw, yw, truncation, threshold, grid_values):
+    flags: list[Flag] = []
+    shown = {_A: ("A", lambda v: f"{v:.3f}"), _U: ("C_mid", lambda v: f"{math.exp(v):.4g}"),
+             _B: ("B", lambda v: f"{v:.3g}"), _R0: ("R0", lambda v: f"{v:.3f}")}
+    for i in np.flatnonzero(free):
+        if grid_values is not None and i in (_A, _U):
+            vals = grid_values[0] if i == _A else np.log(grid_values[1])
+            side = "lower" if theta[i] <= vals.min() else "upper" if theta[i] >= vals.max() else None
+            what, lo_i, hi_i = "grid", vals.min(), vals.max()
+        else:
+            side = "upper" if active[i] and theta[i] > (lo[i] + hi[i]) / 2 else "lower" if active[i] else None
+            side = side or _on_bound(theta[i], lo[i], hi[i])
+            what, lo_i, hi_i = "bound", lo[i], hi[i]
+        if side:
+            name, fmt = shown[i]
+            edge = lo_i if side == "lower" else hi_i
+            flags.append(Flag("on_bound", f"{name} = {fmt(theta[i])} lies on the {side} {what} edge "
+                                          f"({fmt(edge)}): the estimate is not trustworthy", name))
+    c_mid = math.exp(theta[_U])
+    past = int(np.sum(xw > c_mid))
+    reach = float(xw.max()) / c_mid
+    if past < MIN_POINTS_PAST_MIDPOINT or reach < MIN_REACH_PAST_MIDPOINT:
+        flags.append(Flag("ceiling_not_identified",
+                          f"{past} points lie past the midpoint C_mid = {c_mid:.4g} and the last "
+                          f"is at {reach:.2f} x C_mid (need >= {MIN_POINTS_PAST_MIDPOINT} points and "
+                          f">= {MIN_REACH_PAST_MIDPOINT} x C_mid): A trades off against C_mid and B; "
+                          "extend the run"))
+    before = int(np.sum(xw < c_mid))
+    if before < MIN_POINTS_BEFORE_MIDPOINT:
+        flags.append(Flag("rise_not_identified",
+                          f"{before} points of the window lie before the midpoint C_mid = "
+                          f"{c_mid:.4g}: B and C_mid rest on R0 alone; start the window earlier"))
+    if xw.size < MIN_POINTS:
+        flags.append(Flag("too_few_points", f"only {xw.size} points in the fit window "
+                                            f"(fewer than {MIN_POINTS})"))
+    decline = detect_late_decline(xw, yw)
+    if decline:
+        flags.append(decline)
+    if truncation is not None and truncation.size and np.any(np.isfinite(truncation)):
+        top = float(np.nanmax(truncation))
+        if top > threshold:
+            flags.append(Flag("truncation", f"truncation rate reached {top:.3f} (threshold "
+                                             f"{threshold:.2f}): runs past 0.10-0.15 became unstable "
+                                             "in the paper"))
+    return flags
+
+
+
+def fit_sigmoid(
+    compute: Sequence[float] | np.ndarray,
+    pass_rate: Sequence[float] | np.ndarray,
+    *,
+    min_compute: float = 0.0,
+    r0: Literal["auto", "measured", "fit"] | float = "auto",
+    method: Literal["vp", "grid"] = "vp",
+    axis: str = "gpu_hours",
+    fixed_A: float | None = None,
+    bootstrap: int = 1000,
+    bootstrap_kind: Literal["residual", "pairs"] = "residual",
+    level: float = 0.95,
+    seed: int = 0,
+    truncation: Sequence[float] | np.ndarray | None = None,
+    truncation_threshold: float = TRUNCATION_THRESHOLD,
+    bounds: Bounds | None = None,
+    grid: GridSpec | None = None,
+) -> SigmoidFit:
+    """Fit R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to evaluation points.
+
+    compute (n,): compute of each point on ``axis`` (GPU-hours, FLOPs, tokens or
+    steps), >= 0.  pass_rate (n,): mean@k in [0, 1].  Points with compute >=
+    ``min_compute`` (and > 0) form the fit window (paper A.5 drops the first ~1.5k
+    GPU-hours; see :func:`default_min_compute`).
+
+    r0: ``"auto"`` uses the measured pass rate at compute 0 (mean of such points)
+    when there is one and fits R0 otherwise; ``"measured"`` requires the point;
+    ``"fit"`` fits it; a float fixes it.  ``fixed_A`` holds the ceiling fixed (used
+    by the tie rule of :mod:`scalectl.compare`).
+
+    method: ``"vp"`` (bounded least squares from a variable-projection start) or
+    ``"grid"`` (paper A.5).  ``bootstrap`` resamples (0 for none) give intervals at
+    ``level``, deterministic given ``seed``.  ``truncation`` (n,) truncation rates,
+    flagged above ``truncation_threshold`` (method.md section 5).
+
+    Returns a :class:`SigmoidFit`.  Raises :class:`FitError` on malformed input or
+    when the window holds too few points.
+    """
+    x, y = _as_arrays(compute, pass_rate)
+    if method not in ("vp", "grid"):
+        raise FitError(f"fit method {method!r} is not one of: vp, grid")
+    if not 0.0 < level < 1.0:
+        raise FitError(f"interval level must lie strictly between 0 and 1 (given {level})")
+    if bootstrap < 0:
+        raise FitError(f"bootstrap must be >= 0 (given {bootstrap})")
+    bounds = bounds or Bounds()
+    zero = x == 0
+    if isinstance(r0, str):
+        if r0 not in ("auto", "measured", "fit"):
+            raise FitError(f"r0 {r0!r} is not one of: auto, measured, fit, or a number in [0, 1]")
+        if r0 == "measured" and not zero.any():
+            raise FitError("r0 = 'measured' needs an evaluation at compute 0; none given "
+                           "(use r0 = 'fit')")
+        mode = "measured" if (r0 == "auto" and zero.any()) or r0 == "measured" else "fit"
+        R0 = float(y[zero].mean()) if mode == "measured" else None
+    else:
+        if not 0.0 <= float(r0) <= 1.0:
+            raise FitError(f"r0 must lie in [0, 1] (given {r0})")
+        mode, R0 = "given", float(r0)
+    win = (x >= min_compute) & (x > 0)
+    xw, yw = x[win], y[win]
+    n_free = 2 + (fixed_A is None) + (R0 is None)
+    if xw.size < n_free + 1:
+        raise FitError(f"the fit window (compute >= {min_compute:g}) holds {xw.size} points; "
+                       f"at least {n_free + 1} are needed to fit {n_free} parameters")
+    if fixed_A is not None and not bounds.A[0] <= fixed_A <= bounds.A[1]:
+        raise FitError(f"fixed A = {fixed_A} lies outside the A bounds {bounds.A}")
+    cmax = float(xw.max())
+    cb = bounds.C_mid or (cmax * 1e-4, cmax * 1e2)
+    if not 0 < cb[0] < cb[1] or not bounds.B[0] > 0:
+        raise FitError(f"bounds need 0 < C_mid low < C_mid high and B low > 0 (given {bounds})")
+    r0_bounds = bounds.R0 if R0 is None else (-1.0, 2.0)
+    lo = np.array([bounds.A[0], math.log(cb[0]), bounds.B[0], r0_bounds[0]])
+    hi = np.array([bounds.A[1], math.log(cb[1]), bounds.B[1], r0_bounds[1]])
+    logc = np.log(xw)
+    trunc = None if truncation is None else np.asarray(truncation, dtype=float).ravel()
+    if trunc is not None and trunc.size != x.size:
+        raise FitError(f"truncation has {trunc.size} values but compute has {x.size}")
+
+    grid_values = None
+    if method == "vp":
+        theta, free, active = _fit_vp(logc, yw, R0, fixed_A, lo, hi)
+    else:
+        theta, free, active, grid_values = _fit_grid(xw, logc, yw, R0, fixed_A, lo, hi, grid, axis)
+    if fixed_A is not None:
+        theta[_A], free[_A] = fixed_A, False
+    if R0 is not None:
+        theta[_R0] = R0
+    resid = yw - _model(theta, logc)
+    flags = _point_flags(theta, free, active, lo, hi, xw, yw, trunc, truncation_threshold,
+                         grid_values)
+
+    intervals: dict[str, tuple[float, float]] = {}
+    samples = None
+    if bootstrap:
+        n0 = int(zero.sum()) if mode == "measured" else 0
+        draws = _bootstrap(theta, free, logc, yw, resid, n0, lo, hi, bootstrap, seed,
+                           bootstrap_kind)
+        samples = _to_named(draws)
+        point = _to_named(theta)
+        q = (1 - level) / 2
+        varied = free.copy()
+        varied[_R0] |= n0 > 0
+        for i in np.flatnonzero(varied):
+            a, b = np.quantile(samples[:, i], [q, 1 - q])
+            intervals[PARAM_NAMES[i]] = (float(min(a, point[i])), float(max(b, point[i])))
+        for i in np.flatnonzero(free):
+            tol = 1e-3 * (hi[i] - lo[i])
+            share = float(np.mean((draws[:, i] - lo[i] <= tol) | (hi[i] - draws[:, i] <= tol)))
+            if share > 1 - level:
+                flags.append(Flag("interval_on_bound",
+                                  f"{share:.0%} of bootstrap refits put {PARAM_NAMES[i]} on a "
+                                  "bound: its interval is cut by the bound and too narrow",
+                                  PARAM_NAMES[i]))
+        c_hi = intervals["C_mid"][1]
+        if c_hi > cmax and not any(f.code == "ceiling_not_identified" for f in flags):
+            flags.append(Flag("ceiling_not_identified",
+                              f"the {level:.0%} interval of C_mid reaches {c_hi:.4g}, past the last "
+                              f"point ({cmax:.4g}): the midpoint, hence the ceiling, is not pinned down"))
+
+    return SigmoidFit(
+        A=float(theta[_A]), B=float(theta[_B]), C_mid=float(math.exp(theta[_U])),
+        R0=float(theta[_R0]), r0_fitted=R0 is None, window=(float(xw.min()), cmax),
+        n_points=int(xw.size), rmse=float(np.sqrt(np.mean(resid**2))), method=method,
+        axis=axis, flags=tuple(flags), intervals=intervals, level=level,
+        a_fixed=fixed_A is not None, n_bootstrap=int(bootstrap), samples=samples,
+        residuals=resid,
+    )

@@ -1,0 +1,218 @@
+"""The ScaleRL sigmoid and the type of a fitted curve.
+
+    R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)
+
+(Khatri et al. 2025, "The Art of Scaling RL Compute for LLMs", arXiv 2510.13786,
+eq. 1 in section 3).  ``C`` is training compute on the axis the caller chooses
+(GPU-hours, FLOPs, tokens, steps); ``R`` is the validation pass rate (mean@k) in
+[0, 1].  This module holds the formula, its Jacobian, the fit result
+(:class:`SigmoidFit`), its flags and the fitting constants of the paper.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal, Mapping
+
+import numpy as np
+from scipy.special import expit
+
+# Order of the internal parameter vector theta: A, log C_mid, B, R0.
+_A, _U, _B, _R0 = 0, 1, 2, 3
+PARAM_NAMES = ("A", "C_mid", "B", "R0")
+
+#: Paper, appendix A.5: A grid 0.450..0.800 step 0.005; C_mid 100 values in [100, 40000].
+PAPER_A_GRID = (0.450, 0.800, 0.005)
+PAPER_C_MID_GRID = (100.0, 40_000.0, 100)
+#: Paper: the first ~1.5k GPU-hours (about one epoch) are left out of the fit.
+PAPER_MIN_COMPUTE = 1_500.0
+#: Below this many window points past C_mid the ceiling is not identified.
+MIN_POINTS_PAST_MIDPOINT = 3
+#: ... nor when the last point is below this multiple of C_mid.
+MIN_REACH_PAST_MIDPOINT = 1.5
+#: Fewer window points before C_mid than this: B and C_mid rest on R0 alone.
+MIN_POINTS_BEFORE_MIDPOINT = 2
+#: Fewer window points than this get a "too_few_points" flag.
+MIN_POINTS = 6
+TRUNCATION_THRESHOLD = 0.10
+
+
+class FitError(ValueError):
+    """Input that cannot be fitted (wrong shapes, values out of range, too few points)."""
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A warning attached to a fit: a stable ``code``, a message for people, and the
+    parameter it concerns (A, B, C_mid, R0) when it concerns one."""
+
+    code: str
+    message: str
+    param: str | None = None
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """Bounds of the bounded fit.  ``C_mid=None`` means 1e-4 to 1e2 times the largest compute."""
+
+    A: tuple[float, float] = (0.0, 1.0)
+    B: tuple[float, float] = (0.05, 20.0)
+    C_mid: tuple[float, float] | None = None
+    R0: tuple[float, float] = (0.0, 1.0)
+
+
+@dataclass(frozen=True)
+class GridSpec:
+    """Grid of the ``"grid"`` method.
+
+    ``A`` is (start, stop, step), inclusive; ``C_mid`` is (low, high, count), linearly
+    spaced.  ``None`` picks the default (see :func:`resolve_grid`).
+    """
+
+    A: tuple[float, float, float] | None = None
+    C_mid: tuple[float, float, int] | None = None
+
+
+def sigmoid(C: Any, A: Any, B: Any, C_mid: Any, R0: Any) -> np.ndarray:
+    """Pass rate predicted at compute ``C`` (paper eq. 1).
+
+    ``C`` >= 0 (any shape; at C = 0 the curve equals R0); parameters broadcast
+    against ``C``.  Computed as R0 + (A - R0) * expit(B (log C - log C_mid)),
+    which equals the paper's form and never overflows.  Raises ValueError on
+    negative compute.
+    """
+    C = np.asarray(C, dtype=float)
+    if np.any(C < 0):
+        raise ValueError("compute must be >= 0")
+    with np.errstate(divide="ignore"):
+        logc = np.log(C)
+    return R0 + (np.asarray(A) - R0) * expit(np.asarray(B) * (logc - np.log(C_mid)))
+
+
+def _model(theta: np.ndarray, logc: np.ndarray) -> np.ndarray:
+    """theta (..., 4), logc (n,) -> (..., n)."""
+    t = theta[..., None, :]
+    return t[..., _R0] + (t[..., _A] - t[..., _R0]) * expit(t[..., _B] * (logc - t[..., _U]))
+
+
+def _jacobian(theta: np.ndarray, logc: np.ndarray) -> np.ndarray:
+    """d model / d theta: theta (..., 4), logc (n,) -> (..., n, 4)."""
+    t = theta[..., None, :]
+    d = logc - t[..., _U]
+    s = expit(t[..., _B] * d)
+    amp = t[..., _A] - t[..., _R0]
+    ds = s * (1.0 - s)
+    return np.stack([s, -amp * t[..., _B] * ds, amp * d * ds, 1.0 - s], axis=-1)
+
+
+# ----------------------------------------------------------------------------- result
+
+
+@dataclass(frozen=True)
+class SigmoidFit:
+    """One fitted curve (immutable).
+
+    A: ceiling (pass rate); B: exponent; C_mid: midpoint (compute units of ``axis``);
+    R0: pass rate at compute 0 (measured, fixed by the caller, or fitted when
+    ``r0_fitted``).  ``window`` is the (min, max) compute of the points used,
+    ``rmse`` the root mean squared residual on them.  ``intervals`` maps a parameter
+    name to its (lo, hi) bootstrap interval at ``level``; each interval contains its
+    estimate.  ``samples`` (bootstrap parameter draws, shape (n_bootstrap, 4) in
+    the order A, C_mid, B, R0) and ``residuals`` are kept in memory for prediction
+    bands but are not serialised.
+    """
+
+    A: float
+    B: float
+    C_mid: float
+    R0: float
+    r0_fitted: bool
+    window: tuple[float, float]
+    n_points: int
+    rmse: float
+    method: str
+    axis: str = "gpu_hours"
+    flags: tuple[Flag, ...] = ()
+    intervals: Mapping[str, tuple[float, float]] = field(default_factory=dict, hash=False)
+    level: float = 0.95
+    a_fixed: bool = False
+    n_bootstrap: int = 0
+    samples: np.ndarray | None = field(default=None, repr=False, compare=False, hash=False)
+    residuals: np.ndarray | None = field(default=None, repr=False, compare=False, hash=False)
+
+    def predict(self, C: Any) -> np.ndarray:
+        """Pass rate predicted at compute ``C`` (same units as the fit's axis)."""
+        return sigmoid(C, self.A, self.B, self.C_mid, self.R0)
+
+    def has_flag(self, code: str) -> bool:
+        """Whether a flag with this code is attached."""
+        return any(f.code == code for f in self.flags)
+
+    @property
+    def flag_codes(self) -> tuple[str, ...]:
+        return tuple(f.code for f in self.flags)
+
+    def interval(self, name: str) -> tuple[float, float] | None:
+        """The (lo, hi) interval of ``name`` (A, B, C_mid, R0), or None if not computed."""
+        iv = self.intervals.get(name)
+        return None if iv is None else (float(iv[0]), float(iv[1]))
+
+    def band(self, C: Any, kind: Literal["prediction", "confidence"] = "prediction",
+             level: float | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+        """Band of the curve at compute ``C`` from the bootstrap draws.
+
+        ``"confidence"``: where the mean curve lies; ``"prediction"``: where a new
+        evaluation point falls (curve draws plus resampled residual noise).
+        Returns (lo, hi) arrays shaped like ``C``.  Raises ValueError when the
+        fit was made without bootstrap.
+        """
+        if self.samples is None or len(self.samples) == 0:
+            raise ValueError("this fit has no bootstrap draws: fit with bootstrap > 0 to get a band")
+        level = self.level if level is None else level
+        C = np.asarray(C, dtype=float)
+        s = self.samples
+        curves = sigmoid(C.reshape(1, -1), s[:, [0]], s[:, [2]], s[:, [1]], s[:, [3]])
+        if kind == "prediction":
+            rng = np.random.default_rng(seed)
+            res = self.residuals if self.residuals is not None and len(self.residuals) else np.array([0.0])
+            curves = curves + rng.choice(res, size=curves.shape, replace=True)
+        elif kind != "confidence":
+            raise ValueError(f"band kind {kind!r} is not one of: prediction, confidence")
+        q = (1 - level) / 2
+        lo, hi = np.quantile(curves, [q, 1 - q], axis=0)
+        return lo.reshape(C.shape), hi.reshape(C.shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (no bootstrap draws); :meth:`from_dict` reads it back."""
+        return {
+            "A": self.A, "B": self.B, "C_mid": self.C_mid, "R0": self.R0,
+            "r0_fitted": self.r0_fitted, "window": list(self.window),
+            "n_points": self.n_points, "rmse": self.rmse, "method": self.method,
+            "axis": self.axis,
+            "flags": [{"code": f.code, "message": f.message, "param": f.param} for f in self.flags],
+            "intervals": {k: [float(v[0]), float(v[1])] for k, v in self.intervals.items()},
+            "level": self.level, "a_fixed": self.a_fixed, "n_bootstrap": self.n_bootstrap,
+        }
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> "SigmoidFit":
+        """Inverse of :meth:`to_dict`.  Raises KeyError naming a missing field."""
+        return cls(
+            A=float(d["A"]), B=float(d["B"]), C_mid=float(d["C_mid"]), R0=float(d["R0"]),
+            r0_fitted=bool(d["r0_fitted"]), window=(float(d["window"][0]), float(d["window"][1])),
+            n_points=int(d["n_points"]), rmse=float(d["rmse"]), method=str(d["method"]),
+            axis=str(d.get("axis", "gpu_hours")),
+            flags=tuple(Flag(f["code"], f["message"], f.get("param")) for f in d.get("flags", [])),
+            intervals={k: (float(v[0]), float(v[1])) for k, v in d.get("intervals", {}).items()},
+            level=float(d.get("level", 0.95)), a_fixed=bool(d.get("a_fixed", False)),
+            n_bootstrap=int(d.get("n_bootstrap", 0)),
+        )
+
+
+
+def _to_named(theta: np.ndarray) -> np.ndarray:
+    """(..., 4) internal (A, log C_mid, B, R0) -> (A, C_mid, B, R0)."""
+    out = np.array(theta, dtype=float)
+    out[..., _U] = np.exp(out[..., _U])
+    return out
+
