@@ -235,13 +235,6 @@ def test_default_min_compute():
     assert default_min_compute([0, 100, 200], axis="step") == pytest.approx(3.0)
 
 
-def test_format_estimate_rounds_to_the_interval():
-    assert format_estimate(0.6123, (0.598, 0.627)) == "0.61 [0.60, 0.63]"
-    assert format_estimate(0.6123, (0.6101, 0.6149)) == "0.612 [0.610, 0.615]"
-    assert format_estimate(2542.3, (2210.0, 2860.0)) == "2500 [2200, 2900]"
-    assert format_estimate(0.61, None) == "0.61 (no interval)"
-
-
 def _fit(A, B=1.9, C_mid=2500.0, lo=None, hi=None, reach=5.0):
     iv = {} if lo is None else {"A": (lo, hi)}
     return SigmoidFit(A=A, B=B, C_mid=C_mid, R0=0.3, r0_fitted=False,

@@ -1,25 +1,161 @@
-"""How numbers are shown to people: estimates with their intervals."""
+"""How numbers are shown to people: estimates with their intervals, compute values,
+and tables that fit the terminal.
+
+Pure functions returning strings (and a rich ``Table`` built from strings); no
+printing here.
+"""
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Sequence
+
+#: Values at or above this magnitude (or nonzero below SCI_BELOW) print in scientific notation.
+SCI_FROM = 1e5
+SCI_BELOW = 1e-3
+#: An interval whose longer side exceeds this multiple of its shorter side is lopsided:
+#: each number is then rounded to its own significant digits (the log scale).
+LOPSIDED = 3.0
+#: An estimate keeps at least this many significant digits.
+MIN_DIGITS = 2
+
+
+def _exp10(v: float) -> int:
+    """Decimal exponent of ``v`` (0.1 -> -1 even when 0.1 came out as 0.0999...)."""
+    return math.floor(math.log10(abs(v)) + 1e-9)
+
+
+def _sci(v: float, step_exp: int) -> str:
+    """``v`` in scientific notation rounded at 10**step_exp: 4.8e3, 1.40e13, -2.0e-4."""
+    if v == 0:
+        return "0"
+    e = _exp10(round(v, -step_exp) or v)
+    digits = max(0, e - step_exp)
+    mant, _, ex = f"{v:.{digits}e}".partition("e")
+    return f"{mant}e{int(ex)}"
+
+
+def _fixed(v: float, step_exp: int) -> str:
+    """``v`` in fixed notation rounded at 10**step_exp (no decimals when step_exp >= 0)."""
+    if step_exp >= 0:
+        return f"{round(v, -step_exp):.0f}"
+    return f"{v:.{-step_exp}f}"
+
+
+def _use_sci(values: Sequence[float]) -> bool:
+    mags = [abs(v) for v in values if v != 0 and math.isfinite(v)]
+    return bool(mags) and (max(mags) >= SCI_FROM or min(mags) < SCI_BELOW)
+
+
+def format_number(value: float, digits: int = 3) -> str:
+    """One number without interval: ``digits`` significant digits, scientific when large or tiny.
+
+    2542.3 -> ``2540``; 2.1e12 -> ``2.10e12``; 0.6123 -> ``0.612``.
+    """
+    if not math.isfinite(value):
+        return str(value)
+    if value == 0:
+        return "0"
+    step = _exp10(value) - digits + 1
+    return _sci(value, step) if _use_sci([value]) else _fixed(value, step)
 
 
 def format_estimate(value: float, interval: tuple[float, float] | None) -> str:
-    """``value [lo, hi]`` rounded to the leading digit of the interval's half-width.
+    """``value [lo, hi]`` with no digit finer than the interval supports, and never fewer
+    than two significant digits of the estimate.
 
-    So a number never looks more certain than its interval: 0.6123 with
-    [0.598, 0.627] prints as ``0.61 [0.60, 0.63]``.  Without interval: 3
-    significant digits and ``(no interval)``.
+    * Symmetric-ish interval: every number is rounded at the leading digit of the
+      shorter side of the interval (0.6123 [0.598, 0.627] -> ``0.61 [0.60, 0.63]``),
+      or finer when the estimate would otherwise keep fewer than 2 significant digits.
+    * Lopsided interval (positive bounds, one side more than 3x the other, as a
+      C_mid interval is): rounded on the log scale, each number to 2 significant
+      digits of its own (2563 [1912, 8950] -> ``2600 [1900, 9000]``).
+    * Magnitudes >= 1e5 or < 1e-3 print in scientific notation
+      (C_mid in FLOPs: ``2.1e12 [1.0e12, 1.4e13]``; 4816 [3778, 103143] ->
+      ``4.8e3 [3.8e3, 1.0e5]``).
+
+    Without interval: 3 significant digits and ``(no interval)``.
     """
     if interval is None:
-        return f"{value:.3g} (no interval)"
-    lo, hi = interval
-    half = (hi - lo) / 2
-    if not half > 0:
+        text = format_number(value) if _use_sci([value]) else f"{value:.3g}"
+        return f"{text} (no interval)"
+    lo, hi = float(interval[0]), float(interval[1])
+    if not all(math.isfinite(v) for v in (value, lo, hi)) or not hi > lo:
         return f"{value:.4g} [{lo:.4g}, {hi:.4g}]"
-    d = -math.floor(math.log10(half))
-    if d > 0:
-        return f"{value:.{d}f} [{lo:.{d}f}, {hi:.{d}f}]"
-    r = lambda v: f"{round(v, d):.0f}"  # noqa: E731
-    return f"{r(value)} [{r(lo)}, {r(hi)}]"
+    sci = _use_sci([value, lo, hi])
+    fmt = _sci if sci else _fixed
+    below, above = value - lo, hi - value
+    near = min(below, above)
+    far = max(below, above)
+    lopsided = lo > 0 and near > 0 and far / near > LOPSIDED
+    # The estimate's rounding step: the leading digit of the shorter side, but at
+    # least MIN_DIGITS significant digits of the estimate.
+    step = _exp10(near) if near > 0 else _exp10((hi - lo) / 2)
+    if value != 0:
+        step = min(step, _exp10(value) - MIN_DIGITS + 1)
+    if lopsided:
+        bounds = [fmt(b, _exp10(b) - MIN_DIGITS + 1) for b in (lo, hi)]
+    else:
+        bounds = [fmt(b, step) if b != 0 else fmt(0.0, step) for b in (lo, hi)]
+    return f"{fmt(value, step)} [{bounds[0]}, {bounds[1]}]"
+
+
+def format_compute(value: float) -> str:
+    """A compute value for a table: ``1,695``, ``12,710``, or ``3.6e21`` outside 100..1e7."""
+    if 100 <= abs(value) < 1e7:
+        return f"{value:,.0f}"
+    return format_number(value)
+
+
+# ----------------------------------------------------------------------------- tables
+
+
+@dataclass(frozen=True)
+class Column:
+    """A table column: ``keep`` columns are never dropped; the others are dropped
+    lowest ``priority`` first when the table does not fit the width."""
+
+    name: str
+    justify: str = "right"
+    keep: bool = False
+    priority: int = 0
+
+
+def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], width: int
+                ) -> list[int]:
+    """Indices of the columns that fit ``width`` terminal characters, in their order.
+
+    Each column takes its longest cell (or header) plus 3 characters (padding and
+    border of rich's default box), the table 1 more.  Droppable columns go lowest
+    priority first (then rightmost first) until the rest fits; ``keep`` columns
+    always stay, even when they alone are wider (the terminal then wraps).
+    """
+    need = [max([len(c.name)] + [len(r[i]) for r in rows]) + 3 for i, c in enumerate(columns)]
+    shown = list(range(len(columns)))
+    order = sorted((i for i, c in enumerate(columns) if not c.keep),
+                   key=lambda i: (columns[i].priority, -i))
+    for i in order:
+        if sum(need[j] for j in shown) + 1 <= width:
+            break
+        shown.remove(i)
+    return shown
+
+
+def fitted_table(title: str | None, columns: Sequence[Column], rows: Sequence[Sequence[str]],
+                 width: int):
+    """A rich ``Table`` of the columns that fit ``width`` (:func:`fit_columns`); cells never
+    truncated (``no_wrap`` on kept columns, folding elsewhere).  Dropped columns are
+    named in the caption."""
+    from rich.table import Table
+
+    shown = fit_columns(columns, rows, width)
+    dropped = [c.name for i, c in enumerate(columns) if i not in shown]
+    table = Table(title=title, caption=("not shown (narrow terminal): " + ", ".join(dropped)
+                                        if dropped else None))
+    for i in shown:
+        c = columns[i]
+        table.add_column(c.name, justify=c.justify, no_wrap=c.keep, overflow="fold")
+    for r in rows:
+        table.add_row(*(r[i] for i in shown))
+    return table

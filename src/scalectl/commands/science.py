@@ -9,16 +9,15 @@ recomputed only when the points (or the settings) change.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-from rich.table import Table
-
 from scalectl.commands.common import DbOption, JsonOption, err, open_store, out, print_json, user_errors
+from scalectl.display import format_compute
 from scalectl.errors import UserError
-from scalectl.run_fits import AXES, FitOptions, fit_run, fit_section, load_points, parse_r0, resolve_axis
+from scalectl.fit_tables import estimate_text, compare_table, fit_table, sensitivity_table
+from scalectl.run_fits import FitOptions, fit_run, fit_section, load_points, parse_r0, resolve_axis
 
 
 AxisOption = Annotated[str | None, typer.Option(
@@ -37,21 +36,6 @@ LevelOption = Annotated[float, typer.Option("--level", help="Interval level.")]
 SeedOption = Annotated[int, typer.Option("--seed", help="Bootstrap seed.")]
 MarginOption = Annotated[float, typer.Option("--margin", help="Noise margin on A (paper: 0.02).")]
 PlotOption = Annotated[Path | None, typer.Option("--plot", help="Write a figure (.png or .svg).")]
-
-
-def _est(fit, name: str) -> str:
-    from scalectl.display import format_estimate
-
-    return format_estimate(getattr(fit, name), fit.interval(name))
-
-
-def _num(v: float) -> str:
-    """Compact compute value: 1,695 or 12,710 or 3.6e+21."""
-    return f"{v:,.0f}" if 100 <= abs(v) < 1e7 else f"{v:.3g}"
-
-
-def _window(w: tuple[float, float]) -> str:
-    return f"{_num(w[0])}-{_num(w[1])}"
 
 
 def _flag_lines(name: str, fit) -> None:
@@ -103,21 +87,8 @@ def fit(
         })
         return
     axes = sorted({f.axis for _, f, *_ in results})
-    cols = ("run", "axis", "window", "points", "A", "B", "C_mid", "R0", "rmse", "flags")
-    if len(axes) == 1:
-        cols = tuple(c for c in cols if c != "axis")
-    table = Table(title="sigmoid fits R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B)"
-                        + (f", compute in {axes[0]}" if len(axes) == 1 else ""))
-    for col in cols:
-        table.add_column(col, justify="left" if col in ("run", "axis", "flags") else "right")
-    for run, f, cached, _, _ in results:
-        table.add_row(run["name"] + (" (stored)" if cached else ""),
-                      *([f.axis] if len(axes) > 1 else []),
-                      _window(f.window), str(f.n_points), _est(f, "A"),
-                      _est(f, "B"), _est(f, "C_mid"),
-                      f"{f.R0:.3f}" + (" fit" if f.r0_fitted else ""), f"{f.rmse:.4f}",
-                      ", ".join(dict.fromkeys(f.flag_codes)) or "-")
-    out.print(table)
+    out.print(fit_table([(run["name"] + (" (stored)" if cached else ""), f)
+                         for run, f, cached, _, _ in results], axes, out.width))
     for run, f, _, _, advice in results:
         _flag_lines(run["name"], f)
         if advice is not None and advice.action != "none":
@@ -190,16 +161,7 @@ def compare(
         data["plots"] = written
         print_json(data)
         return
-    table = Table(title=f"runs ranked by ceiling A (baseline {result.baseline}, margin {margin:g})")
-    for col in ("#", "run", "hardware", "A", "B", "C_mid", "dA", "verdict"):
-        table.add_column(col, justify="left" if col in ("run", "hardware", "verdict") else "right")
-    for i, row in enumerate(result.rows, 1):
-        f = curves[row.name].fit
-        lo, hi = row.delta_A_interval
-        d = "-" if row.verdict == cmp.BASELINE else f"{row.delta_A:+.3f} [{lo:+.3f}, {hi:+.3f}]"
-        table.add_row(str(i), row.name, curves[row.name].hardware or "-", _est(f, "A"),
-                      f"{f.B:.2f}", f"{f.C_mid:.4g}", d, row.verdict)
-    out.print(table)
+    out.print(compare_table(result, curves, margin, out.width))
     for row in result.rows:
         if row.reason:
             out.print(f"{row.name}: {row.reason}", soft_wrap=True)
@@ -274,26 +236,15 @@ def extrapolate(
         print_json(data)
         return
     f = ex.fit
-    out.print(f"[bold]{info['name']}[/bold]: fitted on {ax} <= {_num(ex.cut)} ({f.n_points} points): "
-              f"A {_est(f, 'A')}, B {_est(f, 'B')}, C_mid {_est(f, 'C_mid')}", soft_wrap=True)
+    out.print(f"[bold]{info['name']}[/bold]: fitted on {ax} <= {format_compute(ex.cut)} ({f.n_points} points): "
+              + ", ".join(f"{p} {estimate_text(f, p)}" for p in ("A", "B", "C_mid")), soft_wrap=True)
     band = ("" if ex.share_in_band is None
             else f", {ex.share_in_band:.0%} inside the {f.level:.0%} prediction band")
-    out.print(f"held out {ex.heldout_compute.size} points up to {_num(ex.heldout_compute.max())}: "
+    out.print(f"held out {ex.heldout_compute.size} points up to {format_compute(ex.heldout_compute.max())}: "
               f"mean |error| {ex.mean_abs_error:.4f}, max {ex.max_abs_error:.4f}{band}",
               soft_wrap=True)
     _flag_lines(info["name"], f)
-    table = Table(title=f"sensitivity of the fit to its window (A spread {sens.A_spread:.3f})")
-    for col in ("window", "points", "A", "B", "C_mid", "flags"):
-        table.add_column(col, justify="right" if col != "flags" else "left")
-    for row in sens.rows:
-        w = _window(row.window)
-        if row.fit is None:
-            table.add_row(w, "-", "-", "-", "-", row.error or "")
-        else:
-            g = row.fit
-            table.add_row(w, str(g.n_points), _est(g, "A"), _est(g, "B"), _est(g, "C_mid"),
-                          ", ".join(dict.fromkeys(g.flag_codes)) or "-")
-    out.print(table)
+    out.print(sensitivity_table(sens, out.width))
     if written:
         err.print(f"wrote {written}")
 

@@ -19,14 +19,16 @@ def runs(db: DbOption = None, json_: JsonOption = False) -> None:
     if json_:
         print_json([{k: v for k, v in r.items() if k != "recipe"} for r in rows])
         return
-    table = Table(title=f"runs in {db or 'the store'}")
-    for col in ("id", "name", "hash", "status", "launcher", "hardware", "points", "last step",
-                "pass rate", "trunc."):
-        table.add_column(col, justify="right" if col in ("id", "points", "last step", "pass rate", "trunc.") else "left")
-    for r in rows:
-        table.add_row(str(r["id"]), r["name"], r["recipe_hash"] or "-", r["status"], r["launcher"] or "-",
-                      r["hardware"] or "-", str(r["n_points"]), fmt(r["last_step"]),
-                      fmt(r["last_pass_rate"]), fmt(r["last_truncation_rate"]))
+    from scalectl.display import Column, fitted_table
+
+    cols = [Column("id", priority=1), Column("name", "left", keep=True), Column("hash", "left", priority=0),
+            Column("status", "left", keep=True), Column("launcher", "left", priority=2),
+            Column("hardware", "left", priority=3), Column("points", priority=5),
+            Column("last step", priority=4), Column("pass rate", keep=True), Column("trunc.", priority=6)]
+    table = fitted_table(f"runs in {db or 'the store'}", cols, [
+        [str(r["id"]), r["name"], r["recipe_hash"] or "-", r["status"], r["launcher"] or "-",
+         r["hardware"] or "-", str(r["n_points"]), fmt(r["last_step"]), fmt(r["last_pass_rate"]),
+         fmt(r["last_truncation_rate"])] for r in rows], out.width)
     out.print(table)
 
 
