@@ -52,6 +52,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from scalectl import presets
 from scalectl.errors import UserError
 from scalectl.names import check_name
 from scalectl.recipe import UNHASHED_KEYS, Loss, Recipe
@@ -63,7 +64,8 @@ BASE = "base"
 #: Separator of the parts of a run name: ``<ablation>--<variant>--s<seed>``.
 SEP = "--"
 DEFAULT_MARGIN = 0.02
-DEFAULT_BASE_RECIPE = "recipes/scalerl.toml"
+#: A preset name (scalectl.presets.resolve): ./recipes/scalerl.toml, else the packaged one.
+DEFAULT_BASE_RECIPE = presets.DEFAULT_RECIPE
 _FILE_KEYS = {"name", "kind", "description", "base", "setup", "repeats", "set", "margin",
               "device_hours_per_step", "baseline", "forward", "variants"}
 _VARIANT_KEYS = {"name", "recipe", "set", "what", "description"}
@@ -326,14 +328,14 @@ def forward_spec(axes: list[tuple[str, tuple[Any, ...]]], base: str | Path = DEF
 
 
 def read_ablation(path: str | Path) -> AblationSpec:
-    """Read an ablation file (format in the module docstring); paths in it are
-    relative to the file.
+    """Read an ablation file (format in the module docstring), given by path or
+    preset name (``scalerl-loo``); paths in it are relative to the file.
 
     Raises:
         UserError: a missing or invalid file, an unknown key or kind, a bad
             name, or variants missing where the kind needs them.
     """
-    path = Path(path)
+    path = presets.resolve(path, "ablations")
     try:
         data = tomllib.loads(path.read_text())
     except FileNotFoundError:

@@ -16,11 +16,13 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from scalectl import presets
 from scalectl.errors import UserError
 from scalectl.recipe import Recipe
 
-#: Where ``scalectl run`` finds the embedded default setup when none is given.
-DEFAULT_SETUP = "setups/tiny-cpu.toml"
+#: Where ``scalectl run`` finds the embedded default setup when none is given
+#: (in the current folder; else next to the recipe; else the packaged preset).
+DEFAULT_SETUP = f"setups/{presets.DEFAULT_SETUP}.toml"
 
 
 def _read_toml(path: Path) -> dict:
@@ -81,6 +83,8 @@ def read_layered(path: str | Path, _chain: tuple[Path, ...] = ()) -> tuple[dict,
         if not isinstance(parent, str):
             raise UserError(f"{path}: extends = {parent!r} must be a path (string)")
         parent_path = path.parent / parent
+        if not parent_path.exists() and presets.find(parent) is not None:
+            parent_path = presets.find(parent)     # extends = "scalerl": the packaged preset
         if not parent_path.exists():
             raise UserError(f"{path}: extends = {parent!r}: no such file {parent_path}")
         merged, origin = read_layered(parent_path, (*_chain, resolved))
@@ -188,9 +192,10 @@ def load(
     """Load, merge and validate a recipe with a setup and ``--set`` overrides.
 
     Args:
-        recipe: path of the recipe TOML (how to train).
-        setup: path of the setup TOML (where and how big); ``None`` for the
-            recipe alone (e.g. ``scalectl validate``).
+        recipe: path of the recipe TOML (how to train), or a preset name
+            (``scalerl``; :func:`scalectl.presets.resolve`).
+        setup: path of the setup TOML (where and how big) or a preset name
+            (``tiny-cpu``); ``None`` for the recipe alone (e.g. ``scalectl validate``).
         overrides: ``key=value`` strings, applied last.
 
     Returns:
@@ -199,10 +204,11 @@ def load(
     Raises:
         UserError: any problem, naming file, key, value and what is allowed.
     """
+    recipe = presets.resolve(recipe, "recipes")
     data, origin = read_layered(recipe)
     data.setdefault("name", Path(recipe).stem)
     if setup is not None:
-        sdata, sorigin = read_layered(setup)
+        sdata, sorigin = read_layered(presets.resolve(setup, "setups"))
         sdata.pop("name", None)
         sdata.pop("description", None)
         data = _merge(data, sdata)
@@ -216,14 +222,12 @@ def load(
 
 def find_default_setup(recipe: str | Path) -> Path:
     """The embedded default setup: ``setups/tiny-cpu.toml`` in the current
-    folder, else next to the recipe's folder.
-
-    Raises:
-        UserError: when neither exists.
-    """
-    candidates = [Path(DEFAULT_SETUP), Path(recipe).resolve().parent.parent / DEFAULT_SETUP]
+    folder, else next to the recipe's folder, else the packaged preset
+    (so ``scalectl run scalerl`` works from any folder)."""
+    candidates = [Path(DEFAULT_SETUP)]
+    if Path(recipe).is_file():
+        candidates.append(Path(recipe).resolve().parent.parent / DEFAULT_SETUP)
     for path in candidates:
-        if path.exists():
+        if path.is_file():
             return path
-    raise UserError(f"no --setup given and {DEFAULT_SETUP} not found (looked in "
-                    + ", ".join(str(c) for c in candidates) + ")")
+    return presets.packaged("setups", presets.DEFAULT_SETUP)

@@ -367,14 +367,15 @@ def _manifest(plan, ids_or_names: dict[str, str], db: str) -> dict:
 
 @user_errors
 def ablate(
-    file: Annotated[Path | None, typer.Argument(metavar="[ABLATION]", help="Ablation file (ablations/*.toml).")] = None,
+    file: Annotated[Path | None, typer.Argument(
+        metavar="[ABLATION]", help="Ablation file (ablations/*.toml) or preset name (scalerl-loo, ...).")] = None,
     leave_one_out: Annotated[bool, typer.Option(
-        "--leave-one-out", help="ScaleRL's seven leave-one-out variants of --base (default recipes/scalerl.toml).")] = False,
+        "--leave-one-out", help="ScaleRL's seven leave-one-out variants of --base (default the scalerl preset).")] = False,
     forward: Annotated[list[str], typer.Option(
         "--forward", help="KEY=V1,V2,...: each value tried on --base, one axis at a time (repeatable).")] = [],
     base: Annotated[Path | None, typer.Option(help="Base recipe of --leave-one-out / --forward.")] = None,
     name: Annotated[str | None, typer.Option(help="Ablation name (prefix of its run names).")] = None,
-    setup: Annotated[Path | None, typer.Option(help="Setup TOML (default: the ablation's, else setups/tiny-cpu.toml).")] = None,
+    setup: Annotated[Path | None, typer.Option(help="Setup TOML or preset name (default: the ablation's, else tiny-cpu).")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Override KEY=VALUE on every run (repeatable).")] = [],
     budget_steps: Annotated[int | None, typer.Option("--budget-steps", help="Optimiser steps per run (budget.steps).")] = None,
     repeats: Annotated[int | None, typer.Option(help="Seeds per variant.")] = None,

@@ -35,8 +35,10 @@ def plan_lines(recipe, setup_path) -> list[str]:
 
 @user_errors
 def run(
-    recipe_file: Annotated[Path | None, typer.Argument(metavar="RECIPE", help="Recipe TOML (how to train).")] = None,
-    setup: Annotated[Path | None, typer.Option(help="Setup TOML (where and how big); default setups/tiny-cpu.toml.")] = None,
+    recipe_file: Annotated[Path | None, typer.Argument(
+        metavar="RECIPE", help="Recipe TOML (how to train), or a preset name: scalerl, grpo, ... (scalectl recipes).")] = None,
+    setup: Annotated[Path | None, typer.Option(
+        help="Setup TOML (where and how big) or preset name; default tiny-cpu.")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Override KEY=VALUE (repeatable).")] = [],
     name: Annotated[str | None, typer.Option(help="Run name (default: recipe name and seed).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed (overrides the recipe's).")] = None,
@@ -84,7 +86,7 @@ def run(
         err.print(f"resuming run {run_name} from {run_dir}")
     else:
         if recipe_file is None:
-            raise UserError("give a RECIPE file (e.g. recipes/scalerl.toml) or --resume RUN")
+            raise UserError("give a RECIPE file or preset name (e.g. scalerl; see `scalectl recipes`) or --resume RUN")
         setup_path = setup or find_default_setup(recipe_file)
         overrides = list(set_) + ([f"seed={seed}"] if seed is not None else [])
         recipe = load(recipe_file, setup_path, overrides)

@@ -1,0 +1,73 @@
+"""``scalectl recipes`` and ``scalectl init``: the presets shipped in the package."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from scalectl.commands.common import JsonOption, err, out, print_json, user_errors
+
+
+@user_errors
+def recipes(json_: JsonOption = False) -> None:
+    """List the presets: recipes (with their content hash on the default setup), setups, ablations.
+
+    Each name runs from any folder: `scalectl run NAME`, `--setup NAME`,
+    `scalectl ablate NAME`; `scalectl init DIR` copies them for editing.
+    """
+    from scalectl import presets
+    from scalectl.recipe_io import load
+
+    setup = presets.packaged("setups", presets.DEFAULT_SETUP)
+    rows = []
+    for kind in presets.KINDS:
+        for name in presets.names(kind):
+            path = presets.packaged(kind, name)
+            row = {"kind": kind[:-1], "name": name, "description": presets.description(path),
+                   "hash": None, "file": str(path)}
+            if kind == "recipes":
+                row["hash"] = load(path, setup).content_hash
+            rows.append(row)
+    if json_:
+        print_json(rows)
+        return
+    table = Table(title=f"presets (recipe hashes on setup {presets.DEFAULT_SETUP})")
+    for col in ("kind", "name", "hash", "description"):
+        table.add_column(col, no_wrap=col != "description")
+    for r in rows:
+        table.add_row(r["kind"], r["name"], r["hash"] or "-", r["description"])
+    out.print(table)
+    err.print(f"files in {presets.root()}; copy them for editing with `scalectl init DIR`")
+
+
+@user_errors
+def init(
+    directory: Annotated[Path, typer.Argument(metavar="[DIR]", help="Folder to fill (default: this one).")] = Path("."),
+    force: Annotated[bool, typer.Option("--force", help="Replace files that already exist.")] = False,
+    json_: JsonOption = False,
+) -> None:
+    """Copy the presets (recipes/, setups/, ablations/) and the Datasette metadata into DIR for editing.
+
+    In DIR, a bare name then means your copy: `scalectl run scalerl` reads
+    recipes/scalerl.toml there before the packaged preset.
+    """
+    from scalectl import presets
+
+    written = presets.copy_to(directory, overwrite=force)
+    if json_:
+        print_json([str(p) for p in written])
+        return
+    for kind in presets.KINDS:
+        n = sum(1 for p in written if p.parent.name == kind)
+        out.print(f"{directory / kind}/: {n} file(s)")
+    out.print(f"wrote {len(written)} file(s) in {directory}; try: "
+              f"cd {directory} && scalectl run {presets.DEFAULT_RECIPE}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``recipes`` and ``init`` to the app."""
+    app.command()(recipes)
+    app.command()(init)
