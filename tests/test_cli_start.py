@@ -9,3 +9,21 @@ def test_cli_imports_no_heavy_module():
             "print(','.join(m for m in ('torch', 'deepspeed', 'vllm', 'numpy', 'scipy', 'matplotlib') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
     assert out == ""
+
+
+def test_reading_commands_do_not_import_sqlite_utils(tmp_path):
+    """`runs` and `show` read through the standard library's sqlite3; sqlite-utils
+    (0.16-0.8 s to import, pandas included when installed) is for writes only."""
+    from scalectl.store import Store
+
+    db = tmp_path / "s.db"
+    with Store.open(db) as store:
+        run = store.create_run("r1")
+        store.add_point(run, {"step": 3, "pass_rate": 0.25})
+    code = ("import sys; from scalectl.cli import app\n"
+            f"for args in (['runs', '--json'], ['show', 'r1', '--json']):\n"
+            f"    app(args + ['--db', {str(db)!r}], standalone_mode=False)\n"
+            "print('sqlite_utils' in sys.modules, 'pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert '"name": "r1"' in out and '"step": 3' in out and '"pass_rate": 0.25' in out
+    assert out.strip().splitlines()[-1] == "False False"

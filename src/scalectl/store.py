@@ -1,6 +1,9 @@
 """The store: one SQLite file holding runs, their evaluation points and fits.
 
-Written through sqlite-utils.  WAL journal and a busy timeout let several jobs
+Created, migrated and written through sqlite-utils; read through the standard
+library's ``sqlite3`` (importing sqlite-utils costs a fifth of a second, which
+read-only commands such as ``scalectl runs`` do not pay), and evaluation points
+are inserted with one prepared ``executemany`` per call.  WAL journal and a busy timeout let several jobs
 write to one file at once; every write is one transaction, so a writer killed
 mid-way leaves the file readable and holding none of its partial work.  One
 point per (run, step): a point sent again for the same step replaces the old
@@ -28,11 +31,12 @@ import os
 import sqlite3
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any, Iterable
-
-import sqlite_utils
+from typing import TYPE_CHECKING, Any, Iterable
 
 from scalectl.errors import UserError
+
+if TYPE_CHECKING:
+    import sqlite_utils
 
 SCHEMA_VERSION = 1
 DEFAULT_DB = "scalectl.db"
@@ -55,7 +59,7 @@ def default_db_path() -> str:
     return os.environ.get("SCALECTL_DB", DEFAULT_DB)
 
 
-def _migrate_1(db: sqlite_utils.Database) -> None:
+def _migrate_1(db: "sqlite_utils.Database") -> None:
     db["runs"].create({
         "id": int, "name": str, "recipe_hash": str, "seed": int, "recipe": str,
         "launcher": str, "job_ids": str, "hardware": str, "status": str,
@@ -79,9 +83,24 @@ class Store:
     """A scalectl SQLite store.  Open with :meth:`open`; methods are safe to
     call from several processes writing to the same file."""
 
-    def __init__(self, db: sqlite_utils.Database, path: str):
-        self.db = db
+    def __init__(self, conn: sqlite3.Connection, path: str):
+        self.conn = conn
         self.path = path
+        self._db: "sqlite_utils.Database | None" = None
+
+    @property
+    def db(self) -> "sqlite_utils.Database":
+        """The sqlite-utils view of the connection, imported on first use (writes only)."""
+        if self._db is None:
+            import sqlite_utils
+
+            self._db = sqlite_utils.Database(self.conn)
+        return self._db
+
+    def _rows(self, sql: str, args: Iterable = ()) -> list[dict]:
+        cur = self.conn.execute(sql, tuple(args))
+        names = [d[0] for d in cur.description]
+        return [dict(zip(names, r)) for r in cur.fetchall()]
 
     # ------------------------------------------------------------------ opening
     @classmethod
@@ -104,13 +123,13 @@ class Store:
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise UserError(f"{path}: not a scalectl store ({exc})") from None
-        store = cls(sqlite_utils.Database(conn), path)
+        store = cls(conn, path)
         store._migrate()
         return store
 
     def close(self) -> None:
         """Close the connection."""
-        self.db.conn.close()
+        self.conn.close()
 
     def __enter__(self) -> "Store":
         return self
@@ -119,7 +138,7 @@ class Store:
         self.close()
 
     def _migrate(self) -> None:
-        conn = self.db.conn
+        conn = self.conn
         version = conn.execute("PRAGMA user_version").fetchone()[0]
         if version > SCHEMA_VERSION:
             raise UserError(f"{self.path}: store schema version {version} is newer than this "
@@ -140,7 +159,7 @@ class Store:
 
     def transaction(self):
         """A write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``), rolled back on error."""
-        return _Transaction(self.db.conn)
+        return _Transaction(self.conn)
 
     # ------------------------------------------------------------------ runs
     def create_run(self, name: str, *, recipe: dict | None = None, recipe_hash: str | None = None,
@@ -169,9 +188,9 @@ class Store:
         """
         rows = []
         if isinstance(ref, int) or str(ref).isdigit():
-            rows = list(self.db["runs"].rows_where("id = ?", [int(ref)]))
+            rows = self._rows("SELECT * FROM runs WHERE id = ?", [int(ref)])
         if not rows:
-            rows = list(self.db["runs"].rows_where("name = ?", [str(ref)]))
+            rows = self._rows("SELECT * FROM runs WHERE name = ?", [str(ref)])
         if not rows:
             raise UserError(f"no run {ref!r} in {self.path} (see `scalectl runs`)")
         return _decode_run(rows[0])
@@ -185,7 +204,8 @@ class Store:
         if name_prefix is not None:
             where.append("name LIKE ? ESCAPE '\\'")
             args.append(name_prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%")
-        rows = self.db["runs"].rows_where(" AND ".join(where) or None, args, order_by="id")
+        clause = f"WHERE {' AND '.join(where)} " if where else ""
+        rows = self._rows(f"SELECT * FROM runs {clause}ORDER BY id", args)
         return [_decode_run(r) for r in rows]
 
     def list_runs(self) -> list[dict]:
@@ -196,7 +216,7 @@ class Store:
                (SELECT truncation_rate FROM eval_points q WHERE q.run_id = r.id ORDER BY step DESC LIMIT 1) AS last_truncation_rate,
                (SELECT gpu_hours FROM eval_points q WHERE q.run_id = r.id ORDER BY step DESC LIMIT 1) AS last_gpu_hours
         FROM runs r LEFT JOIN eval_points p ON p.run_id = r.id GROUP BY r.id ORDER BY r.id"""
-        return [_decode_run(dict(r)) for r in self.db.query(sql)]
+        return [_decode_run(r) for r in self._rows(sql)]
 
     def update_run(self, run_id: int, **fields: Any) -> None:
         """Set fields of a run (``status`` must be one of :data:`RUN_STATES`).
@@ -234,15 +254,24 @@ class Store:
         self.add_points(run_id, [point])
 
     def add_points(self, run_id: int, points: Iterable[dict]) -> int:
-        """Store many points in one transaction (all or none); returns how many."""
-        rows = [_point_row(run_id, p) for p in points]
+        """Store many points in one transaction (all or none); returns how many.
+
+        One prepared ``INSERT OR REPLACE`` over every column of
+        :data:`EVAL_POINT_COLUMNS`, run by ``executemany`` (a key a point
+        leaves out is stored as NULL).
+
+        Raises:
+            ValueError: as :meth:`add_point`, before anything is written.
+        """
+        now = _now()
+        rows = [tuple(map(_point_row(run_id, p, now).get, EVAL_POINT_COLUMNS)) for p in points]
         with self.transaction():
-            self.db["eval_points"].insert_all(rows, replace=True, batch_size=1000)
+            self.conn.executemany(_INSERT_POINT, rows)
         return len(rows)
 
     def points(self, run_id: int) -> list[dict]:
         """A run's points ordered by step, ``correct_counts`` decoded to a list."""
-        rows = self.db["eval_points"].rows_where("run_id = ?", [run_id], order_by="step")
+        rows = self._rows("SELECT * FROM eval_points WHERE run_id = ? ORDER BY step", [run_id])
         out = []
         for r in rows:
             if r.get("correct_counts"):
@@ -253,7 +282,7 @@ class Store:
     def points_digest(self, run_id: int) -> str:
         """A digest of a run's points: changes whenever any point changes."""
         h = hashlib.sha256()
-        for r in self.db.query("SELECT * FROM eval_points WHERE run_id = ? ORDER BY step", [run_id]):
+        for r in self._rows("SELECT * FROM eval_points WHERE run_id = ? ORDER BY step", [run_id]):
             h.update(json.dumps(r, sort_keys=True, default=str).encode())
         return h.hexdigest()[:16]
 
@@ -267,10 +296,14 @@ class Store:
 
     def get_fit(self, run_id: int, key: str) -> tuple[dict, str] | None:
         """``(fit, points_digest)`` stored under ``key``, or None."""
-        rows = list(self.db["fits"].rows_where("run_id = ? AND key = ?", [run_id, key]))
+        rows = self._rows("SELECT * FROM fits WHERE run_id = ? AND key = ?", [run_id, key])
         if not rows:
             return None
         return json.loads(rows[0]["fit"]), rows[0]["points_digest"]
+
+
+_INSERT_POINT = (f"INSERT OR REPLACE INTO eval_points ({', '.join(EVAL_POINT_COLUMNS)}) "
+                 f"VALUES ({', '.join('?' * len(EVAL_POINT_COLUMNS))})")
 
 
 class _Transaction:
@@ -302,7 +335,7 @@ def _decode_run(row: dict) -> dict:
     return row
 
 
-def _point_row(run_id: int, point: dict) -> dict:
+def _point_row(run_id: int, point: dict, now: str) -> dict:
     unknown = set(point) - set(EVAL_POINT_COLUMNS)
     if unknown:
         raise ValueError(f"unknown eval point keys {sorted(unknown)}; allowed: {sorted(EVAL_POINT_COLUMNS)}")
@@ -310,7 +343,7 @@ def _point_row(run_id: int, point: dict) -> dict:
         raise ValueError("an eval point needs at least step and pass_rate")
     row = dict(point)
     row["run_id"] = run_id
-    row.setdefault("time", _now())
+    row.setdefault("time", now)
     if isinstance(row.get("correct_counts"), (list, tuple)):
-        row["correct_counts"] = json.dumps([int(c) for c in row["correct_counts"]])
+        row["correct_counts"] = json.dumps(list(map(int, row["correct_counts"])))
     return row
