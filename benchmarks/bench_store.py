@@ -1,8 +1,10 @@
 """Store write speed: 100,000 evaluation points in one call, and 8 concurrent writer processes.
 
 1. ``Store.add_points`` of 100,000 points (every column filled, a 16-entry
-   ``correct_counts`` list each) into one run of a fresh store file; best and
-   median of ``--repeats`` (a new file each time).  Target: under 2 s.
+   ``correct_counts`` list each) into one run of a fresh store file; median of
+   ``--repeats`` (a new file each time), wall-clock and this process's CPU time.
+   Target: under 2 s wall-clock, judged only while the 1-minute load average
+   stays under ``--max-load`` (the CPU time is printed either way).
 2. ``--writers`` processes (default 8) open the same store file and each adds
    ``--points`` points, one ``add_point`` call (one transaction) per point, as
    training jobs do; then every (run, step) is counted.  Target: no row lost;
@@ -20,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from common import Figure, machine_line, median, print_table, report
+from common import Figure, Load, default_max_load, machine_line, median, print_table, report
 
 TARGET_INSERT_S = 2.0
 
@@ -34,17 +36,17 @@ def make_points(n: int, start: int = 0) -> list[dict]:
             for s in range(start, start + n)]
 
 
-def insert_once(folder: Path, i: int, points: list[dict]) -> float:
-    """Seconds of one ``add_points`` of ``points`` into a new store file."""
+def insert_once(folder: Path, i: int, points: list[dict]) -> tuple[float, float]:
+    """(wall seconds, CPU seconds) of one ``add_points`` of ``points`` into a new store file."""
     from scalectl.store import Store
 
     with Store.open(folder / f"insert-{i}.db") as store:
         run_id = store.create_run(f"bench-{i}")
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         store.add_points(run_id, points)
-        elapsed = time.perf_counter() - t
+        elapsed, cpu = time.perf_counter() - t, time.process_time() - c
         assert len(store.points(run_id)) == len(points)
-    return elapsed
+    return elapsed, cpu
 
 
 def _writer(path: str, name: str, n: int, barrier) -> None:
@@ -85,22 +87,30 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--writers", type=int, default=8)
     ap.add_argument("--points", type=int, default=500, help="points per writer")
+    ap.add_argument("--max-load", type=float, default=default_max_load(),
+                    help="1-minute load average above which no verdict is given (default nproc + 0.5)")
     args = ap.parse_args()
     print(machine_line())
     points = make_points(args.n)
     with tempfile.TemporaryDirectory() as tmp:
-        times = [insert_once(Path(tmp), i, points) for i in range(args.repeats)]
-        elapsed, found = concurrent(Path(tmp) / "concurrent.db", args.writers, args.points)
+        with Load() as load:
+            measured = [insert_once(Path(tmp), i, points) for i in range(args.repeats)]
+        times, cpus = [m[0] for m in measured], [m[1] for m in measured]
+        with Load() as load_writers:
+            elapsed, found = concurrent(Path(tmp) / "concurrent.db", args.writers, args.points)
     expected = args.writers * args.points
     print_table("store writes", ["case", "seconds", "rows", "rows/s"], [
         [f"add_points, {args.n:,} points (median of {args.repeats})", median(times), args.n, args.n / median(times)],
         [f"{args.writers} writer processes x {args.points} add_point", elapsed, found, found / elapsed]])
+    lo = (load.before, load.after)
     report(Figure("bench_store", f"insert {args.n:,} eval points (add_points, median)", median(times), "s",
-                  "<", TARGET_INSERT_S))
+                  "<", TARGET_INSERT_S, load=lo, max_load=args.max_load))
+    report(Figure("bench_store", f"insert {args.n:,} eval points, CPU time (median)", median(cpus), "s", load=lo))
+    lw = (load_writers.before, load_writers.after)
     report(Figure("bench_store", f"{args.writers} concurrent writers: rows lost of {expected:,}",
-                  expected - found, "rows", "==", 0))
+                  expected - found, "rows", "==", 0, load=lw))
     report(Figure("bench_store", f"{args.writers} concurrent writers, one transaction per point",
-                  found / elapsed, "rows/s"))
+                  found / elapsed, "rows/s", load=lw))
 
 
 if __name__ == "__main__":

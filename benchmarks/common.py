@@ -5,6 +5,12 @@ Every benchmark prints, for each figure that has a target, one line::
 
     target: <figure> <op> <target> <unit>: <value> <unit>, met      (or MISSED)
 
+with the 1-minute load average before and after the measurement when the
+script recorded it.  A figure measured while the load average went above the
+script's stated bound (``--max-load``; default :func:`default_max_load`) gets
+no verdict: it prints ``load too high, rerun`` instead of met / MISSED, since a
+shared machine's other work is then part of the figure.
+
 and, when ``$BENCH_RESULTS`` names a file, appends the figure to it as one JSON
 line (``make bench`` collects them; ``python benchmarks/common.py summary FILE``
 prints the Markdown table of ``benchmarks/README.md``).
@@ -28,6 +34,44 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 OPS = {"<": lambda v, t: v < t, "<=": lambda v, t: v <= t, ">": lambda v, t: v > t, ">=": lambda v, t: v >= t,
        "==": lambda v, t: v == t}
+
+
+def loadavg1() -> float:
+    """The 1-minute load average (``os.getloadavg``)."""
+    return round(os.getloadavg()[0], 2)
+
+
+def default_max_load() -> float:
+    """The default load bound: ``nproc + 0.5``.  A benchmark itself keeps up to
+    ``nproc`` threads busy; half a core more means the figure is mostly its own."""
+    return (os.cpu_count() or 1) + 0.5
+
+
+class Load:
+    """Context manager recording the 1-minute load average before and after a block.
+
+    Attributes:
+        before, after: load averages (``after`` set on exit).
+    """
+
+    def __init__(self):
+        self.before = loadavg1()
+        self.after: float | None = None
+
+    def __enter__(self) -> "Load":
+        self.before = loadavg1()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.after = loadavg1()
+
+    @property
+    def peak(self) -> float:
+        """The higher of before and after."""
+        return max(self.before, self.after if self.after is not None else self.before)
+
+    def __str__(self) -> str:
+        return f"load {self.before:.2f}->{self.after if self.after is not None else float('nan'):.2f}"
 
 
 def timed(fn, repeats: int) -> list[float]:
@@ -85,6 +129,8 @@ class Figure:
         unit: ``s``, ``rows/s``, ``x`` (a ratio), ...
         op, target: the target is ``value op target`` (``op`` one of <, <=, >, >=, ==);
             None for a figure shown for scale only.
+        load: 1-minute load average (before, after) the measurement, or None.
+        max_load: the bound the load had to stay under for a verdict, or None.
     """
 
     bench: str
@@ -93,16 +139,25 @@ class Figure:
     unit: str = ""
     op: str | None = None
     target: float | None = None
+    load: tuple[float, float] | None = None
+    max_load: float | None = None
+
+    @property
+    def load_ok(self) -> bool:
+        """Whether the load stayed under ``max_load`` (True without a bound or a record)."""
+        return self.max_load is None or self.load is None or max(self.load) <= self.max_load
 
     @property
     def met(self) -> bool | None:
-        """Whether the target is met; None without a target."""
-        if self.op is None or self.target is None:
+        """Whether the target is met; None without a target or when the load was too high."""
+        if self.op is None or self.target is None or not self.load_ok:
             return None
         return bool(OPS[self.op](self.value, self.target))
 
     def verdict(self) -> str:
-        """``met``, ``MISSED`` or ``-``."""
+        """``met``, ``MISSED``, ``load too high, rerun`` or ``-``."""
+        if self.op is not None and not self.load_ok:
+            return "load too high, rerun"
         return {True: "met", False: "MISSED", None: "-"}[self.met]
 
 
@@ -115,14 +170,19 @@ def _fmt(x: float) -> str:
 def report(fig: Figure) -> Figure:
     """Print ``fig``'s target line (or its value line) and append it to ``$BENCH_RESULTS``."""
     unit = f" {fig.unit}" if fig.unit else ""
-    if fig.met is None:
-        print(f"figure: {fig.name}: {_fmt(fig.value)}{unit}")
+    load = ""
+    if fig.load is not None:
+        bound = f" (bound {fig.max_load:.2f})" if fig.max_load is not None else ""
+        load = f" [load {fig.load[0]:.2f}->{fig.load[1]:.2f}{bound}]"
+    if fig.op is None:
+        print(f"figure: {fig.name}: {_fmt(fig.value)}{unit}{load}")
     else:
-        print(f"target: {fig.name} {fig.op} {_fmt(fig.target)}{unit}: {_fmt(fig.value)}{unit}, {fig.verdict()}")
+        print(f"target: {fig.name} {fig.op} {_fmt(fig.target)}{unit}: {_fmt(fig.value)}{unit}, "
+              f"{fig.verdict()}{load}")
     path = os.environ.get("BENCH_RESULTS")
     if path:
         with open(path, "a") as fh:
-            fh.write(json.dumps({**asdict(fig), "met": fig.met, "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+            fh.write(json.dumps({**asdict(fig), "met": fig.met, "verdict": fig.verdict(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
                                  "loadavg": os.getloadavg()[0]}) + "\n")
     return fig
 
@@ -142,13 +202,16 @@ def print_table(title: str, columns: list[str], rows: list[list], left: int = 1)
 
 def summary(path: str) -> str:
     """The Markdown table (figure, value, target, met?) of a ``$BENCH_RESULTS`` file."""
-    lines = ["| benchmark | figure | value | target | met? |", "|---|---|---|---|---|"]
+    lines = ["| benchmark | figure | value | target | met? | load before->after |", "|---|---|---|---|---|---|"]
     for line in Path(path).read_text().splitlines():
         f = json.loads(line)
         unit = f" {f['unit']}" if f["unit"] else ""
         target = f"{f['op']} {_fmt(f['target'])}{unit}" if f["op"] else "-"
         met = {True: "yes", False: "**no**", None: "-"}[f["met"]]
-        lines.append(f"| {f['bench']} | {f['name']} | {_fmt(f['value'])}{unit} | {target} | {met} |")
+        if f.get("verdict") == "load too high, rerun":
+            met = "load too high, rerun"
+        load = f"{f['load'][0]:.2f}->{f['load'][1]:.2f}" if f.get("load") else "-"
+        lines.append(f"| {f['bench']} | {f['name']} | {_fmt(f['value'])}{unit} | {target} | {met} | {load} |")
     return "\n".join(lines)
 
 
