@@ -22,6 +22,7 @@ from rich.table import Table
 
 from scalectl.rl.model import build_tiny_model, build_tokenizer, encode_prompt, load_policy
 from scalectl.rl.rollout.cpu import CPURolloutEngine
+from scalectl.rl.rollout.sampling import SamplingParams
 from scalectl.rl.tasks import eval_problems
 
 from common import Figure, report
@@ -33,7 +34,7 @@ def _engine_tps(engine: CPURolloutEngine, prompts: list[str], new_tokens: int, r
     best = float("inf")
     for r in range(repeats):
         t0 = time.perf_counter()
-        groups = engine.generate(prompts, 1, max_new_tokens=new_tokens, seed=r)
+        groups = engine.generate(prompts, 1, SamplingParams(max_new_tokens=new_tokens), seed=r)
         best = min(best, time.perf_counter() - t0)
     n_tokens = sum(len(c.token_ids) for g in groups for c in g)
     return n_tokens / best
@@ -82,7 +83,7 @@ def main() -> None:
     for batch in args.batch:
         prompts = [p.prompt for p in eval_problems(batch, seed=1, difficulty=3)]
         engine = CPURolloutEngine(model, tokenizer, head_fp32=True, max_batch=batch)
-        engine.generate(prompts[:8], 1, max_new_tokens=4)  # warm-up
+        engine.generate(prompts[:8], 1, SamplingParams(max_new_tokens=4))  # warm-up
         ours = _engine_tps(engine, prompts, args.new_tokens, args.repeats)
         theirs = _hf_tps(model, tokenizer, prompts, args.new_tokens, args.repeats)
         table.add_row(str(batch), f"{ours:,.0f}", f"{theirs:,.0f}", f"{ours / theirs:.2f}")

@@ -134,3 +134,66 @@ def test_sampler_raises_when_every_prompt_is_retired():
         s.next(1, retired={0, 1, 2})
     with pytest.raises(ValueError, match="state is for 4 prompts but this prompt set has 3"):
         s.load_state_dict(PromptSampler(4, seed=0).state_dict())
+
+
+# -- refill rounds of a whole step (the loop's collect_batch) -------------------------------------
+
+
+def _scripted_fetch(keeps: list[int]):
+    """``fetch(want, round)`` for collect_batch: round r returns ``want`` groups of 2 completions,
+    of which ``keeps[r]`` have mixed rewards (kept) and the rest all-wrong (dropped)."""
+    from scalectl.rl.groups import Group
+    from scalectl.rl.rollout.base import Completion
+
+    calls: list[tuple[int, int]] = []
+
+    def fetch(want: int, refill_round: int) -> list:
+        calls.append((want, refill_round))
+        out = []
+        for i in range(want):
+            mixed = i < keeps[refill_round]
+            correct = [True, False] if mixed else [False, False]
+            comps = [Completion(0, [1], [2], [-0.5], [0], "stop", "x") for _ in correct]
+            out.append(Group(len(out), comps, correct, torch.tensor([1.0 if c else -1.0 for c in correct])))
+        return out
+
+    return fetch, calls
+
+
+def _dapo(rounds: int):
+    from conftest import ROOT
+    from scalectl.recipe_io import load
+
+    return load(ROOT / "recipes" / "dapo.toml", ROOT / "setups" / "tiny-cpu.toml",
+                [f"filter.max_refill_rounds={rounds}"])
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 4])
+def test_collect_batch_does_exactly_max_refill_rounds(rounds):
+    """11 of 16 groups kept in the first round and none in any refill: exactly ``rounds``
+    refills run (rounds 1..N after round 0), then the error names the rounds done."""
+    from scalectl.rl.loop import collect_batch, new_state
+
+    recipe = _dapo(rounds)
+    assert recipe.batch.prompts_per_step == 16
+    fetch, calls = _scripted_fetch([11] + [0] * rounds)
+    with pytest.raises(DynamicSamplingExhausted) as err:
+        collect_batch(recipe, fetch, new_state(recipe, 1000, 100))
+    assert [r for _, r in calls] == list(range(rounds + 1))
+    # 5 missing at a keep rate of 11/16: ceil(5 * 16 / 11) = 8 groups; then the rate falls
+    assert calls[:2] == [(16, 0), (8, 1)]
+    assert (err.value.rounds_done, err.value.max_refill_rounds, err.value.n_kept) == (rounds, rounds, 11)
+    plural = "s" if rounds != 1 else ""
+    assert f"kept 11 of the 16 groups a step needs after {rounds} refill round{plural} " \
+           f"(filter.max_refill_rounds = {rounds})" in str(err.value)
+
+
+def test_collect_batch_refill_fills_the_batch_in_the_last_allowed_round():
+    from scalectl.rl.loop import collect_batch, new_state
+
+    recipe = _dapo(1)
+    fetch, calls = _scripted_fetch([11, 5])
+    kept, stats = collect_batch(recipe, fetch, new_state(recipe, 1000, 100))
+    assert calls == [(16, 0), (8, 1)]
+    assert len(kept) == 16 and stats["groups_kept"] == 16
+    assert stats["zero_variance_share"] == (5 + 3) / 24

@@ -23,6 +23,7 @@ from scalectl.rl.groups import Group
 from scalectl.rl.model import build_tiny_model, build_tokenizer, head_log_softmax, token_logprobs
 from scalectl.rl.schedule import staleness_bound, staleness_stats
 from scalectl.rl.rollout.cpu import CPURolloutEngine
+from scalectl.rl.rollout.sampling import SamplingParams
 from scalectl.rl.stream import Channel, WeightSlot, flatten_weights, send_weights, weight_layout
 
 PROMPT = "12+34-5="
@@ -77,7 +78,7 @@ def _sample_with_update(tok, v0, v1):
         slot.poll()
 
     engine.poll_weights = poll
-    comps = engine.generate([PROMPT], 2, max_new_tokens=T, seed=3)[0]
+    comps = engine.generate([PROMPT], 2, SamplingParams(max_new_tokens=T), seed=3)[0]
     return comps, slot
 
 

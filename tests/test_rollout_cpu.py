@@ -9,6 +9,7 @@ from scalectl.rl.model import BOXED, build_tiny_model, build_tokenizer, encode_p
 from scalectl.rl.rollout import make_engine
 from scalectl.rl.rollout.base import Completion
 from scalectl.rl.rollout.cpu import CPURolloutEngine
+from scalectl.rl.rollout.sampling import SamplingParams
 
 PROMPTS = ["1+2=", "123+45-6=", "7-70+700="]
 
@@ -56,7 +57,7 @@ def _flat(groups):
 
 
 def test_shapes_and_fields(model, tok):
-    groups = CPURolloutEngine(model, tok).generate(PROMPTS, 3, max_new_tokens=10, seed=0)
+    groups = CPURolloutEngine(model, tok).generate(PROMPTS, 3, SamplingParams(max_new_tokens=10), seed=0)
     assert [len(g) for g in groups] == [3, 3, 3]
     for i, g in enumerate(groups):
         for c in g:
@@ -75,7 +76,7 @@ def test_shapes_and_fields(model, tok):
 def test_sampler_logprobs_equal_teacher_forced(model, tok, temperature):
     """Prompts of different lengths (left padding) and rows that stop early (PAD, mask 0)."""
     engine = CPURolloutEngine(model, tok, head_fp32=True)
-    comps = _flat(engine.generate(PROMPTS, 4, max_new_tokens=16, temperature=temperature, seed=1))
+    comps = _flat(engine.generate(PROMPTS, 4, SamplingParams(max_new_tokens=16, temperature=temperature), seed=1))
     assert len({len(c.token_ids) for c in comps}) > 1  # rows finished at different steps
     forced = _teacher_forced(model, comps, tok.pad_token_id, temperature=temperature)
     for c, ref in zip(comps, forced):
@@ -88,7 +89,7 @@ def test_sampler_logprobs_equal_teacher_forced(model, tok, temperature):
 def test_fp32_head_used_when_asked(model, tok):
     bf16 = _small().to(torch.bfloat16)
     for head_fp32 in (True, False):
-        comps = _flat(CPURolloutEngine(bf16, tok, head_fp32=head_fp32).generate(PROMPTS, 2, max_new_tokens=6, seed=2))
+        comps = _flat(CPURolloutEngine(bf16, tok, head_fp32=head_fp32).generate(PROMPTS, 2, SamplingParams(max_new_tokens=6), seed=2))
         same = _teacher_forced(bf16, comps, tok.pad_token_id, head_fp32=head_fp32)
         other = _teacher_forced(bf16, comps, tok.pad_token_id, head_fp32=not head_fp32)
         err_same = max(float((torch.tensor(c.logprobs) - r.float()).abs().max()) for c, r in zip(comps, same))
@@ -99,9 +100,9 @@ def test_fp32_head_used_when_asked(model, tok):
 
 def test_deterministic_given_seed(model, tok):
     engine = CPURolloutEngine(model, tok)
-    a = engine.generate(PROMPTS, 2, max_new_tokens=8, seed=5)
-    b = engine.generate(PROMPTS, 2, max_new_tokens=8, seed=5)
-    c = engine.generate(PROMPTS, 2, max_new_tokens=8, seed=6)
+    a = engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=8), seed=5)
+    b = engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=8), seed=5)
+    c = engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=8), seed=6)
     assert [x.token_ids for x in _flat(a)] == [x.token_ids for x in _flat(b)]
     assert [x.token_ids for x in _flat(a)] != [x.token_ids for x in _flat(c)]
 
@@ -110,7 +111,7 @@ def test_batch_split_gives_same_completions_when_each_batch_is_one_prompt(model,
     """max_batch only changes how rows are grouped; with one row per batch vs all rows the
     samples differ (one generator stream), but the log-probs of each stay exact."""
     engine = CPURolloutEngine(model, tok, max_batch=1)
-    comps = _flat(engine.generate(PROMPTS, 2, max_new_tokens=8, seed=0))
+    comps = _flat(engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=8), seed=0))
     for c, ref in zip(comps, _teacher_forced(model, comps, tok.pad_token_id)):
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-5)
 
@@ -121,7 +122,7 @@ def test_interruption_inserts_the_phrase(model, tok):
     phrase = " so " + BOXED
     k = len(tok.encode(phrase, add_special_tokens=False))
     engine = CPURolloutEngine(model, tok)
-    comps = _flat(engine.generate(PROMPTS, 6, max_new_tokens=14, interrupt=(3, 5, phrase), seed=3))
+    comps = _flat(engine.generate(PROMPTS, 6, SamplingParams(max_new_tokens=14, interrupt=(3, 5, phrase)), seed=3))
     phrase_ids = tok.encode(phrase, add_special_tokens=False)
     positions = set()
     for c in comps:
@@ -143,9 +144,9 @@ def test_interruption_inserts_the_phrase(model, tok):
 def test_interrupt_range_must_leave_room(model, tok):
     engine = CPURolloutEngine(model, tok)
     with pytest.raises(ValueError, match="max_new_tokens"):
-        engine.generate(PROMPTS, 1, max_new_tokens=5, interrupt=(3, 5, BOXED))
+        engine.generate(PROMPTS, 1, SamplingParams(max_new_tokens=5, interrupt=(3, 5, BOXED)))
     with pytest.raises(ValueError, match="empty"):
-        engine.generate(PROMPTS, 1, max_new_tokens=9, interrupt=(3, 5, ""))
+        engine.generate(PROMPTS, 1, SamplingParams(max_new_tokens=9, interrupt=(3, 5, "")))
 
 
 def test_truncation_and_stop(model, tok):
@@ -153,18 +154,18 @@ def test_truncation_and_stop(model, tok):
     impossible, every completion runs to max_new_tokens."""
     m = _small(eos_bias=1e4)
     engine = CPURolloutEngine(m, tok)
-    comps = _flat(engine.generate(PROMPTS, 2, max_new_tokens=7, seed=0))
+    comps = _flat(engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=7), seed=0))
     assert all(c.finish_reason == "stop" and c.token_ids == [tok.eos_token_id] and c.text == "" for c in comps)
     with torch.no_grad():
         m.lm_head.bias[tok.eos_token_id] = -1e4
-    comps = _flat(engine.generate(PROMPTS, 2, max_new_tokens=7, seed=0))
+    comps = _flat(engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=7), seed=0))
     assert all(c.finish_reason == "length" and c.truncated and len(c.token_ids) == 7 for c in comps)
 
 
 def test_versions_and_weight_updates(model, tok):
     m = _small()
     engine = CPURolloutEngine(m, tok, version=3)
-    assert {v for c in _flat(engine.generate(PROMPTS, 1, max_new_tokens=4)) for v in c.versions} == {3}
+    assert {v for c in _flat(engine.generate(PROMPTS, 1, SamplingParams(max_new_tokens=4))) for v in c.versions} == {3}
     new = _small(seed=9).state_dict()
     engine.update_weights(new, 4)
     assert engine.version == 4 and torch.equal(m.lm_head.weight, new["lm_head.weight"])
@@ -190,7 +191,7 @@ def test_in_flight_update_tags_later_tokens(tok, monkeypatch):
         return sample(*args)
 
     monkeypatch.setattr(cpu, "_sample", sample_then_update)
-    comps = _flat(engine.generate(PROMPTS[:1], 2, max_new_tokens=20, seed=0))
+    comps = _flat(engine.generate(PROMPTS[:1], 2, SamplingParams(max_new_tokens=20), seed=0))
     for c in comps:
         # token 10 was sampled from the step-9 forward pass (version 0); tokens after it from version 1
         assert c.versions == [0] * 10 + [1] * 10

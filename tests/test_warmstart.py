@@ -63,14 +63,16 @@ def test_checkpoint_reaches_its_pass_rate_on_held_out_prompts(built):
     """Independent re-evaluation on the held-out prompts: the saved model is the trained one."""
     from scalectl.rl.evaluate import evaluate
     from scalectl.rl.rollout.cpu import CPURolloutEngine
+    from scalectl.rl.rollout.sampling import SamplingParams
 
     path, _, _ = built
     model, tok = load_policy(path)
     fresh = build_tiny_model(seed=SFT.seed, **SMALL)
     held = eval_problems(SFT.check_prompts, seed=0, difficulty=1)
-    kw = dict(samples_per_prompt=4, max_new_tokens=12, temperature=1.0, interrupt=None, seed=123)
-    trained = evaluate(CPURolloutEngine(model, tok), held, **kw)["pass_rate"]
-    untrained = evaluate(CPURolloutEngine(fresh, tok), held, **kw)["pass_rate"]
+    kw = dict(samples_per_prompt=4, seed=123)
+    params = SamplingParams(max_new_tokens=12)
+    trained = evaluate(CPURolloutEngine(model, tok), held, params, **kw)["pass_rate"]
+    untrained = evaluate(CPURolloutEngine(fresh, tok), held, params, **kw)["pass_rate"]
     assert untrained == 0.0 and trained >= 0.05
 
 

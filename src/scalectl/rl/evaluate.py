@@ -14,16 +14,17 @@ from math import comb
 from scalectl.rl.rewards import check
 
 
-def evaluate(engine, problems: list, *, samples_per_prompt: int, max_new_tokens: int,
-             temperature: float, interrupt, seed: int, chunk_prompts: int = 64) -> dict:
+def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: int,
+             chunk_prompts: int = 64) -> dict:
     """Sample and score k completions per held-out prompt.
 
     Args:
         engine: a rollout engine (:class:`scalectl.rl.rollout.base.RolloutEngine`).
         problems: held-out problems (``prompt``, ``answer``).
+        params: the :class:`~scalectl.rl.rollout.sampling.SamplingParams` of evaluation
+            (:meth:`~scalectl.rl.rollout.sampling.SamplingParams.for_evaluation`); a
+            completion that hits ``params.max_new_tokens`` counts as truncated.
         samples_per_prompt: k.
-        max_new_tokens: generation cap (tokens); hitting it counts as truncation.
-        interrupt: (lo, hi, phrase) or None, as in training.
         seed: sampling seed (the same per step, so reruns are comparable).
         chunk_prompts: prompts per engine call (bounds memory).
 
@@ -34,9 +35,7 @@ def evaluate(engine, problems: list, *, samples_per_prompt: int, max_new_tokens:
     counts, truncated, length_sum, total = [], 0, 0, 0
     for lo in range(0, len(problems), chunk_prompts):
         chunk = problems[lo:lo + chunk_prompts]
-        groups = engine.generate([p.prompt for p in chunk], samples_per_prompt,
-                                 max_new_tokens=max_new_tokens, temperature=temperature,
-                                 interrupt=interrupt, seed=seed + lo)
+        groups = engine.generate([p.prompt for p in chunk], samples_per_prompt, params, seed=seed + lo)
         for prob, comps in zip(chunk, groups):
             counts.append(sum(check(c.text, prob.answer) for c in comps))
             truncated += sum(c.finish_reason == "length" for c in comps)

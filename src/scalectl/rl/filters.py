@@ -53,13 +53,16 @@ def zero_variance_mask(rewards: torch.Tensor, group_ids: torch.Tensor) -> torch.
 class DynamicSamplingExhausted(RuntimeError):
     """Dynamic sampling used every allowed refill round and the batch is still short of groups."""
 
-    def __init__(self, n_kept: int, n_target: int, max_refill_rounds: int):
-        self.n_kept, self.n_target, self.max_refill_rounds = n_kept, n_target, max_refill_rounds
+    def __init__(self, n_kept: int, n_target: int, max_refill_rounds: int, rounds_done: int | None = None):
+        rounds_done = max_refill_rounds if rounds_done is None else rounds_done
+        self.n_kept, self.n_target = n_kept, n_target
+        self.max_refill_rounds, self.rounds_done = max_refill_rounds, rounds_done
         super().__init__(
             f"dynamic sampling kept {n_kept} of the {n_target} groups a step needs after "
-            f"filter.max_refill_rounds = {max_refill_rounds} extra generation rounds: almost every "
-            "prompt is all-correct or all-wrong. Raise filter.max_refill_rounds, use a prompt set "
-            "of mixed difficulty, or use zero_variance filtering without refill."
+            f"{rounds_done} refill round{'s' if rounds_done != 1 else ''} (filter.max_refill_rounds = "
+            f"{max_refill_rounds}): almost every prompt is all-correct or all-wrong. Raise "
+            "filter.max_refill_rounds, use a prompt set of mixed difficulty, or use zero_variance "
+            "filtering without refill."
         )
 
 
@@ -71,7 +74,9 @@ def groups_to_refill(
     Args:
         n_kept: groups kept so far (with non-zero reward variance).
         n_target: groups a step needs (``batch.prompts_per_step``).
-        refill_round: refill rounds already done for this step (0 before the first refill).
+        refill_round: refill rounds already done for this step (0 after the step's first
+            generation round, before any refill); at most ``max_refill_rounds`` refills are
+            allowed, so the call after the last allowed refill raises.
         max_refill_rounds: ``filter.max_refill_rounds``.
         keep_rate: share of groups kept so far, if known; the request is then scaled up to
             ceil(missing / keep_rate) so one round is likely to fill the batch.
@@ -83,7 +88,7 @@ def groups_to_refill(
     if missing == 0:
         return 0
     if refill_round >= max_refill_rounds:
-        raise DynamicSamplingExhausted(n_kept, n_target, max_refill_rounds)
+        raise DynamicSamplingExhausted(n_kept, n_target, max_refill_rounds, refill_round)
     if keep_rate is not None and keep_rate > 0:
         return math.ceil(missing / keep_rate - 1e-9)  # 18 / 0.6 is 30.000000000000004 in floats
     return missing

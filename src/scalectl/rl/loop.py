@@ -28,6 +28,7 @@ from scalectl.rl.checkpoint import latest_checkpoint, load_checkpoint, save_chec
 from scalectl.rl.evaluate import evaluate
 from scalectl.rl.filters import PromptHistory, PromptSampler, groups_to_refill
 from scalectl.rl.groups import rollout_stats, score_groups
+from scalectl.rl.rollout.sampling import SamplingParams
 
 
 class Reporter:
@@ -67,13 +68,6 @@ class LoopState:
                 "history": self.history.to_dict(), "pending": self.pending, "evaluated": self.evaluated}
 
 
-def interrupt_spec(length):
-    """(lo, hi, phrase) for the rollout engine, or None unless ``control = "interrupt"``."""
-    if length.control != "interrupt":
-        return None
-    return (length.interrupt_min, length.interrupt_max, length.interrupt_phrase)
-
-
 def load_model(recipe, reporter: Reporter):
     """The policy's (model, tokenizer) in ``model.dtype``, warm-started first for ``builtin:`` paths."""
     from scalectl.rl.model import load_policy
@@ -94,7 +88,7 @@ def build_policy(recipe, reporter: Reporter) -> Policy:
     model, tokenizer = load_model(recipe, reporter)
     head_fp32 = recipe.precision.lm_head == "fp32"
     trainer = PolicyTrainer(model, loss=recipe.loss, optim=recipe.optim, head_fp32=head_fp32,
-                            temperature=recipe.sampling.temperature,
+                            temperature=SamplingParams.for_training(recipe).temperature,
                             micro_batch_size=recipe.batch.micro_batch_size,
                             zero_stage=recipe.hardware.zero_stage, dtype=recipe.model.dtype)
     engine = make_engine(recipe, trainer.model, tokenizer)
@@ -115,16 +109,18 @@ def collect_batch(recipe, fetch, state: LoopState) -> tuple[list, dict]:
         DynamicSamplingExhausted: dynamic sampling used every refill round.
     """
     P, filt = recipe.batch.prompts_per_step, recipe.filter
-    kept, generated, want, refill_round = [], [], P, 0
-    while want > 0:
-        groups = fetch(want, refill_round)
+    kept, generated, want, rounds_done = [], [], P, 0
+    while True:
+        groups = fetch(want, rounds_done)      # round 0 is the step's own; 1.. are refills
         generated += groups
         kept += keep_groups(groups, filt.zero_variance or filt.dynamic_sampling)
         if not filt.dynamic_sampling:
             break
-        keep_rate = len(kept) / len(generated)
-        refill_round += 1
-        want = groups_to_refill(len(kept), P, refill_round, filt.max_refill_rounds, keep_rate=keep_rate)
+        want = groups_to_refill(len(kept), P, rounds_done, filt.max_refill_rounds,
+                                keep_rate=len(kept) / len(generated))
+        if want == 0:
+            break
+        rounds_done += 1
     if filt.dynamic_sampling:
         kept = kept[:P]
     stats = rollout_stats(generated)
@@ -147,15 +143,12 @@ def count_groups(recipe, groups: list, state: LoopState) -> None:
 def generate_batch(recipe, policy: Policy, problems: list, state: LoopState, seed: int) -> tuple[list, dict]:
     """One training batch of scored, filtered groups (dynamic-sampling refills included),
     generated here with the engine's current weights; see :func:`collect_batch`."""
-    G = recipe.batch.generations_per_prompt
+    G, params = recipe.batch.generations_per_prompt, SamplingParams.for_training(recipe)
 
     def fetch(want: int, refill_round: int) -> list:
         retired = state.history.retired if recipe.filter.retire_solved else frozenset()
         ids = state.sampler.next(want, retired)
-        raw = policy.engine.generate([problems[i].prompt for i in ids], G,
-                                     max_new_tokens=recipe.length.max_new_tokens,
-                                     temperature=recipe.sampling.temperature,
-                                     interrupt=interrupt_spec(recipe.length),
+        raw = policy.engine.generate([problems[i].prompt for i in ids], G, params,
                                      seed=seed * 1009 + refill_round)
         groups = score_groups(raw, problems, ids, recipe.length)
         count_groups(recipe, groups, state)
@@ -217,9 +210,8 @@ def eval_point(recipe, engine, eval_problems: list, state: LoopState, last_metri
     """Evaluate the engine's current weights on the held-out prompts: the store's point for
     ``state.step`` with the compute spent so far (and ``eval_seconds``, not stored)."""
     t0 = time.perf_counter()
-    result = evaluate(engine, eval_problems, samples_per_prompt=recipe.eval.samples_per_prompt,
-                      max_new_tokens=recipe.length.max_new_tokens, temperature=recipe.eval.temperature,
-                      interrupt=interrupt_spec(recipe.length), seed=recipe.seed * 7919 + 17)
+    result = evaluate(engine, eval_problems, SamplingParams.for_evaluation(recipe),
+                      samples_per_prompt=recipe.eval.samples_per_prompt, seed=recipe.seed * 7919 + 17)
     point = {"step": state.step, "gpu_hours": state.meter.gpu_hours, "flops": state.meter.flops,
              "tokens": state.meter.tokens, "samples": state.meter.samples,
              "retired_prompts": len(state.history.retired), "wall_seconds": state.meter.seconds,

@@ -37,9 +37,10 @@ import torch
 from scalectl.rl.checkpoint import save_checkpoint
 from scalectl.rl.groups import score_groups
 from scalectl.rl.loop import (
-    Reporter, append_step, budget_spent, build_policy, eval_due_on_start, collect_batch, eval_point, interrupt_spec, load_model,
+    Reporter, append_step, budget_spent, build_policy, eval_due_on_start, collect_batch, eval_point, load_model,
     new_state, restore_state, summary, train_on_groups,
 )
+from scalectl.rl.rollout.sampling import SamplingParams
 from scalectl.rl.schedule import Feeder
 from scalectl.rl.stream import BYE, STOP, Channel, Inbox, PeerLost, WeightSlot, send_object, weight_layout
 
@@ -194,7 +195,7 @@ def run_generator(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) 
     slot = WeightSlot(channel.groups["weights"], trainer, engine, weight_layout(model))
     engine.poll_weights = slot.poll
     control = Inbox(channel.groups["control"], [trainer], "control")
-    problems, G = spec.train_problems, recipe.batch.generations_per_prompt
+    problems, G, params = spec.train_problems, recipe.batch.generations_per_prompt, SamplingParams.for_training(recipe)
     requests: deque = deque()
     sends: deque = deque()
     t_start, idle, reason = time.perf_counter(), 0.0, "interrupted"
@@ -223,9 +224,7 @@ def run_generator(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) 
             while requests and len(chunk) < recipe.batch.prompts_per_step and requests[0][2] <= engine.version:
                 chunk.append(requests.popleft())
             ids = [pid for _, pid, _ in chunk]
-            raw = engine.generate([problems[i].prompt for i in ids], G, max_new_tokens=recipe.length.max_new_tokens,
-                                  temperature=recipe.sampling.temperature, top_p=recipe.sampling.top_p,
-                                  interrupt=interrupt_spec(recipe.length), seed=recipe.seed * 100003 + chunk[0][0])
+            raw = engine.generate([problems[i].prompt for i in ids], G, params, seed=recipe.seed * 100003 + chunk[0][0])
             groups = score_groups(raw, problems, ids, recipe.length)
             items = {req: g for (req, _, _), g in zip(chunk, groups)}
             info = {"idle_s": idle, "wall_s": time.perf_counter() - t_start, "loads": slot.loads}

@@ -40,6 +40,7 @@ from scalectl.rl.model import (
 from scalectl.rl.data import DEFAULT_SYNTHETIC_TRAIN
 from scalectl.rl.evaluate import evaluate
 from scalectl.rl.rollout.cpu import CPURolloutEngine
+from scalectl.rl.rollout.sampling import SamplingParams
 from scalectl.rl.tasks import Problem, eval_problems, sft_target, train_problems
 
 #: Bump when the SFT procedure changes: old cache entries are then ignored.
@@ -118,8 +119,8 @@ def train_sft(model, tokenizer, train: list[Problem], check_set: list[Problem], 
     for step in range(cfg.max_steps + 1):
         if step % cfg.check_every == 0:
             model.eval()
-            rate = evaluate(engine, check_set, samples_per_prompt=cfg.check_samples, max_new_tokens=max_new_tokens,
-                            temperature=1.0, interrupt=None, seed=cfg.seed + step,
+            rate = evaluate(engine, check_set, SamplingParams(max_new_tokens=max_new_tokens),
+                            samples_per_prompt=cfg.check_samples, seed=cfg.seed + step,
                             chunk_prompts=len(check_set))["pass_rate"]
             history.append((step, loss_val, rate))
             log(f"[dim]warm start[/] step {step:5d}  loss {loss_val:.3f}  held-out pass rate "

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from scalectl.rl.rollout.base import Completion, Interrupt, RolloutEngine
+from scalectl.rl.rollout.sampling import SamplingParams
 
-__all__ = ["Completion", "Interrupt", "RolloutEngine", "make_engine"]
+__all__ = ["Completion", "Interrupt", "RolloutEngine", "SamplingParams", "make_engine"]
 
 
 def make_engine(recipe, model, tokenizer) -> RolloutEngine:

@@ -12,9 +12,10 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Literal
 
+from scalectl.rl.rollout.sampling import Interrupt, SamplingParams
+
 FinishReason = Literal["stop", "length"]
-#: (interrupt_min, interrupt_max, phrase): length control by interruption (ScaleRL Sec. 3).
-Interrupt = tuple[int, int, str]
+__all__ = ["Completion", "FinishReason", "Interrupt", "RolloutEngine", "SamplingParams"]
 
 
 @dataclass
@@ -74,60 +75,38 @@ class RolloutEngine(ABC):
     """
 
     @abstractmethod
-    def generate(
-        self,
-        prompts: list[str],
-        n: int,
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        interrupt: Interrupt | None = None,
-        seed: int = 0,
-        top_p: float = 1.0,
-    ) -> list[list[Completion]]:
+    def generate(self, prompts: list[str], n: int, params: SamplingParams, *, seed: int = 0) -> list[list[Completion]]:
         """Sample ``n`` completions for each prompt.
 
         Args:
-            prompts: prompt texts.
+            prompts: prompt texts (encoded with :func:`scalectl.rl.model.encode_prompt`).
             n: completions per prompt (the group size G).
-            max_new_tokens: cap on each completion's length (tokens); hitting it gives
-                ``finish_reason = "length"``.
-            temperature: sampling temperature (> 0); log-probs refer to it.
-            interrupt: ``(lo, hi, phrase)``: a completion that reaches a length drawn
-                uniformly from the integers in [lo, hi] without having stopped gets
-                ``phrase`` appended (forced tokens, ``loss_mask`` 0), then continues
-                until EOS or ``max_new_tokens``.
+            params: every sampling setting (length cap, temperature, top-p, interruption),
+                built from the recipe by :meth:`SamplingParams.for_training` or
+                :meth:`SamplingParams.for_evaluation`.
             seed: sampling seed; same seed, weights and arguments give the same completions.
-            top_p: nucleus sampling (1.0: off); the recorded log-probs stay those of the
-                full softmax.
 
         Returns:
             One list of ``n`` completions per prompt, in prompt order.
         """
 
-    def check_request(self, n: int, max_new_tokens: int, temperature: float, top_p: float,
-                      interrupt: "Interrupt | None") -> list[int]:
+    def check_request(self, n: int, params: SamplingParams) -> list[int]:
         """Validate the arguments of :meth:`generate`; return the interruption phrase's
         token ids (empty without interruption).  Needs ``self.tokenizer``.
 
         Raises:
-            ValueError: n < 1, max_new_tokens < 1, temperature <= 0, top_p outside (0, 1],
-                or an interrupt range outside [1, max_new_tokens) or with an empty phrase.
+            ValueError: n < 1, ``params`` not a :class:`SamplingParams`, or an interruption
+                phrase that encodes to no token.
         """
-        if n < 1 or max_new_tokens < 1:
-            raise ValueError(f"need n >= 1 and max_new_tokens >= 1; got n={n}, max_new_tokens={max_new_tokens}")
-        if temperature <= 0 or not 0 < top_p <= 1:
-            raise ValueError(f"need temperature > 0 and 0 < top_p <= 1; got {temperature}, {top_p}")
-        phrase_ids: list[int] = []
-        if interrupt is not None:
-            lo, hi, phrase = interrupt
-            phrase_ids = self.tokenizer.encode(phrase, add_special_tokens=False)
-            if not phrase_ids:
-                raise ValueError("length.interrupt_phrase is empty")
-            if not 1 <= lo <= hi < max_new_tokens:
-                raise ValueError(
-                    f"interrupt range [{lo}, {hi}] must satisfy 1 <= min <= max < max_new_tokens ({max_new_tokens})"
-                )
+        if n < 1:
+            raise ValueError(f"need n >= 1; got n={n}")
+        if not isinstance(params, SamplingParams):
+            raise ValueError(f"params must be a SamplingParams, got {type(params).__name__}")
+        if params.interrupt is None:
+            return []
+        phrase_ids = self.tokenizer.encode(params.interrupt[2], add_special_tokens=False)
+        if not phrase_ids:
+            raise ValueError("length.interrupt_phrase encodes to no token")
         return phrase_ids
 
     @abstractmethod

@@ -27,7 +27,7 @@ import torch
 
 from scalectl.rl.length import interrupt_lengths
 from scalectl.rl.model import encode_prompt, load_policy, next_token_logprobs, position_ids_from_mask
-from scalectl.rl.rollout.base import Completion, Interrupt, RolloutEngine
+from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams
 
 
 class CPURolloutEngine(RolloutEngine):
@@ -79,41 +79,32 @@ class CPURolloutEngine(RolloutEngine):
                 self.model.load_state_dict(state_dict, strict=True)
             self._version = int(version)
 
-    def generate(
-        self,
-        prompts: list[str],
-        n: int,
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        interrupt: Interrupt | None = None,
-        seed: int = 0,
-        top_p: float = 1.0,
-    ) -> list[list[Completion]]:
-        """See :meth:`RolloutEngine.generate`.  ``top_p`` < 1 samples from the nucleus
-        but still records the full-softmax log-probs.
+    def generate(self, prompts: list[str], n: int, params: SamplingParams, *, seed: int = 0) -> list[list[Completion]]:
+        """See :meth:`RolloutEngine.generate`.  ``params.top_p`` < 1 samples from the
+        nucleus but still records the full-softmax log-probs.
 
         Raises:
-            ValueError: n < 1, max_new_tokens < 1, temperature <= 0, top_p outside (0, 1],
-                or an interrupt range outside [1, max_new_tokens) or with an empty phrase.
+            ValueError: n < 1, or an interruption phrase that encodes to no token.
         """
-        phrase_ids = self.check_request(n, max_new_tokens, temperature, top_p, interrupt)
+        phrase_ids = self.check_request(n, params)
         encoded = [encode_prompt(self.tokenizer, p) for p in prompts]
         rows = [(i, ids) for i, ids in enumerate(encoded) for _ in range(n)]
         gen = torch.Generator().manual_seed(int(seed))
         out: list[list[Completion]] = [[] for _ in prompts]
         for start in range(0, len(rows), self.max_batch):
             chunk = rows[start:start + self.max_batch]
-            for c in self._decode(chunk, max_new_tokens, temperature, top_p, interrupt, phrase_ids, gen):
+            for c in self._decode(chunk, params, phrase_ids, gen):
                 out[c.prompt_index].append(c)
         return out
 
     # ------------------------------------------------------------------ one batch
 
     @torch.inference_mode()
-    def _decode(self, rows, max_new_tokens, temperature, top_p, interrupt, phrase_ids, gen) -> list[Completion]:
+    def _decode(self, rows, params: SamplingParams, phrase_ids, gen) -> list[Completion]:
         from transformers import DynamicCache
 
+        max_new_tokens, temperature, top_p, interrupt = (params.max_new_tokens, params.temperature, params.top_p,
+                                                         params.interrupt)
         pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
         B, P = len(rows), max(len(ids) for _, ids in rows)
         input_ids = torch.full((B, P), pad, dtype=torch.long)

@@ -55,7 +55,7 @@ import torch
 from scalectl.errors import UserError
 from scalectl.rl.length import interrupt_lengths
 from scalectl.rl.model import encode_prompt
-from scalectl.rl.rollout.base import Completion, Interrupt, RolloutEngine
+from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams
 
 VLLM_MISSING = (
     "hardware.rollout_engine = 'vllm' needs the vllm package, which is not installed here. "
@@ -223,8 +223,9 @@ class VLLMRolloutEngine(RolloutEngine):
         head_fp32: LM head in float32 (``precision.lm_head = "fp32"``).
         head_fp32_via: ``"auto"`` (vLLM's ``head_dtype`` when honoured, else the patch),
             ``"head_dtype"`` or ``"patch"``.
-        temperature, top_p: the training sampling settings; they fix vLLM's
-            ``logprobs_mode`` (:func:`logprobs_mode_for`).
+        sampling: the training sampling parameters (:meth:`SamplingParams.for_training`);
+            their temperature and top-p fix vLLM's ``logprobs_mode`` (:func:`logprobs_mode_for`).
+            Default: temperature 1, top-p 1.
         logprobs_mode: override (diagnostics): with ``raw_logits`` the completions'
             ``logprobs`` hold the sampled tokens' logits.
         seed: vLLM's global seed (each request also gets its own, :func:`request_seed`).
@@ -247,13 +248,14 @@ class VLLMRolloutEngine(RolloutEngine):
     """
 
     def __init__(self, model_path: str | Path, tokenizer=None, *, dtype: str = "bf16", head_fp32: bool = True,
-                 head_fp32_via: str = "auto", temperature: float = 1.0, top_p: float = 1.0, seed: int = 0,
+                 head_fp32_via: str = "auto", sampling: SamplingParams | None = None, seed: int = 0,
                  max_model_len: int | None = None, source_model=None, enable_prefix_caching: bool = True,
                  version: int = 0, poll_weights=None, logprobs_mode: str | None = None, **llm_kwargs):
         if dtype not in _DTYPES:
             raise ValueError(f"model.dtype = {dtype!r} is not one of: {', '.join(_DTYPES)}")
         if head_fp32_via not in ("auto", "head_dtype", "patch"):
             raise ValueError(f"head_fp32_via = {head_fp32_via!r} is not one of: auto, head_dtype, patch")
+        temperature, top_p = (sampling.temperature, sampling.top_p) if sampling is not None else (1.0, 1.0)
         mode = logprobs_mode or logprobs_mode_for(temperature, top_p)
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
         if os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] != "0":
@@ -365,39 +367,29 @@ class VLLMRolloutEngine(RolloutEngine):
 
     # ------------------------------------------------------------------ sampling
 
-    def generate(
-        self,
-        prompts: list[str],
-        n: int,
-        *,
-        max_new_tokens: int,
-        temperature: float = 1.0,
-        interrupt: Interrupt | None = None,
-        seed: int = 0,
-        top_p: float = 1.0,
-    ) -> list[list[Completion]]:
+    def generate(self, prompts: list[str], n: int, params: SamplingParams, *, seed: int = 0) -> list[list[Completion]]:
         """See :meth:`RolloutEngine.generate`.
 
-        The log-probs are those of the full softmax at ``temperature`` when this call's
+        The log-probs are those of the full softmax at ``params.temperature`` when
         (temperature, top_p) suit the engine's ``logprobs_mode`` (:func:`logprobs_valid`;
-        always for the training settings the engine was built with); otherwise (e.g. an
+        always for the training parameters the engine was built with); otherwise (e.g. an
         evaluation at another temperature) no log-probs are requested and they are NaN.
         The forced tokens' log-probs come from vLLM's prompt log-probs, at temperature 1.
 
         Raises:
-            ValueError: n < 1, max_new_tokens < 1, temperature <= 0, top_p outside (0, 1],
-                an interrupt range outside [1, max_new_tokens) or with an empty phrase,
-                or a request vLLM ends otherwise than by EOS or length.
+            ValueError: n < 1, an interruption phrase that encodes to no token, or a
+                request vLLM ends otherwise than by EOS or length.
         """
-        phrase_ids = self.check_request(n, max_new_tokens, temperature, top_p, interrupt)
+        phrase_ids = self.check_request(n, params)
+        max_new_tokens, interrupt = params.max_new_tokens, params.interrupt
         encoded = [encode_prompt(self.tokenizer, p) for p in prompts]
         rows = [_Row(i, ids) for i, ids in enumerate(encoded) for _ in range(n)]
         gen = torch.Generator().manual_seed(int(seed))
         at = interrupt_lengths(len(rows), interrupt[0], interrupt[1], gen).tolist() if interrupt else None
         # a *_logits mode (diagnostics, set explicitly) records logits in place of log-probs
-        want_logprobs = (logprobs_valid(self.logprobs_mode, temperature, top_p)
+        want_logprobs = (logprobs_valid(self.logprobs_mode, params.temperature, params.top_p)
                          or self.logprobs_mode.endswith("_logits"))
-        sample = dict(temperature=temperature, top_p=top_p, logprobs=0 if want_logprobs else None)
+        sample = dict(temperature=params.temperature, top_p=params.top_p, logprobs=0 if want_logprobs else None)
 
         with self._generate_lock:
             self._reset_prefix_cache()
@@ -534,5 +526,5 @@ def engine_from_recipe(recipe, model, tokenizer, *, model_path: str | Path | Non
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     return VLLMRolloutEngine(
         path, tokenizer, dtype=recipe.model.dtype, head_fp32=recipe.precision.lm_head == "fp32",
-        temperature=recipe.sampling.temperature, top_p=recipe.sampling.top_p, seed=recipe.seed,
+        sampling=SamplingParams.for_training(recipe), seed=recipe.seed,
         max_model_len=min(longest, context) if context else longest, source_model=model)
