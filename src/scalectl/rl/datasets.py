@@ -261,8 +261,8 @@ def with_instruction(messages: tuple) -> tuple:
 
 
 def render_prompt(messages: tuple, *, tokenizer=None, chat_template: bool = False) -> str:
-    """The prompt text the policy sees (the rollout engines add BOS,
-    :func:`scalectl.rl.model.encode_prompt`).
+    """The prompt text the policy sees (the rollout engines add the tokenizer's BOS, if
+    it has one, :func:`scalectl.rl.model.encode_prompt`).
 
     ``chat_template``: ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``,
     without a leading BOS string (the engines add BOS themselves); else the messages'
@@ -313,7 +313,8 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
 
     Rows -> records (:func:`to_record`) -> rendered prompts (:func:`render_prompt`) ->
     first occurrence of each prompt kept -> prompts of more than ``max_prompt_tokens``
-    tokens (BOS included) dropped when ``tokenizer`` is given -> :func:`split_indices`
+    tokens as the engines encode them (:func:`scalectl.rl.model.encode_prompts`, BOS
+    included when the tokenizer has one) dropped when ``tokenizer`` is given -> :func:`split_indices`
     -> the first ``train_size`` training prompts (all by default).
 
     Returns:
@@ -336,7 +337,9 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
     duplicates = len(records) - len(keep)
     too_long = 0
     if tokenizer is not None and max_prompt_tokens is not None and keep:
-        lengths = [len(ids) + 1 for ids in tokenizer([texts[i] for i in keep], add_special_tokens=False)["input_ids"]]
+        from scalectl.rl.model import encode_prompts
+
+        lengths = [len(ids) for ids in encode_prompts(tokenizer, [texts[i] for i in keep])]
         kept = [i for i, n in zip(keep, lengths) if n <= max_prompt_tokens]
         too_long = len(keep) - len(kept)
         keep = kept

@@ -28,6 +28,7 @@ from scalectl.rl.checkpoint import latest_checkpoint, load_checkpoint, save_chec
 from scalectl.rl.evaluate import evaluate
 from scalectl.rl.filters import PromptHistory, PromptSampler, groups_to_refill
 from scalectl.rl.groups import rollout_stats, score_groups
+from scalectl.rl.model import pad_token_id
 from scalectl.rl.rollout.sampling import SamplingParams
 
 
@@ -198,7 +199,7 @@ def train_on_groups(recipe, policy: Policy, groups: list, stats: dict, meter: Co
     """One optimiser step on the kept groups (none: a step without gradient); returns the step's metrics."""
     metrics = dict(stats)
     if groups:
-        batch = build_train_batch(groups, recipe.advantage.normalization, policy.tokenizer.pad_token_id)
+        batch = build_train_batch(groups, recipe.advantage.normalization, pad_token_id(policy.tokenizer))
         metrics.update(policy.trainer.train_step(batch))
         meter.add_training(int(batch.attention_mask.sum()))
     else:

@@ -61,7 +61,7 @@ def build_tokenizer():
     ``AutoTokenizer`` (and vLLM).  ``\\boxed{`` is an added token, matched before the
     Qwen2 pre-tokenizer regex.
 
-    The tokenizer adds no BOS: use :func:`encode_prompt`.
+    The tokenizer adds no BOS itself: prompts are encoded by :func:`encode_prompt`.
 
     Returns:
         ``Qwen2Tokenizer`` with pad/unk/bos/eos set and left padding.
@@ -80,12 +80,71 @@ def build_tokenizer():
     return tok
 
 
-def encode_prompt(tokenizer, text: str) -> list[int]:
-    """Token ids of a prompt: BOS then the text's tokens (the only place BOS is added).
+def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of prompts: the text's tokens, after the tokenizer's BOS when it has one.
 
-    Both the trainer and every rollout engine encode prompts with this function.
+    THE prompt encoding: the CPU and vLLM rollout engines, the warm start and the
+    prompt-length filter of real prompt sets all use it, so no special token is
+    assumed anywhere else.  The text is encoded without the tokenizer's own special
+    tokens (``add_special_tokens=False``: some tokenizers would append EOS); BOS is
+    then prepended once when ``tokenizer.bos_token_id`` is set and the text does not
+    already begin with it (a chat template that writes the BOS string itself).  A
+    tokenizer without BOS (``bos_token = None``, as many current chat models ship)
+    gets the text's tokens alone.
+
+    Args:
+        tokenizer: a transformers tokenizer.
+        texts: prompt texts (already rendered through a chat template where the recipe asks).
+
+    Returns:
+        One list of token ids per text.
+
+    Raises:
+        ValueError: a text that encodes to no token (empty, with a tokenizer without BOS).
     """
-    return [tokenizer.bos_token_id, *tokenizer.encode(text, add_special_tokens=False)]
+    bos = tokenizer.bos_token_id
+    out = []
+    for text, ids in zip(texts, tokenizer(list(texts), add_special_tokens=False)["input_ids"]):
+        ids = list(ids)
+        if bos is not None and (not ids or ids[0] != bos):
+            ids.insert(0, bos)
+        if not ids:
+            raise ValueError(f"the prompt {text!r} encodes to no token")
+        out.append(ids)
+    return out
+
+
+def encode_prompt(tokenizer, text: str) -> list[int]:
+    """Token ids of one prompt: :func:`encode_prompts` of ``[text]``.
+
+    Raises:
+        ValueError: a text that encodes to no token.
+    """
+    return encode_prompts(tokenizer, [text])[0]
+
+
+def pad_token_id(tokenizer) -> int:
+    """The id that fills padding slots: the tokenizer's pad token, else its EOS (many
+    tokenizers have no pad token; padding slots are masked out, so any id serves).
+
+    Raises:
+        ValueError: the tokenizer has neither a pad nor an EOS token.
+    """
+    for tid in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if tid is not None:
+            return int(tid)
+    raise ValueError("the tokenizer has neither a pad token nor an eos token")
+
+
+def eos_token_id(tokenizer) -> int:
+    """The id that ends a completion (``finish_reason = "stop"``); it may equal the pad id.
+
+    Raises:
+        ValueError: the tokenizer has no EOS token.
+    """
+    if tokenizer.eos_token_id is None:
+        raise ValueError("the tokenizer needs an eos token (it ends completions)")
+    return int(tokenizer.eos_token_id)
 
 
 def build_tiny_model(seed: int = 0, vocab_size: int | None = None, **overrides):

@@ -35,7 +35,8 @@ from pathlib import Path
 import torch
 
 from scalectl.rl.model import (
-    TINY_CONFIG, build_tiny_model, build_tokenizer, encode_prompt, save_policy, token_logprobs,
+    TINY_CONFIG, build_tiny_model, build_tokenizer, encode_prompt, eos_token_id, pad_token_id, save_policy,
+    token_logprobs,
 )
 from scalectl.rl.data import DEFAULT_SYNTHETIC_TRAIN
 from scalectl.rl.evaluate import evaluate
@@ -78,11 +79,11 @@ def sft_batch(problems: list[Problem], tokenizer) -> tuple[torch.Tensor, torch.T
     seqs, n_prompt = [], []
     for p in problems:
         prompt = encode_prompt(tokenizer, p.prompt)
-        completion = tokenizer.encode(sft_target(p.prompt), add_special_tokens=False) + [tokenizer.eos_token_id]
+        completion = tokenizer.encode(sft_target(p.prompt), add_special_tokens=False) + [eos_token_id(tokenizer)]
         seqs.append(prompt + completion)
         n_prompt.append(len(prompt))
     L = max(map(len, seqs))
-    ids = torch.full((len(seqs), L), tokenizer.pad_token_id, dtype=torch.long)
+    ids = torch.full((len(seqs), L), pad_token_id(tokenizer), dtype=torch.long)
     mask = torch.zeros((len(seqs), L), dtype=torch.long)
     target = torch.zeros((len(seqs), L - 1), dtype=torch.float32)
     for r, (s, npr) in enumerate(zip(seqs, n_prompt)):

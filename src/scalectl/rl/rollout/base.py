@@ -26,7 +26,8 @@ class Completion:
     the completion stopped):
 
     - ``prompt_index``: index of the prompt in the ``prompts`` list given to ``generate``.
-    - ``prompt_ids``: the prompt's token ids (BOS included, no padding).
+    - ``prompt_ids``: the prompt's token ids (:func:`scalectl.rl.model.encode_prompt`: BOS first
+      when the tokenizer has one; no padding).
     - ``token_ids`` (T): the completion's token ids.
     - ``logprobs`` (T): log pi_gen(token) at the sampling temperature, from the full
       softmax (no top-p/top-k renormalisation), with the engine's LM-head precision.

@@ -26,7 +26,9 @@ from pathlib import Path
 import torch
 
 from scalectl.rl.length import interrupt_lengths
-from scalectl.rl.model import encode_prompt, load_policy, next_token_logprobs, position_ids_from_mask
+from scalectl.rl.model import (
+    encode_prompts, eos_token_id, load_policy, next_token_logprobs, pad_token_id, position_ids_from_mask,
+)
 from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams
 
 
@@ -35,7 +37,8 @@ class CPURolloutEngine(RolloutEngine):
 
     Args:
         model: a causal LM with ``.model`` and ``.lm_head`` (e.g. ``Qwen2ForCausalLM``).
-        tokenizer: its tokenizer (needs pad and eos ids).
+        tokenizer: its tokenizer (needs an EOS; padding uses :func:`~scalectl.rl.model.pad_token_id`,
+            which may equal the EOS).
         head_fp32: LM head and log-softmax in float32 (``precision.lm_head = "fp32"``).
         max_batch: most rows (completions) decoded together; larger batches are split.
         version: policy version of the initial weights.
@@ -46,8 +49,7 @@ class CPURolloutEngine(RolloutEngine):
 
     def __init__(self, model, tokenizer, *, head_fp32: bool = True, max_batch: int = 512, version: int = 0,
                  poll_weights=None):
-        if tokenizer.pad_token_id is None or tokenizer.eos_token_id is None:
-            raise ValueError("the tokenizer needs a pad token and an eos token")
+        self.pad_id, self.eos_id = pad_token_id(tokenizer), eos_token_id(tokenizer)
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.model = model.eval()
@@ -84,10 +86,10 @@ class CPURolloutEngine(RolloutEngine):
         nucleus but still records the full-softmax log-probs.
 
         Raises:
-            ValueError: n < 1, or an interruption phrase that encodes to no token.
+            ValueError: n < 1, a prompt or an interruption phrase that encodes to no token.
         """
         phrase_ids = self.check_request(n, params)
-        encoded = [encode_prompt(self.tokenizer, p) for p in prompts]
+        encoded = encode_prompts(self.tokenizer, prompts)
         rows = [(i, ids) for i, ids in enumerate(encoded) for _ in range(n)]
         gen = torch.Generator().manual_seed(int(seed))
         out: list[list[Completion]] = [[] for _ in prompts]
@@ -105,7 +107,7 @@ class CPURolloutEngine(RolloutEngine):
 
         max_new_tokens, temperature, top_p, interrupt = (params.max_new_tokens, params.temperature, params.top_p,
                                                          params.interrupt)
-        pad, eos = self.tokenizer.pad_token_id, self.tokenizer.eos_token_id
+        pad, eos = self.pad_id, self.eos_id
         B, P = len(rows), max(len(ids) for _, ids in rows)
         input_ids = torch.full((B, P), pad, dtype=torch.long)
         mask = torch.zeros((B, P), dtype=torch.long)

@@ -54,7 +54,7 @@ import torch
 
 from scalectl.errors import UserError
 from scalectl.rl.length import interrupt_lengths
-from scalectl.rl.model import encode_prompt
+from scalectl.rl.model import encode_prompts, eos_token_id
 from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams
 
 VLLM_MISSING = (
@@ -274,8 +274,7 @@ class VLLMRolloutEngine(RolloutEngine):
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(model_path)
-        if tokenizer.eos_token_id is None:
-            raise ValueError("the tokenizer needs an eos token")
+        eos_token_id(tokenizer)          # ValueError without one
         self.tokenizer = tokenizer
         self.source_model = source_model
         self.dtype = dtype
@@ -377,12 +376,12 @@ class VLLMRolloutEngine(RolloutEngine):
         The forced tokens' log-probs come from vLLM's prompt log-probs, at temperature 1.
 
         Raises:
-            ValueError: n < 1, an interruption phrase that encodes to no token, or a
+            ValueError: n < 1, a prompt or an interruption phrase that encodes to no token, or a
                 request vLLM ends otherwise than by EOS or length.
         """
         phrase_ids = self.check_request(n, params)
         max_new_tokens, interrupt = params.max_new_tokens, params.interrupt
-        encoded = [encode_prompt(self.tokenizer, p) for p in prompts]
+        encoded = encode_prompts(self.tokenizer, prompts)
         rows = [_Row(i, ids) for i, ids in enumerate(encoded) for _ in range(n)]
         gen = torch.Generator().manual_seed(int(seed))
         at = interrupt_lengths(len(rows), interrupt[0], interrupt[1], gen).tolist() if interrupt else None
