@@ -222,6 +222,10 @@ class Model(_Section):
     dtype: Literal["fp32", "bf16"] = "fp32"
     chat_template: bool = False
     warm_start_target: float = Field(default=0.3, gt=0, lt=1, description="held-out pass rate SFT stops at")
+    params: float | None = Field(
+        default=None, gt=0, le=1e15,
+        description="parameter count, for the dry run's memory estimate and weight-sync plan when "
+                    "the checkpoint's config.json cannot be read (e.g. 8e9)")
 
 
 class Data(_Section):
@@ -254,6 +258,10 @@ class Hardware(_Section):
     trainers: int = Field(default=1, ge=1, description="devices training (DeepSpeed ranks)")
     zero_stage: int = Field(default=0, ge=0, le=3)
     rollout_engine: Literal["cpu", "vllm"] = "cpu"
+    memory_gb: float | None = Field(
+        default=None, gt=0, le=1e6,
+        description="memory of one device in GB (1e9 bytes): the dry run checks that a trainer's "
+                    "parameters, gradients and optimiser states fit at the ZeRO stage")
 
     @property
     def devices(self) -> int:

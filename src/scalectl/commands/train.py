@@ -93,9 +93,10 @@ def run(
         kind = launcher or recipe.launcher.type
         for line in plan_lines(recipe, setup_path):
             err.print(line, highlight=False)
+        layout = _check_layout(recipe, kind, dry_run)
         if dry_run:
             run_name = check_name(name or f"{recipe.name}-s{recipe.seed}")
-            _print_dry_run(recipe, kind, detach, run_name, (runs_dir / run_name).resolve(), json_)
+            _print_dry_run(recipe, kind, detach, run_name, (runs_dir / run_name).resolve(), json_, layout)
             return
         with open_store(db) as store:
             run_name = check_name(name) if name else check_name(
@@ -132,10 +133,36 @@ def run(
                   f"{fmt(summary['gpu_hours'], 4)} device-hours, {summary['retired_prompts']} prompts retired")
 
 
-def _print_dry_run(recipe, kind: str, detach: bool, run_name: str, run_dir: Path, json_: bool) -> None:
-    """What would be launched: for Slurm the submitit parameters and the sbatch script."""
+def _check_layout(recipe, kind: str, describe: bool):
+    """Refuse a layout the job would refuse at start (:mod:`scalectl.layout`); with
+    ``describe``, print the role map, the memory estimate and the weight-sync plan.
+
+    Raises:
+        UserError: every problem found, one per line.
+    """
+    from scalectl.layout import check_layout, parameter_count
+
+    needs_params = describe or recipe.hardware.memory_gb is not None
+    layout = check_layout(recipe, parameter_count(recipe.model) if needs_params else None, kind)
+    if describe:
+        for line in layout.lines:
+            err.print(line, highlight=False)
+    if layout.problems:
+        raise UserError("the run cannot start as set up:\n  " + "\n  ".join(layout.problems))
+    return layout
+
+
+def _print_dry_run(recipe, kind: str, detach: bool, run_name: str, run_dir: Path, json_: bool,
+                   layout=None) -> None:
+    """What would be launched: the layout, and for Slurm the submitit parameters and the sbatch script."""
     data: dict = {"recipe": recipe.to_dict(), "hash": recipe.content_hash, "launcher": kind,
                   "run_name": run_name, "run_dir": str(run_dir)}
+    if layout is not None:
+        from dataclasses import asdict
+
+        data["layout"] = {"lines": layout.lines,
+                          "memory": asdict(layout.memory) | {"total": layout.memory.total} if layout.memory else None,
+                          "weight_sync": asdict(layout.weight_sync) if layout.weight_sync else None}
     if kind == "slurm":
         from scalectl.launch.slurm import check_slurm_path, sbatch_script, submitit_parameters
 
