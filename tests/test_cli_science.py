@@ -61,6 +61,7 @@ def test_compare_tie_rule_and_plots_through_the_console_script(db, tmp_path):
     row = next(r for r in data["rows"] if r["name"] == "cispo")
     assert row["verdict"] == "tie on ceiling, faster"
     assert row["B_shared"] > 1.9
+    assert row["speed_interval"][0] <= row["speed_ratio"] <= row["speed_interval"][1] < 1
     assert png.read_bytes()[:8] == PNG_MAGIC and "<svg" in svg.read_text()
     assert data["plots"] == [str(png), str(svg)]
 

@@ -11,9 +11,11 @@ from scalectl.compare import (
     HIGHER,
     LOWER,
     SLOWER,
+    SPEED_UNDECIDED,
     UNDECIDED,
     RunCurve,
     compare,
+    compute_to_fraction,
     delta_interval,
     linearise,
     loo_lines,
@@ -45,7 +47,7 @@ def test_clear_gap_is_a_higher_and_lower_ceiling():
     assert flipped.row("new").verdict == LOWER
 
 
-def test_tie_within_margin_is_decided_by_b_after_shared_A_refit():
+def test_tie_within_margin_is_decided_by_the_compute_to_80_percent_of_the_rise():
     slow, fast = run(0.60, 1.5, reach=6, sd=0.003, seed=3), run(0.61, 1.92, reach=6, sd=0.003, seed=4)
     c = compare({"slow": slow, "fast": fast}, baseline="slow")
     row = c.row("fast")
@@ -56,8 +58,50 @@ def test_tie_within_margin_is_decided_by_b_after_shared_A_refit():
     refit = fit_sigmoid(fast.compute, fast.pass_rate, min_compute=fast.fit.window[0],
                         r0=fast.fit.R0, fixed_A=row.shared_A, bootstrap=0)
     assert refit.A == row.shared_A and refit.B == pytest.approx(row.B_shared)
+    # C_80 = C_mid 4^(1/B): 2542 * 4^(1/1.92) against 2542 * 4^(1/1.5), a ratio of 0.82
+    assert row.speed_ratio == pytest.approx(4 ** (1 / 1.92) / 4 ** (1 / 1.5), rel=0.08)
+    assert row.speed_interval[0] <= row.speed_ratio <= row.speed_interval[1] < 1
     reverse = compare({"slow": slow, "fast": fast}, baseline="fast")
     assert reverse.row("slow").verdict == SLOWER
+
+
+def test_compute_to_fraction_lands_on_that_fraction_of_the_rise():
+    c = compute_to_fraction(2542.0, 1.92, 0.8)
+    assert sigmoid(c, 0.61, 1.92, 2542.0, 0.3) == pytest.approx(0.3 + 0.8 * (0.61 - 0.3), abs=1e-12)
+    assert compute_to_fraction(2542.0, 1.92, 0.5) == pytest.approx(2542.0)
+
+
+def test_equal_speed_with_ceilings_0_61_and_0_60_is_not_called_slower():
+    """Noise-free curves, A 0.610 and 0.600, same B 1.92 and C_mid 2542: holding A at the
+    mean made the lower one look flatter (shared-A B 1.63 vs 2.09, "slower")."""
+    x = np.linspace(0.0, 5 * 2542.0, 61)
+    curves = {}
+    for name, a in (("hi", 0.61), ("lo", 0.60)):
+        y = sigmoid(x, a, 1.92, 2542.0, 0.3)
+        curves[name] = RunCurve(x, y, fit_sigmoid(x, y, min_compute=1500, bootstrap=200))
+    row = compare(curves, baseline="hi").row("lo")
+    assert row.verdict == SPEED_UNDECIDED
+    assert row.speed_ratio == pytest.approx(1.0, abs=1e-4)
+
+
+def _draws(c_mid_other, a_other, n=50, sd=0.003):
+    verdicts = []
+    for i in range(n):
+        base = run(0.61, 1.92, seed=100 + i, sd=sd)
+        other = run(a_other, 1.92, c_mid=c_mid_other, seed=200 + i, sd=sd)
+        verdicts.append(compare({"base": base, "other": other}, baseline="base").row("other").verdict)
+    return verdicts
+
+
+def test_identical_speed_is_speed_undecided_in_at_least_90_percent_of_noisy_draws():
+    verdicts = _draws(2542.0, 0.60)
+    assert sum(v in (FASTER, SLOWER) for v in verdicts) <= 5          # <= 10% of 50
+    assert verdicts.count(SPEED_UNDECIDED) >= 45                       # ties on A, speed undecided
+
+
+def test_twice_the_midpoint_at_equal_ceiling_is_slower_in_at_least_90_percent_of_draws():
+    verdicts = _draws(2 * 2542.0, 0.61)
+    assert verdicts.count(SLOWER) >= 45
 
 
 def test_wide_intervals_are_undecided():

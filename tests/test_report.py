@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from scalectl.compare import FASTER, HIGHER, LOWER, SLOWER, UNDECIDED, RunCurve, Row
+from scalectl.compare import FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, UNDECIDED, RunCurve, Row
 from scalectl.curve import SigmoidFit
 from scalectl.importer import import_points
 from scalectl.report import VariantResult, sentence
@@ -51,6 +51,18 @@ def test_sentences_per_verdict():
     v = _variant("pipe", "Changing async.mode from ppo_off_policy to pipeline", 0.62)
     s = sentence(v, _row("pipe", 0.62, FASTER, reason, shared=0.615, b_shared=2.4), base, 0.02)
     assert "a tie on ceiling, faster rise" in s and "(0.61 -> 0.62)" in s
+    timed = Row(name="pipe", A=0.62, B=2.0, C_mid=2500.0, A_interval=(0.616, 0.624), delta_A=0.01,
+                delta_A_interval=(-0.01, 0.01), verdict=FASTER, reason=reason, shared_A=0.615,
+                speed_ratio=0.82, speed_interval=(0.74, 0.91))
+    assert sentence(v, timed, base, 0.02).endswith(
+        "a tie on ceiling, faster rise (it needs x0.82 [0.74, 0.91] of the baseline's compute to "
+        "reach 80% of its rise).")
+    tie = ("dA = +0.010 [-0.001, +0.019] within margin 0.020; compute to 80% of the rise: "
+           "x0.97 [0.88, 1.07] of base's")
+    assert sentence(v, _row("pipe", 0.62, SPEED_UNDECIDED, tie), base, 0.02) == (
+        "Changing async.mode from ppo_off_policy to pipeline left the ceiling within the 0.02 margin "
+        "(0.61 -> 0.62): a tie on ceiling; whether it rises faster is undecided (compute to 80% of "
+        "the rise: x0.97 [0.88, 1.07] of base's).")
     v = _variant("x", "", 0.63)
     assert sentence(v, _row("x", 0.63, UNDECIDED, "dA straddles", d_iv=(-0.004, 0.044)), base, 0.02) == (
         "Variant x moved the ceiling from 0.61 to 0.63, but the interval of the difference "

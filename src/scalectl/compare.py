@@ -6,14 +6,21 @@ Rules (method.md section 3; Khatri et al. 2025, section 3 and appendix A.4):
   recipe gave ceilings within +-0.015) *and* the interval of the difference
   excludes 0: "higher ceiling" / "lower ceiling".
 * Ceilings tie when |dA| < margin and the whole interval of dA lies inside
-  (-margin, margin).  Both runs are then refit with their average A held fixed
-  and compared on speed: higher B is faster; when the two B lie within 5 % of
-  each other the lower C_mid decides.  "tie on ceiling, faster" / "... slower".
+  (-margin, margin).  The runs are then compared on speed: the compute each
+  needs to reach 80 % of its own rise A - R0, C_80 = C_mid * 4^(1/B) (from
+  eq. 1, R(C_q) = R0 + q (A - R0) at C_q = C_mid (q / (1 - q))^(1/B)).  C_80 does
+  not depend on A, so a run with a lower ceiling is not made to look flatter.
+  Its ratio run / baseline gets a bootstrap interval (the two runs' bootstrap
+  draws, independent runs).  "tie on ceiling, faster" when the ratio is at most
+  1/1.05 and its interval lies below 1, "... slower" when it is at least 1.05
+  and its interval lies above 1, else "tie on ceiling, speed undecided".
 * Otherwise (the interval straddles the margin, or a ceiling is not identified)
   the verdict is "undecided".
 
 The interval of dA combines the two runs' A intervals (independent runs) by
-adding their half-widths on each side in quadrature.
+adding their half-widths on each side in quadrature.  The shared-A refit
+(both runs refitted with their mean A held fixed) is still reported, as a
+description, and is what the leave-one-out plot draws.
 """
 
 from __future__ import annotations
@@ -31,10 +38,15 @@ HIGHER = "higher ceiling"
 LOWER = "lower ceiling"
 FASTER = "tie on ceiling, faster"
 SLOWER = "tie on ceiling, slower"
+SPEED_UNDECIDED = "tie on ceiling, speed undecided"
 UNDECIDED = "undecided"
-VERDICTS = (BASELINE, HIGHER, LOWER, FASTER, SLOWER, UNDECIDED)
-#: Within this relative difference of B, the tie on speed is decided by C_mid.
-B_CLOSE = 0.05
+VERDICTS = (BASELINE, HIGHER, LOWER, FASTER, SLOWER, SPEED_UNDECIDED, UNDECIDED)
+#: Speed is compared at the compute that reaches this fraction of a run's own rise A - R0.
+SPEED_FRACTION = 0.8
+#: A speed ratio closer to 1 than this factor is no difference (as the margin is for A).
+SPEED_MARGIN = 1.05
+#: Bootstrap draws used when a fit read from the store carries none.
+SPEED_BOOTSTRAP = 1000
 
 
 @dataclass(frozen=True)
@@ -68,6 +80,8 @@ class Row:
     B_shared: float | None = None
     C_mid_shared: float | None = None
     flags: tuple[str, ...] = ()
+    speed_ratio: float | None = None
+    speed_interval: tuple[float, float] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -76,6 +90,8 @@ class Row:
             "delta_A": self.delta_A, "delta_A_interval": list(self.delta_A_interval),
             "verdict": self.verdict, "reason": self.reason, "shared_A": self.shared_A,
             "B_shared": self.B_shared, "C_mid_shared": self.C_mid_shared, "flags": list(self.flags),
+            "speed_ratio": self.speed_ratio,
+            "speed_interval": None if self.speed_interval is None else list(self.speed_interval),
         }
 
 
@@ -121,13 +137,55 @@ def refit_fixed_A(curve: RunCurve, A: float, bootstrap: int = 0, seed: int = 0) 
                        fixed_A=A, bootstrap=bootstrap, seed=seed, level=f.level)
 
 
+def compute_to_fraction(C_mid: Any, B: Any, q: float = SPEED_FRACTION) -> np.ndarray:
+    """Compute at which a curve has covered the fraction ``q`` of its own rise A - R0.
+
+    From eq. 1: R(C) = R0 + q (A - R0) at C_q = C_mid (q / (1 - q))^(1/B); independent
+    of A and R0.  C_mid in compute units (any shape), B > 0, 0 < q < 1.  Raises
+    ValueError on q outside (0, 1).
+    """
+    if not 0.0 < q < 1.0:
+        raise ValueError(f"fraction q must lie strictly between 0 and 1 (given {q})")
+    return np.asarray(C_mid, dtype=float) * (q / (1.0 - q)) ** (1.0 / np.asarray(B, dtype=float))
+
+
+def bootstrap_draws(curve: RunCurve, n: int = SPEED_BOOTSTRAP, seed: int = 0) -> np.ndarray:
+    """The fit's bootstrap draws (n, 4: A, C_mid, B, R0), refitted when the fit carries none
+    (a fit read back from the store): same window, R0 and method as the fit."""
+    f = curve.fit
+    if f.samples is not None and len(f.samples):
+        return f.samples
+    g = fit_sigmoid(curve.compute, curve.pass_rate, min_compute=f.window[0],
+                    r0="fit" if f.r0_fitted else f.R0, method=f.method, axis=f.axis,
+                    bootstrap=f.n_bootstrap or n, seed=seed, level=f.level)
+    return g.samples
+
+
+def speed_ratio(cur: RunCurve, base: RunCurve, q: float = SPEED_FRACTION, level: float = 0.95
+                ) -> tuple[float, tuple[float, float]]:
+    """C_q(run) / C_q(baseline) and its ``level`` bootstrap interval (below 1: run faster).
+
+    The two runs' bootstrap draws are independent; draw i of one is paired with
+    draw i of the other and the interval is the percentile interval of the
+    ratios, widened to contain the point estimate.
+    """
+    r, b = bootstrap_draws(cur), bootstrap_draws(base)
+    n = min(len(r), len(b))
+    ratios = compute_to_fraction(r[:n, 1], r[:n, 2], q) / compute_to_fraction(b[:n, 1], b[:n, 2], q)
+    point = float(compute_to_fraction(cur.fit.C_mid, cur.fit.B, q)
+                  / compute_to_fraction(base.fit.C_mid, base.fit.B, q))
+    a = (1 - level) / 2
+    lo, hi = np.quantile(ratios, [a, 1 - a])
+    return point, (float(min(lo, point)), float(max(hi, point)))
+
+
 def _unidentified(fit: SigmoidFit) -> bool:
     return fit.has_flag("ceiling_not_identified") or any(
         fl.code == "on_bound" and fl.param == "A" for fl in fit.flags)
 
 
 def _verdict(name: str, cur: RunCurve, base: RunCurve, base_name: str, margin: float
-             ) -> tuple[str, str, float | None, SigmoidFit | None]:
+             ) -> tuple[str, str, dict]:
     run, ref = cur.fit, base.fit
     d = run.A - ref.A
     lo, hi = delta_interval(run, ref)
@@ -136,26 +194,32 @@ def _verdict(name: str, cur: RunCurve, base: RunCurve, base_name: str, margin: f
         if _unidentified(f):
             why = "; ".join(fl.message for fl in f.flags
                             if fl.code == "ceiling_not_identified" or fl.param == "A")
-            return UNDECIDED, f"ceiling of {n} not identified: {why}", None, None
+            return UNDECIDED, f"ceiling of {n} not identified: {why}", {}
     if d >= margin and lo > 0:
-        return HIGHER, f"{iv} >= margin {margin:.3f}", None, None
+        return HIGHER, f"{iv} >= margin {margin:.3f}", {}
     if d <= -margin and hi < 0:
-        return LOWER, f"{iv} <= -margin {margin:.3f}", None, None
+        return LOWER, f"{iv} <= -margin {margin:.3f}", {}
     if not (-margin < lo and hi < margin):
-        return UNDECIDED, f"{iv} straddles the margin {margin:.3f}", None, None
+        return UNDECIDED, f"{iv} straddles the margin {margin:.3f}", {}
+    ratio, (r_lo, r_hi) = speed_ratio(cur, base, level=ref.level)
+    if ratio <= 1 / SPEED_MARGIN and r_hi < 1:
+        verdict = FASTER
+    elif ratio >= SPEED_MARGIN and r_lo > 1:
+        verdict = SLOWER
+    else:
+        verdict = SPEED_UNDECIDED
     shared = (run.A + ref.A) / 2
     r_fit, b_fit = refit_fixed_A(cur, shared), refit_fixed_A(base, shared)
-    close = abs(r_fit.B - b_fit.B) / max(b_fit.B, 1e-12) < B_CLOSE
-    if close:
-        faster = r_fit.C_mid < b_fit.C_mid
-        why = f"B {r_fit.B:.2f} vs {b_fit.B:.2f} (within {B_CLOSE:.0%}), C_mid decides"
-    else:
-        faster = r_fit.B > b_fit.B
-        agree = (r_fit.C_mid < b_fit.C_mid) == faster
-        why = f"B {r_fit.B:.2f} vs {b_fit.B:.2f}" + ("" if agree else ", C_mid disagrees")
-    reason = (f"{iv} within margin {margin:.3f}; with A = {shared:.3f} shared: {why}, "
+    pct = f"{SPEED_FRACTION:.0%}"
+    reason = (f"{iv} within margin {margin:.3f}; compute to {pct} of the rise: "
+              f"x{ratio:.2f} [{r_lo:.2f}, {r_hi:.2f}] of {base_name}'s"
+              + ("" if verdict != SPEED_UNDECIDED else
+                 f" (not beyond x{1 / SPEED_MARGIN:.2f}..x{SPEED_MARGIN:.2f} with its interval)")
+              + f"; with A = {shared:.3f} shared: B {r_fit.B:.2f} vs {b_fit.B:.2f}, "
               f"C_mid {r_fit.C_mid:.4g} vs {b_fit.C_mid:.4g}")
-    return (FASTER if faster else SLOWER), reason, shared, r_fit
+    extra = dict(shared_A=shared, B_shared=r_fit.B, C_mid_shared=r_fit.C_mid,
+                 speed_ratio=ratio, speed_interval=(r_lo, r_hi))
+    return verdict, reason, extra
 
 
 def compare(runs: Mapping[str, RunCurve], baseline: str | None = None, margin: float = 0.02
@@ -190,15 +254,13 @@ def compare(runs: Mapping[str, RunCurve], baseline: str | None = None, margin: f
     for name, cur in runs.items():
         f = cur.fit
         if name == baseline:
-            verdict, reason, shared, refit = BASELINE, "", None, None
+            verdict, reason, extra = BASELINE, "", {}
         else:
-            verdict, reason, shared, refit = _verdict(name, cur, base, baseline, margin)
+            verdict, reason, extra = _verdict(name, cur, base, baseline, margin)
         rows.append(Row(
             name=name, A=f.A, B=f.B, C_mid=f.C_mid, A_interval=f.interval("A"),
             delta_A=f.A - base.fit.A, delta_A_interval=delta_interval(f, base.fit),
-            verdict=verdict, reason=reason, shared_A=shared,
-            B_shared=None if refit is None else refit.B,
-            C_mid_shared=None if refit is None else refit.C_mid, flags=f.flag_codes))
+            verdict=verdict, reason=reason, flags=f.flag_codes, **extra))
     rows.sort(key=lambda r: -r.A)
     return Comparison(baseline=baseline, margin=margin, rows=tuple(rows), flags=tuple(flags))
 

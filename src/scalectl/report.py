@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from scalectl.ablation import format_value
-from scalectl.compare import BASELINE, FASTER, HIGHER, LOWER, SLOWER, Comparison, LooLine, RunCurve, Row
+from scalectl.compare import BASELINE, FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, Comparison, LooLine, RunCurve, Row
 from scalectl.curve import SigmoidFit
 from scalectl.display import format_estimate
 
@@ -231,8 +231,15 @@ def sentence(v: VariantResult, row: Row | None, base_fit: SigmoidFit | None, mar
     if row.verdict in (FASTER, SLOWER):
         speed = "faster" if row.verdict == FASTER else "slower"
         b = "" if row.shared_A is None else f" (with A shared at {row.shared_A:.3f}: {row.reason.split('shared: ', 1)[-1]})"
+        if row.speed_interval is not None:
+            lo_s, hi_s = row.speed_interval
+            b = (f" (it needs x{row.speed_ratio:.2f} [{lo_s:.2f}, {hi_s:.2f}] of the baseline's compute "
+                 "to reach 80% of its rise)")
         return (f"{subject} left the ceiling within the {m} margin ({old} -> {new}): "
                 f"a tie on ceiling, {speed} rise{b}.")
+    if row.verdict == SPEED_UNDECIDED:
+        return (f"{subject} left the ceiling within the {m} margin ({old} -> {new}): a tie on "
+                f"ceiling; whether it rises faster is undecided ({row.reason.split('; ', 1)[-1]}).")
     if "not identified" in row.reason:
         return f"{subject} moved the ceiling from {old} to {new}, but it is undecided: {row.reason}."
     return (f"{subject} moved the ceiling from {old} to {new}, but the interval of the difference "
