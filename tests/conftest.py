@@ -10,6 +10,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# Training runs started by the tests (in this process or as `scalectl` subprocesses) use
+# one torch thread each, as a recipe would with hardware.threads = 1: the suite runs on a
+# busy 2-core machine where two OpenMP threads per process spin against other processes.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 SCALECTL = str(Path(sys.executable).parent / "scalectl")
 
 

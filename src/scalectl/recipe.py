@@ -262,6 +262,9 @@ class Hardware(_Section):
         default=None, gt=0, le=1e6,
         description="memory of one device in GB (1e9 bytes): the dry run checks that a trainer's "
                     "parameters, gradients and optimiser states fit at the ZeRO stage")
+    threads: int | None = Field(default=None, ge=1, le=1024, description=(
+        "torch threads of each process on a CPU (default: the cores the process is given, "
+        "shared equally by the processes of a pipeline); speed only, not part of the content hash"))
 
     @property
     def devices(self) -> int:
@@ -359,5 +362,6 @@ class Recipe(_Section):
         """12 hex digits of SHA-256 over the normalised content, key order
         independent; :data:`UNHASHED_KEYS` excluded."""
         data = {k: v for k, v in self.to_dict().items() if k not in UNHASHED_KEYS}
+        data["hardware"] = {k: v for k, v in data["hardware"].items() if k != "threads"}
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]

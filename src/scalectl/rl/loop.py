@@ -15,7 +15,6 @@ in the store with the compute spent so far.
 from __future__ import annotations
 
 import json
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,6 +23,7 @@ import torch
 
 from scalectl.rl.accounting import ComputeMeter
 from scalectl.rl.batch import build_train_batch, keep_groups
+from scalectl.rl.cores import set_cpu_threads
 from scalectl.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from scalectl.rl.evaluate import evaluate
 from scalectl.rl.filters import PromptHistory, PromptSampler, groups_to_refill
@@ -228,17 +228,6 @@ def append_step(run_dir: Path, metrics: dict) -> dict:
             "logprob_mismatch": metrics.get("logprob_gap")}
 
 
-def cpu_threads_per_device(hardware) -> int:
-    """On a CPU, give each device of the run (generator, trainer) an equal share of
-    the cores as torch threads; more threads than cores makes a tiny model's step
-    many times slower once other processes compete for the machine."""
-    if hardware.device != "cpu":
-        return torch.get_num_threads()
-    threads = max(1, (os.cpu_count() or 1) // hardware.devices)
-    torch.set_num_threads(threads)
-    return threads
-
-
 def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: list, eval_problems: list,
                  reporter: Reporter | None = None, resume: bool = False) -> dict:
     """Train until the budget is spent, storing evaluation points as they come.
@@ -263,7 +252,7 @@ def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: l
         return run_pipeline(recipe, run_dir, store, run_id, train_problems=train_problems,
                             eval_problems=eval_problems, reporter=reporter, resume=resume)
     reporter = reporter or Reporter()
-    cpu_threads_per_device(recipe.hardware)
+    set_cpu_threads(recipe.hardware, processes=1)   # one process generates and trains: every core
     torch.manual_seed(recipe.seed)
     policy = build_policy(recipe, reporter)
     state = new_state(recipe, policy.n_params, len(train_problems))

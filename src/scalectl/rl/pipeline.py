@@ -295,8 +295,12 @@ def run_pipeline(recipe, run_dir: Path, store, run_id: int, *, train_problems: l
 
 
 def run_role(spec: PipelineSpec, task, reporter: Reporter) -> dict | None:
-    """Be ``task`` of a pipeline job: one thread, stop on SIGINT/SIGTERM/SIGUSR2."""
-    torch.set_num_threads(1)
+    """Be ``task`` of a pipeline job (its share of the node's cores as torch threads,
+    :func:`scalectl.rl.cores.set_cpu_threads`); stop on SIGINT/SIGTERM/SIGUSR2."""
+    from scalectl.recipe import Hardware
+    from scalectl.rl.cores import set_cpu_threads
+
+    set_cpu_threads(Hardware(**spec.recipe["hardware"]), processes=task.world_size)
     stop = StopFlag().install()
     try:
         if task.role == "trainer":
