@@ -56,7 +56,7 @@ def test_tie_within_margin_is_decided_by_the_compute_to_80_percent_of_the_rise()
     assert row.B_shared > 1.7 and row.C_mid_shared is not None
     # The shared-A refit holds A: the refit's B is what fit_sigmoid gives with fixed_A.
     refit = fit_sigmoid(fast.compute, fast.pass_rate, min_compute=fast.fit.window[0],
-                        r0=fast.fit.R0, fixed_A=row.shared_A, bootstrap=0)
+                        r0="measured", fixed_A=row.shared_A, bootstrap=0)
     assert refit.A == row.shared_A and refit.B == pytest.approx(row.B_shared)
     # C_80 = C_mid 4^(1/B): 2542 * 4^(1/1.92) against 2542 * 4^(1/1.5), a ratio of 0.82
     assert row.speed_ratio == pytest.approx(4 ** (1 / 1.92) / 4 ** (1 / 1.5), rel=0.08)

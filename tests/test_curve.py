@@ -53,7 +53,8 @@ def test_default_method_recovers_table1_rows(c_mid, b, a):
     x, y = synthetic(c_mid, b, a, reach=5, sd=0.005, seed=int(c_mid))
     fit = fit_sigmoid(x, y, min_compute=1500)
     assert fit.method == "vp" and not fit.r0_fitted
-    assert fit.R0 == pytest.approx(y[0])                     # measured at compute 0
+    assert fit.r0_measured and abs(fit.R0 - R0) < 0.015       # measured at compute 0, sd 0.005
+    assert fit.interval("R0")[0] <= fit.R0 <= fit.interval("R0")[1]
     assert abs(fit.A - a) < 0.01
     assert abs(fit.B - b) / b < 0.15
     assert fit.window[0] >= 1500 and fit.n_points == int(np.sum(x >= 1500))
@@ -147,13 +148,42 @@ def test_estimate_on_a_bound_is_flagged_not_clipped_silently():
 def test_r0_measured_fitted_or_given():
     x, y = synthetic(4242, 1.65, 0.71, reach=5, sd=0.0)
     x2, y2 = np.append(x, 0.0), np.append(y, 0.32)
-    assert fit_sigmoid(x2, y2, bootstrap=0).R0 == pytest.approx((0.3 + 0.32) / 2)
+    both = fit_sigmoid(x2, y2, bootstrap=0)                  # two observations of R0
+    assert 0.3 <= both.R0 <= (0.3 + 0.32) / 2 and both.r0_measured and not both.r0_fitted
     fitted = fit_sigmoid(x[1:], y[1:], bootstrap=0)          # no point at compute 0
     assert fitted.r0_fitted and fitted.R0 == pytest.approx(0.3, abs=1e-4)
     assert fitted.A == pytest.approx(0.71, abs=1e-5)
     assert fit_sigmoid(x, y, r0=0.25, bootstrap=0).R0 == 0.25
     with pytest.raises(FitError, match="needs an evaluation at compute 0"):
         fit_sigmoid(x[1:], y[1:], r0="measured")
+
+
+@pytest.mark.parametrize("c_mid,b,a", TABLE1[:2])
+def test_a_step_0_evaluation_off_by_2_standard_errors_leaves_A_inside_its_interval(c_mid, b, a):
+    """Noise-free curve to 2.5 x C_mid, window from 1500, the step-0 point at 0.28 instead
+    of 0.30.  Held fixed, R0 = 0.28 moved A by up to +0.027 with an interval excluding the
+    truth; with the step-0 evaluation's standard error (0.01) it is one observation among
+    the points and A stays within the interval."""
+    x = np.linspace(0.0, 2.5 * c_mid, 61)
+    y = sigmoid(x, a, b, c_mid, R0)
+    y[0] = R0 - 0.02
+    held = fit_sigmoid(x, y, min_compute=1500, r0=R0 - 0.02)
+    assert not held.interval("A")[0] <= a <= held.interval("A")[1]
+    fit = fit_sigmoid(x, y, min_compute=1500, r0_se=0.01)
+    lo, hi = fit.interval("A")
+    assert lo <= a <= hi and abs(fit.A - a) < 0.002
+    r_lo, r_hi = fit.interval("R0")
+    assert 0.0 <= r_lo <= R0 <= r_hi <= 1.0
+
+
+def test_r0_interval_stays_inside_0_and_1():
+    x = np.linspace(0.0, 5 * 2542.0, 61)
+    y = np.clip(sigmoid(x, 0.5, 1.9, 2542.0, 0.002) + np.random.default_rng(3).normal(0, 0.01, x.size),
+                0, 1)
+    y[0] = 0.0
+    fit = fit_sigmoid(x, y, min_compute=100, r0_se=0.02)
+    lo, hi = fit.interval("R0")
+    assert 0.0 <= lo <= fit.R0 <= hi <= 1.0
 
 
 def test_fit_is_invariant_to_the_unit_of_compute():

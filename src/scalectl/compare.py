@@ -129,11 +129,16 @@ def delta_interval(run: SigmoidFit, base: SigmoidFit) -> tuple[float, float]:
     return (d - math.hypot(run.A - lr, hb - base.A), d + math.hypot(hr - run.A, base.A - lb))
 
 
+def _r0_of(f: SigmoidFit) -> str | float:
+    """The r0 argument that refits ``f`` as it was fitted."""
+    return "fit" if f.r0_fitted else "measured" if f.r0_measured else f.R0
+
+
 def refit_fixed_A(curve: RunCurve, A: float, bootstrap: int = 0, seed: int = 0) -> SigmoidFit:
     """Refit a run with its ceiling held at ``A``, same window, R0 and method as its fit."""
     f = curve.fit
     return fit_sigmoid(curve.compute, curve.pass_rate, min_compute=f.window[0],
-                       r0="fit" if f.r0_fitted else f.R0, method=f.method, axis=f.axis,
+                       r0=_r0_of(f), method=f.method, axis=f.axis,
                        fixed_A=A, bootstrap=bootstrap, seed=seed, level=f.level)
 
 
@@ -156,7 +161,7 @@ def bootstrap_draws(curve: RunCurve, n: int = SPEED_BOOTSTRAP, seed: int = 0) ->
     if f.samples is not None and len(f.samples):
         return f.samples
     g = fit_sigmoid(curve.compute, curve.pass_rate, min_compute=f.window[0],
-                    r0="fit" if f.r0_fitted else f.R0, method=f.method, axis=f.axis,
+                    r0=_r0_of(f), method=f.method, axis=f.axis,
                     bootstrap=f.n_bootstrap or n, seed=seed, level=f.level)
     return g.samples
 

@@ -74,6 +74,17 @@ def load_points(store, run: dict, axis: str, log=_stderr) -> tuple:
     return x, y, t
 
 
+def r0_standard_error(store, run: dict, axis: str) -> float | None:
+    """Standard error of the run's evaluation at compute 0 (from its per-prompt correct
+    counts), or None when there is none or it did not store them."""
+    from scalectl.curve import evaluation_standard_error
+
+    zero = [p for p in store.points(run["id"]) if p.get(axis) == 0 and p.get("correct_counts")]
+    ses = [evaluation_standard_error(p["correct_counts"], p.get("samples_per_prompt") or 0) for p in zero]
+    ses = [s for s in ses if s is not None]
+    return None if not ses else (sum(s * s for s in ses) / len(ses)) ** 0.5   # per evaluation
+
+
 def fit_run(store, run: dict, opts: FitOptions, refit: bool = False) -> tuple[Any, bool, str]:
     """Fit a stored run (or reuse its stored fit when its points are unchanged).
 
@@ -105,7 +116,8 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False) -> tuple[An
     try:
         fit = fit_sigmoid(x, y, min_compute=min_c, r0=parse_r0(opts.r0), method=opts.method, axis=axis,
                           bootstrap=opts.bootstrap, level=opts.level, seed=opts.seed,
-                          truncation=trunc, truncation_threshold=threshold)
+                          truncation=trunc, truncation_threshold=threshold,
+                          r0_se=r0_standard_error(store, run, axis))
     except (FitError, ValueError) as exc:
         raise UserError(f"run {run['name']!r}: {exc}") from None
     store.save_fit(run["id"], key, fit.to_dict(), digest)

@@ -15,7 +15,8 @@ eq. 1 in section 3; fitting procedure in appendix A.5).
 The names below are the public surface; import them from ``scalectl.curve``.
 """
 
-from scalectl.curve.fit import default_min_compute, detect_late_decline, fit_sigmoid
+from scalectl.curve.fit import (default_min_compute, detect_late_decline, evaluation_standard_error,
+                                fit_sigmoid)
 from scalectl.curve.model import (MIN_POINTS, MIN_POINTS_BEFORE_MIDPOINT, MIN_POINTS_PAST_MIDPOINT,
                                   MIN_REACH_PAST_MIDPOINT, PAPER_A_GRID, PAPER_C_MID_GRID,
                                   PAPER_MIN_COMPUTE, PARAM_NAMES, TRUNCATION_THRESHOLD, Bounds,
@@ -27,6 +28,6 @@ __all__ = [
     "MIN_POINTS", "MIN_POINTS_BEFORE_MIDPOINT", "MIN_POINTS_PAST_MIDPOINT", "MIN_REACH_PAST_MIDPOINT",
     "PAPER_A_GRID", "PAPER_C_MID_GRID", "PAPER_MIN_COMPUTE", "PARAM_NAMES", "TRUNCATION_THRESHOLD",
     "Advice", "Bounds", "FitError", "Flag", "GridSpec", "SigmoidFit", "Spread", "advise",
-    "default_min_compute", "detect_late_decline", "fit_sigmoid", "resolve_grid", "seed_spread",
+    "default_min_compute", "detect_late_decline", "evaluation_standard_error", "fit_sigmoid", "resolve_grid", "seed_spread",
     "sigmoid",
 ]

@@ -1,35 +1,89 @@
-"""Bootstrap refits of a sigmoid fit (the draws behind intervals and bands)."""
+"""Bootstrap refits of a sigmoid fit: the draws behind intervals and prediction bands.
+
+Three ways to make a resample, all refitted at once by warm-started
+Levenberg-Marquardt steps (:func:`scalectl.curve.solvers._lm`):
+
+* ``"block"`` (default): a moving-block bootstrap of the residuals (Kunsch 1989,
+  "The jackknife and the bootstrap for general stationary observations", Ann.
+  Statist. 17(3); Politis and Romano 1994 for the stationary variant).  Real
+  evaluation points are not independent around one curve: the policy drifts
+  and neighbouring points dip and recover together.  Drawing the residuals in
+  runs of consecutive points keeps that dependence in every resample, so the
+  refits, hence intervals and bands, carry it.
+* ``"residual"``: residuals drawn one by one (independent noise).
+* ``"pairs"``: the points themselves drawn with replacement (as weights).
+
+Points at compute 0 (observations of R0) come first in the arrays.  Their
+noise is drawn from N(0, r0_se^2) when the standard error of that evaluation
+is known, else from the window's residuals like any other point.
+"""
 
 from __future__ import annotations
 
 import math
+from typing import Literal
 
 import numpy as np
 
-from scalectl.curve.model import _R0, FitError, _model
+from scalectl.curve.model import FitError, _model
 from scalectl.curve.solvers import _lm
 
+BootstrapKind = Literal["block", "residual", "pairs"]
+KINDS = ("block", "residual", "pairs")
 
-def _bootstrap(theta, free, logc, y, resid, n0, lo, hi, n_boot, seed, kind):
-    """Residual (default) or pairs bootstrap; refits warm-started at ``theta``.
 
-    residual: y* = fit + residuals drawn with replacement (scaled by sqrt(n/(n-p)),
-    centred); R0*, when measured from n0 points at compute 0, is R0 plus the mean
-    of n0 drawn residuals.  pairs: the points are drawn with replacement (as
-    weights).  Returns theta draws (n_boot, 4).
+def default_block_length(n: int) -> int:
+    """Block length of the moving-block bootstrap for n window points: n^(1/3) rounded,
+    at least 2 (Hall, Horowitz and Jing 1995: the variance-optimal length grows as
+    n^(1/3))."""
+    return max(2, round(n ** (1 / 3))) if n >= 4 else 1
+
+
+def block_indices(n: int, length: int, n_boot: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_boot, n) indices into n consecutive residuals, made of runs of ``length``
+    consecutive indices starting anywhere in 0..n-length (moving blocks), cut to n."""
+    length = max(1, min(int(length), n))
+    k = -(-n // length)
+    starts = rng.integers(0, n - length + 1, (n_boot, k))
+    idx = (starts[..., None] + np.arange(length)).reshape(n_boot, k * length)
+    return idx[:, :n]
+
+
+def bootstrap_draws(theta: np.ndarray, free: np.ndarray, logc: np.ndarray, y: np.ndarray,
+                    resid: np.ndarray, n0: int, lo: np.ndarray, hi: np.ndarray, n_boot: int,
+                    seed: int, kind: str = "block", *, weights: np.ndarray | None = None,
+                    r0_se: float | None = None, block: int | None = None) -> np.ndarray:
+    """Parameter draws (n_boot, 4; A, log C_mid, B, R0) of bootstrap refits.
+
+    theta (4,) the fit; free (4,) the fitted parameters; logc, y, resid, weights
+    (n,) with the n0 observations at compute 0 first and the window points after
+    them in order of compute.  Residuals of the window are centred and scaled by
+    sqrt(n/(n-p)) (p fitted parameters).  ``block``: block length for ``"block"``
+    (default :func:`default_block_length`).  Raises FitError on an unknown kind.
     """
+    if kind not in KINDS:
+        raise FitError(f"bootstrap kind {kind!r} is not one of: {', '.join(KINDS)}")
     rng = np.random.default_rng(seed)
-    n, p = y.size, int(free.sum())
-    res = (resid - resid.mean()) * math.sqrt(n / max(n - p, 1))
+    n = y.size
+    nw = n - n0
+    p = int(free.sum())
+    rw = resid[n0:]
+    res = (rw - rw.mean()) * math.sqrt(nw / max(nw - p, 1))
     start = np.tile(theta, (n_boot, 1))
-    if n0:
-        start[:, _R0] = theta[_R0] + res[rng.integers(0, n, (n_boot, n0))].mean(axis=1)
-    fit = _model(theta, logc)
-    if kind == "residual":
-        ys, w = fit + res[rng.integers(0, n, (n_boot, n))], None
-    elif kind == "pairs":
-        ys, w = y, rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(float)
+    w = None if weights is None else np.broadcast_to(weights, (n_boot, n))
+    if kind == "pairs":
+        draw = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(float)
+        w = draw if w is None else draw * w
+        draws, _ = _lm(start, free, logc, y, lo, hi, w=w, iters=30)
+        return draws
+    if kind == "block":
+        idx = block_indices(nw, block or default_block_length(nw), n_boot, rng)
     else:
-        raise FitError(f"bootstrap kind {kind!r} is not one of: residual, pairs")
-    draws, _ = _lm(start, free, logc, ys, lo, hi, w=w, iters=30)
+        idx = rng.integers(0, nw, (n_boot, nw))
+    noise = np.empty((n_boot, n))
+    noise[:, n0:] = res[idx]
+    if n0:
+        noise[:, :n0] = (rng.normal(0.0, r0_se, (n_boot, n0)) if r0_se is not None
+                         else res[rng.integers(0, nw, (n_boot, n0))])
+    draws, _ = _lm(start, free, logc, _model(theta, logc) + noise, lo, hi, w=w, iters=30)
     return draws

@@ -13,7 +13,7 @@ from typing import Any, Literal, Sequence
 
 import numpy as np
 
-from scalectl.curve.bootstrap import _bootstrap
+from scalectl.curve.bootstrap import KINDS, bootstrap_draws
 from scalectl.curve.model import (_A, _B, _R0, _U, MIN_POINTS, MIN_POINTS_BEFORE_MIDPOINT,
                                   MIN_POINTS_PAST_MIDPOINT, MIN_REACH_PAST_MIDPOINT, PARAM_NAMES,
                                   PAPER_MIN_COMPUTE, TRUNCATION_THRESHOLD, Bounds, FitError, Flag,
@@ -32,6 +32,23 @@ def default_min_compute(compute: Sequence[float], axis: str = "gpu_hours") -> fl
     if axis == "gpu_hours" and cmax >= 10_000:
         return PAPER_MIN_COMPUTE
     return 0.015 * cmax
+
+
+def evaluation_standard_error(correct_counts: Sequence[int], k: int) -> float | None:
+    """Standard error of a mean@k pass rate from a re-evaluation of the same prompts.
+
+    correct_counts (n_prompts,): correct samples of each prompt out of ``k``.  Each
+    prompt's rate c/k is binomial, so var(mean) = sum p_i (1 - p_i) / k / n^2 (the
+    prompt set is fixed; only the sampling varies).  None when there is nothing to
+    compute it from (no prompts, k < 1); at least 0.5 / (n k) so that a pass rate of
+    0 or 1 keeps a nonzero error.
+    """
+    c = np.asarray(list(correct_counts or []), dtype=float)
+    if c.size == 0 or not k or k < 1:
+        return None
+    p = c / k
+    se = math.sqrt(float(np.sum(p * (1 - p))) / k) / c.size
+    return max(se, 0.5 / (c.size * k))
 
 
 def _as_arrays(compute: Any, pass_rate: Any) -> tuple[np.ndarray, np.ndarray]:
@@ -144,7 +161,9 @@ def fit_sigmoid(
     axis: str = "gpu_hours",
     fixed_A: float | None = None,
     bootstrap: int = 1000,
-    bootstrap_kind: Literal["residual", "pairs"] = "residual",
+    bootstrap_kind: Literal["block", "residual", "pairs"] = "residual",
+    block: int | None = None,
+    r0_se: float | None = None,
     level: float = 0.95,
     seed: int = 0,
     truncation: Sequence[float] | np.ndarray | None = None,
@@ -159,26 +178,43 @@ def fit_sigmoid(
     ``min_compute`` (and > 0) form the fit window (paper A.5 drops the first ~1.5k
     GPU-hours; see :func:`default_min_compute`).
 
-    r0: ``"auto"`` uses the measured pass rate at compute 0 (mean of such points)
-    when there is one and fits R0 otherwise; ``"measured"`` requires the point;
-    ``"fit"`` fits it; a float fixes it.  ``fixed_A`` holds the ceiling fixed (used
+    r0: ``"auto"`` uses the measured pass rate at compute 0 when there is one and
+    fits R0 otherwise; ``"measured"`` requires the point; ``"fit"`` fits it from the
+    curve alone; a float fixes it.  A measured R0 is not held fixed: each point at
+    compute 0 enters the least squares as one more observation of the curve (whose
+    value there is R0), with the same noise as every other evaluation, so a noisy
+    step-0 evaluation moves A only as much as its weight among the points allows,
+    and R0 gets a bootstrap interval inside its bounds [0, 1].  ``fixed_A`` holds the ceiling fixed (used
     by the tie rule of :mod:`scalectl.compare`).
+
+    r0_se: the standard error of the evaluation(s) at compute 0 (e.g. binomial,
+    sqrt(p (1 - p) / samples)).  When given, each such observation is weighted by
+    sigma^2 / r0_se^2 against the window points, sigma being their residual sd
+    (generalised least squares, estimated in two passes), and the bootstrap
+    redraws it from N(R0, r0_se^2).  Without it, it weighs as one more point.
 
     method: ``"vp"`` (bounded least squares from a variable-projection start) or
     ``"grid"`` (paper A.5).  ``bootstrap`` resamples (0 for none) give intervals at
-    ``level``, deterministic given ``seed``.  ``truncation`` (n,) truncation rates,
+    ``level``, deterministic given ``seed``; ``bootstrap_kind`` and ``block`` as in
+    :func:`scalectl.curve.bootstrap.bootstrap_draws`.  ``truncation`` (n,) truncation rates,
     flagged above ``truncation_threshold`` (method.md section 5).
 
     Returns a :class:`SigmoidFit`.  Raises :class:`FitError` on malformed input or
     when the window holds too few points.
     """
     x, y = _as_arrays(compute, pass_rate)
+    order = np.argsort(x, kind="stable")   # blocks of the bootstrap follow compute
+    x, y = x[order], y[order]
     if method not in ("vp", "grid"):
         raise FitError(f"fit method {method!r} is not one of: vp, grid")
     if not 0.0 < level < 1.0:
         raise FitError(f"interval level must lie strictly between 0 and 1 (given {level})")
     if bootstrap < 0:
         raise FitError(f"bootstrap must be >= 0 (given {bootstrap})")
+    if bootstrap_kind not in KINDS:
+        raise FitError(f"bootstrap kind {bootstrap_kind!r} is not one of: {', '.join(KINDS)}")
+    if r0_se is not None and not r0_se > 0:
+        raise FitError(f"r0_se must be > 0 (given {r0_se})")
     bounds = bounds or Bounds()
     zero = x == 0
     if isinstance(r0, str):
@@ -188,17 +224,18 @@ def fit_sigmoid(
             raise FitError("r0 = 'measured' needs an evaluation at compute 0; none given "
                            "(use r0 = 'fit')")
         mode = "measured" if (r0 == "auto" and zero.any()) or r0 == "measured" else "fit"
-        R0 = float(y[zero].mean()) if mode == "measured" else None
+        R0 = None
     else:
         if not 0.0 <= float(r0) <= 1.0:
             raise FitError(f"r0 must lie in [0, 1] (given {r0})")
         mode, R0 = "given", float(r0)
     win = (x >= min_compute) & (x > 0)
     xw, yw = x[win], y[win]
+    n0 = int(zero.sum()) if mode == "measured" else 0
     n_free = 2 + (fixed_A is None) + (R0 is None)
-    if xw.size < n_free + 1:
+    if xw.size + n0 < n_free + 1 or xw.size < 2:
         raise FitError(f"the fit window (compute >= {min_compute:g}) holds {xw.size} points; "
-                       f"at least {n_free + 1} are needed to fit {n_free} parameters")
+                       f"at least {n_free + 1 - n0} are needed to fit {n_free} parameters")
     if fixed_A is not None and not bounds.A[0] <= fixed_A <= bounds.A[1]:
         raise FitError(f"fixed A = {fixed_A} lies outside the A bounds {bounds.A}")
     cmax = float(xw.max())
@@ -208,36 +245,47 @@ def fit_sigmoid(
     r0_bounds = bounds.R0 if R0 is None else (-1.0, 2.0)
     lo = np.array([bounds.A[0], math.log(cb[0]), bounds.B[0], r0_bounds[0]])
     hi = np.array([bounds.A[1], math.log(cb[1]), bounds.B[1], r0_bounds[1]])
-    logc = np.log(xw)
+    # Points at compute 0 observe R0: log C far below the window puts them at s = 0.
+    logc = np.concatenate([np.full(n0, math.log(xw.min()) - 1000.0), np.log(xw)])
+    yf = np.concatenate([y[zero] if n0 else np.empty(0), yw])
     trunc = None if truncation is None else np.asarray(truncation, dtype=float).ravel()
     if trunc is not None and trunc.size != x.size:
         raise FitError(f"truncation has {trunc.size} values but compute has {x.size}")
+    if trunc is not None:
+        trunc = trunc[order]
+    w = np.ones(yf.size)
 
     grid_values = None
-    if method == "vp":
-        theta, free, active = _fit_vp(logc, yw, R0, fixed_A, lo, hi)
-    else:
-        theta, free, active, grid_values = _fit_grid(xw, logc, yw, R0, fixed_A, lo, hi, grid, axis)
+    def solve(w):
+        if method == "vp":
+            return (*_fit_vp(logc, yf, R0, fixed_A, lo, hi, w), None)
+        return _fit_grid(xw, logc, yf, R0, fixed_A, lo, hi, grid, axis, w)
+
+    theta, free, active, grid_values = solve(w)
+    if n0 and r0_se is not None:
+        # Second pass: weight the R0 observations by (window noise / their standard error)^2.
+        rw = yw - _model(theta, logc[n0:])
+        sigma2 = float(np.sum(rw**2)) / max(xw.size - int(free.sum()), 1)
+        w[:n0] = min(max(sigma2 / r0_se**2, 1e-6), 1e6)
+        theta, free, active, grid_values = solve(w)
     if fixed_A is not None:
         theta[_A], free[_A] = fixed_A, False
     if R0 is not None:
         theta[_R0] = R0
-    resid = yw - _model(theta, logc)
+    resid = yf - _model(theta, logc)
     flags = _point_flags(theta, free, active, lo, hi, xw, yw, trunc, truncation_threshold,
                          grid_values)
 
     intervals: dict[str, tuple[float, float]] = {}
     samples = None
     if bootstrap:
-        n0 = int(zero.sum()) if mode == "measured" else 0
-        draws = _bootstrap(theta, free, logc, yw, resid, n0, lo, hi, bootstrap, seed,
-                           bootstrap_kind)
+        draws = bootstrap_draws(theta, free, logc, yf, resid, n0, lo, hi, bootstrap, seed,
+                                bootstrap_kind, weights=None if np.all(w == 1) else w,
+                                r0_se=r0_se, block=block)
         samples = _to_named(draws)
         point = _to_named(theta)
         q = (1 - level) / 2
-        varied = free.copy()
-        varied[_R0] |= n0 > 0
-        for i in np.flatnonzero(varied):
+        for i in np.flatnonzero(free):
             a, b = np.quantile(samples[:, i], [q, 1 - q])
             intervals[PARAM_NAMES[i]] = (float(min(a, point[i])), float(max(b, point[i])))
         for i in np.flatnonzero(free):
@@ -256,9 +304,10 @@ def fit_sigmoid(
 
     return SigmoidFit(
         A=float(theta[_A]), B=float(theta[_B]), C_mid=float(math.exp(theta[_U])),
-        R0=float(theta[_R0]), r0_fitted=R0 is None, window=(float(xw.min()), cmax),
-        n_points=int(xw.size), rmse=float(np.sqrt(np.mean(resid**2))), method=method,
+        R0=float(theta[_R0]), r0_fitted=mode == "fit", r0_measured=mode == "measured",
+        window=(float(xw.min()), cmax),
+        n_points=int(xw.size), rmse=float(np.sqrt(np.mean(resid[n0:]**2))), method=method,
         axis=axis, flags=tuple(flags), intervals=intervals, level=level,
         a_fixed=fixed_A is not None, n_bootstrap=int(bootstrap), samples=samples,
-        residuals=resid,
+        residuals=resid[n0:],
     )

@@ -113,8 +113,9 @@ class SigmoidFit:
     """One fitted curve (immutable).
 
     A: ceiling (pass rate); B: exponent; C_mid: midpoint (compute units of ``axis``);
-    R0: pass rate at compute 0 (measured, fixed by the caller, or fitted when
-    ``r0_fitted``).  ``window`` is the (min, max) compute of the points used,
+    R0: pass rate at compute 0: fixed by the caller, fitted from the curve alone
+    (``r0_fitted``), or fitted with the evaluations at compute 0 as observations
+    (``r0_measured``; it then has an interval).  ``window`` is the (min, max) compute of the points used,
     ``rmse`` the root mean squared residual on them.  ``intervals`` maps a parameter
     name to its (lo, hi) bootstrap interval at ``level``; each interval contains its
     estimate.  ``samples`` (bootstrap parameter draws, shape (n_bootstrap, 4) in
@@ -137,6 +138,7 @@ class SigmoidFit:
     level: float = 0.95
     a_fixed: bool = False
     n_bootstrap: int = 0
+    r0_measured: bool = False
     samples: np.ndarray | None = field(default=None, repr=False, compare=False, hash=False)
     residuals: np.ndarray | None = field(default=None, repr=False, compare=False, hash=False)
 
@@ -192,6 +194,7 @@ class SigmoidFit:
             "flags": [{"code": f.code, "message": f.message, "param": f.param} for f in self.flags],
             "intervals": {k: [float(v[0]), float(v[1])] for k, v in self.intervals.items()},
             "level": self.level, "a_fixed": self.a_fixed, "n_bootstrap": self.n_bootstrap,
+            "r0_measured": self.r0_measured,
         }
 
     @classmethod
@@ -205,7 +208,7 @@ class SigmoidFit:
             flags=tuple(Flag(f["code"], f["message"], f.get("param")) for f in d.get("flags", [])),
             intervals={k: (float(v[0]), float(v[1])) for k, v in d.get("intervals", {}).items()},
             level=float(d.get("level", 0.95)), a_fixed=bool(d.get("a_fixed", False)),
-            n_bootstrap=int(d.get("n_bootstrap", 0)),
+            n_bootstrap=int(d.get("n_bootstrap", 0)), r0_measured=bool(d.get("r0_measured", False)),
         )
 
 

@@ -148,8 +148,13 @@ def _lm(theta: np.ndarray, free: np.ndarray, logc: np.ndarray, y: np.ndarray,
     return theta, ssr
 
 
-def _fit_vp(logc, y, r0, a_fixed, lo, hi):
-    """Coarse (C_mid, B) search with A, R0 solved linearly, then bounded least squares."""
+def _fit_vp(logc, y, r0, a_fixed, lo, hi, w=None):
+    """Coarse (C_mid, B) search with A, R0 solved linearly, then bounded least squares.
+
+    ``w`` (n,) weights of the squared residuals (None: all 1); the linear solve of
+    the coarse search ignores them (it only picks the start).
+    """
+    sw = np.ones_like(y) if w is None else np.sqrt(w)
     u_grid = np.linspace(lo[_U], hi[_U], 48)
     b_grid = np.geomspace(max(lo[_B], 0.3), min(hi[_B], 10.0), 24)
     uu, bb = np.meshgrid(u_grid, b_grid, indexing="ij")
@@ -157,7 +162,7 @@ def _fit_vp(logc, y, r0, a_fixed, lo, hi):
     a, r = _linear_ar0(s, y, a_fixed, r0)
     a = np.clip(np.nan_to_num(a, nan=0.5), lo[_A], hi[_A])
     r = np.clip(np.nan_to_num(r, nan=0.0), lo[_R0], hi[_R0])
-    ssr = (((r[..., None] + (a - r)[..., None] * s) - y) ** 2).sum(-1)
+    ssr = ((((r[..., None] + (a - r)[..., None] * s) - y) * sw) ** 2).sum(-1)
     i = np.unravel_index(np.argmin(ssr), ssr.shape)
     theta0 = np.array([a[i], uu[i], bb[i], r[i]])
     free = np.array([a_fixed is None, True, True, r0 is None])
@@ -166,12 +171,12 @@ def _fit_vp(logc, y, r0, a_fixed, lo, hi):
     def resid(p):
         t = theta0.copy()
         t[idx] = p
-        return _model(t, logc) - y
+        return (_model(t, logc) - y) * sw
 
     def jac(p):
         t = theta0.copy()
         t[idx] = p
-        return _jacobian(t, logc)[:, idx]
+        return _jacobian(t, logc)[:, idx] * sw[:, None]
 
     res = least_squares(resid, theta0[idx], jac=jac, bounds=(lo[idx], hi[idx]),
                         method="trf", x_scale="jac", xtol=1e-12, ftol=1e-12, gtol=1e-12)
@@ -182,8 +187,11 @@ def _fit_vp(logc, y, r0, a_fixed, lo, hi):
     return theta, free, active
 
 
-def _fit_grid(x, logc, y, r0, a_fixed, lo, hi, grid, axis):
+def _fit_grid(x, logc, y, r0, a_fixed, lo, hi, grid, axis, w=None):
     """Paper A.5: grid over (A, C_mid), least-squares B per pair, smallest SSR wins.
+
+    ``w`` (n,) weights of the squared residuals in the refinement of B (the B scan
+    that starts it is unweighted).
 
     B (and R0 when fitted) is solved for all pairs at once by the same least
     squares as ``scipy.optimize.curve_fit`` (started from the best of a B scan).
@@ -211,7 +219,8 @@ def _fit_grid(x, logc, y, r0, a_fixed, lo, hi, grid, axis):
     theta0 = np.stack([aa, uu, b_scan[j], np.clip(r, lo[_R0], hi[_R0])], axis=1)
     free = np.array([False, False, True, r0 is None])
     block = max(1, 2_000_000 // max(logc.size, 1))
-    parts = [_lm(theta0[i:i + block], free, logc, y, lo, hi, iters=40)
+    parts = [_lm(theta0[i:i + block], free, logc, y, lo, hi, iters=40,
+                 w=None if w is None else np.broadcast_to(w, (len(theta0[i:i + block]), w.size)))
              for i in range(0, len(theta0), block)]
     theta = np.concatenate([t for t, _ in parts])
     ssr = np.concatenate([q for _, q in parts])
