@@ -40,6 +40,7 @@ def group_advantages(
     group_ids: torch.Tensor,
     normalization: str = "prompt",
     eps: float = 1e-6,
+    reduce=None,
 ) -> torch.Tensor:
     """Advantage of each completion from its group's rewards.
 
@@ -60,6 +61,9 @@ def group_advantages(
         group_ids: (N,) long, the group (prompt) of each completion.
         normalization: one of ``prompt``, ``batch``, ``none``.
         eps: added to the std before dividing.
+        reduce: for a share of a batch split over trainer ranks by whole groups,
+            the sum over the ranks (:mod:`scalectl.rl.sharding`); the ``batch``
+            std is then the whole batch's. None: this is the whole batch.
 
     Returns:
         (N,) float advantages, without gradient.
@@ -79,5 +83,7 @@ def group_advantages(
     if normalization == "prompt":
         return a / (std + eps)
     if normalization == "batch":
-        return a / (a.std(unbiased=False) + eps)
+        from scalectl.rl.sharding import batch_std
+
+        return a / (batch_std(a, reduce) + eps)
     return a

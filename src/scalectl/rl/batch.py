@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from scalectl.rl.advantages import group_advantages
+from scalectl.rl.sharding import batch_totals
 from scalectl.rl.trainer import TrainBatch
 
 
@@ -23,13 +24,17 @@ def keep_groups(groups: list, zero_variance: bool) -> list:
     return [g for g in groups if not (zero_variance and g.zero_variance)]
 
 
-def build_train_batch(groups: list, normalization: str, pad_id: int) -> TrainBatch:
+def build_train_batch(groups: list, normalization: str, pad_id: int, reduce=None) -> TrainBatch:
     """Stack kept groups into a :class:`TrainBatch`.
 
     Args:
         groups: kept :class:`scalectl.rl.groups.Group` objects (at least one).
         normalization: ``advantage.normalization`` (prompt | batch | none).
         pad_id: the tokenizer's padding id.
+        reduce: when ``groups`` are one trainer's share of the step's batch (whole
+            groups, :func:`scalectl.rl.sharding.split_groups`), the sum over the
+            trainer ranks: the batch std of the advantages and the aggregation
+            normalisers (``TrainBatch.totals``) are then the whole batch's.
 
     Returns:
         A batch of N = sum of group sizes completions; T = longest completion.
@@ -42,7 +47,7 @@ def build_train_batch(groups: list, normalization: str, pad_id: int) -> TrainBat
     comps = [c for g in groups for c in g.completions]
     group_ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.completions])
     rewards = torch.cat([g.rewards for g in groups]).float()
-    advantages = group_advantages(rewards, group_ids, normalization)
+    advantages = group_advantages(rewards, group_ids, normalization, reduce=reduce)
     P = max(len(c.prompt_ids) for c in comps)
     T = max(max(len(c.token_ids) for c in comps), 1)
     N = len(comps)
@@ -58,5 +63,6 @@ def build_train_batch(groups: list, normalization: str, pad_id: int) -> TrainBat
         mask = getattr(c, "loss_mask", None)
         loss_mask[i, :t] = torch.tensor(mask, dtype=torch.float) if mask is not None else 1.0
         gen_logp[i, :t] = torch.tensor(c.logprobs, dtype=torch.float)
+    totals = batch_totals(loss_mask, group_ids, reduce) if reduce is not None else None
     return TrainBatch(input_ids=input_ids, attention_mask=attention, start=P - 1, loss_mask=loss_mask,
-                      gen_logp=gen_logp, advantages=advantages, group_ids=group_ids)
+                      gen_logp=gen_logp, advantages=advantages, group_ids=group_ids, totals=totals)

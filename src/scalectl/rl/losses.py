@@ -47,7 +47,7 @@ LOG_RATIO_CLAMP = 20.0
 # -- aggregation --------------------------------------------------------------------------------
 
 
-def aggregation_weights(mask: torch.Tensor, group_ids: torch.Tensor, mode: str) -> torch.Tensor:
+def aggregation_weights(mask: torch.Tensor, group_ids: torch.Tensor, mode: str, totals=None) -> torch.Tensor:
     """Per-token weights w (N, T) such that sum(w * J) is the aggregated objective of the batch.
 
     Computed over the WHOLE batch (all groups kept after filtering), so that the
@@ -64,6 +64,10 @@ def aggregation_weights(mask: torch.Tensor, group_ids: torch.Tensor, mode: str) 
         mask: (N, T) float, 1 on completion tokens.
         group_ids: (N,) long, the group of each completion.
         mode: one of ``sample``, ``prompt``, ``token``.
+        totals: for one trainer's share of a batch split by whole groups, the whole
+            batch's :class:`scalectl.rl.sharding.BatchTotals` (completions, groups,
+            tokens), used as N, n_groups and the token count; the weights of all the
+            shares then sum to 1. None: ``mask`` is the whole batch.
 
     Returns:
         (N, T) float weights, summing to 1 (0 if the mask is empty). A completion with no
@@ -81,13 +85,16 @@ def aggregation_weights(mask: torch.Tensor, group_ids: torch.Tensor, mode: str) 
     mask = mask.detach().float() if not mask.is_floating_point() else mask.detach()
     lengths = mask.sum(dim=1)  # (N,)
     if mode == "sample":
-        n = mask.shape[0]
+        n = mask.shape[0] if totals is None else totals.completions
         return mask / (n * lengths.clamp(min=1))[:, None]
     if mode == "prompt":
         _, inv = torch.unique(group_ids, return_inverse=True)
         n_groups = int(inv.max()) + 1 if inv.numel() else 0
         group_tokens = torch.zeros(n_groups, dtype=mask.dtype, device=mask.device).index_add_(0, inv, lengths)
-        return mask / (n_groups * group_tokens[inv].clamp(min=1))[:, None]
+        n_all = n_groups if totals is None else totals.groups
+        return mask / (n_all * group_tokens[inv].clamp(min=1))[:, None]
+    if totals is not None:
+        return mask / max(totals.tokens, 1.0)
     return mask / mask.sum().clamp(min=1)
 
 

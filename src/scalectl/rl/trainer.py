@@ -5,6 +5,10 @@ DeepSpeed picks its CPU accelerator and the gloo backend.  The optimiser is a
 torch AdamW handed to DeepSpeed, so nothing is compiled; the learning rate is
 constant after a linear warm-up (ScaleRL appendix A.3).
 
+With N data-parallel trainers each rank trains on its share of the step's
+batch (whole groups) and every normaliser is the whole batch's
+(:mod:`scalectl.rl.sharding`), so the update is the 1-trainer update.
+
 Gradient accumulation never changes the loss scale: the aggregation weights
 are computed once over the whole batch (:func:`scalectl.rl.losses.aggregation_weights`),
 each micro-batch's loss is its share of the batch loss, the engine's own
@@ -54,6 +58,9 @@ class TrainBatch:
         gen_logp: (N, T) generator log-probs recorded at sampling time.
         advantages: (N,).
         group_ids: (N,) long, the group (prompt) of each completion.
+        totals: when this is one trainer's share of a step's batch, the whole
+            batch's aggregation normalisers (:class:`scalectl.rl.sharding.BatchTotals`);
+            None when it is the whole batch.
     """
 
     input_ids: torch.Tensor
@@ -63,6 +70,7 @@ class TrainBatch:
     gen_logp: torch.Tensor
     advantages: torch.Tensor
     group_ids: torch.Tensor
+    totals: object = None
 
     @property
     def n_tokens(self) -> int:
@@ -126,7 +134,11 @@ class PolicyTrainer:
             logprob_gap (mean |log pi_train - log pi_gen|), max_ratio, lr, grad_norm.
         """
         self.engine.train()
-        weights = aggregation_weights(batch.loss_mask, batch.group_ids, self.loss_cfg.aggregation)
+        weights = aggregation_weights(batch.loss_mask, batch.group_ids, self.loss_cfg.aggregation,
+                                      totals=batch.totals)
+        # DeepSpeed averages the gradients of its data-parallel ranks; the weights already divide by the
+        # whole batch's normalisers, so the batch gradient is the ranks' SUM: undo the average.
+        ranks = self.engine.dp_world_size
         n = batch.input_ids.shape[0]
         totals = {"loss": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "logprob_gap": 0.0}
         max_ratio = 0.0
@@ -142,7 +154,7 @@ class PolicyTrainer:
             loss, metrics = self.loss_fn(
                 logp, batch.gen_logp[lo:hi], batch.advantages[lo:hi], mask, weights[lo:hi],
                 clip_low=self.loss_cfg.clip_low, clip_high=self.loss_cfg.clip_high)
-            self.engine.backward(loss, scale_wrt_gas=False)
+            self.engine.backward(loss * ranks if ranks > 1 else loss, scale_wrt_gas=False)
             share = float(mask.sum()) / tokens_total
             totals["loss"] += float(loss.detach())
             totals["clip_fraction"] += metrics["clip_fraction"] * share

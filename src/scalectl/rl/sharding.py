@@ -1,0 +1,112 @@
+"""One step's batch over N data-parallel trainers, with every batch-wide quantity kept batch-wide.
+
+Each trainer rank trains on a share of the step's groups (whole groups, so a
+group's mean reward is local), and DeepSpeed averages the ranks' gradients.
+What is defined over the whole batch is computed from sums all-reduced over
+the trainers, so that the gradient of an N-trainer step equals the 1-trainer
+gradient on the same batch:
+
+* the batch-level advantage std (ScaleRL's ``batch`` normalisation,
+  :func:`scalectl.rl.advantages.group_advantages`): from the all-reduced sum,
+  count and squared deviations of the centred rewards;
+* the aggregation normalisers (:func:`scalectl.rl.losses.aggregation_weights`):
+  ``sample`` divides by the batch's completions, ``prompt`` by its groups,
+  ``token`` by its tokens (:class:`BatchTotals`); a group's own token count is
+  local, since a group never straddles two ranks;
+* the average DeepSpeed takes over the ranks is undone by scaling each rank's
+  loss by the number of ranks (:class:`scalectl.rl.trainer.PolicyTrainer`), so
+  the update is the sum of the ranks' shares of the batch gradient.
+
+A *reduce* is a function taking a float64 tensor and returning its elementwise
+sum over the trainer ranks; None means one rank (the sum is the tensor itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+
+
+def split_groups(n_groups: int, ranks: int) -> list[range]:
+    """Contiguous shares of ``n_groups`` whole groups for ``ranks`` trainers; sizes differ by at most one
+    (the first ``n_groups % ranks`` ranks take one more). A rank may get none when there are fewer
+    groups than ranks (it still takes part in every all-reduce, with zero contribution).
+
+    Raises:
+        ValueError: ``ranks`` < 1 or ``n_groups`` < 0.
+    """
+    if ranks < 1 or n_groups < 0:
+        raise ValueError(f"need ranks >= 1 and n_groups >= 0, got {ranks} and {n_groups}")
+    base, extra = divmod(n_groups, ranks)
+    shares, start = [], 0
+    for r in range(ranks):
+        size = base + (1 if r < extra else 0)
+        shares.append(range(start, start + size))
+        start += size
+    return shares
+
+
+def allreduce_sum(group=None) -> Reduce:
+    """A reduce over ``group`` (default: the whole torch.distributed world) with SUM."""
+    import torch.distributed as dist
+
+    def reduce(x: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        dist.all_reduce(y, op=dist.ReduceOp.SUM, group=group)
+        return y
+
+    return reduce
+
+
+@dataclass(frozen=True)
+class BatchTotals:
+    """The batch-wide normalisers of the loss aggregation.
+
+    Attributes:
+        completions: completions in the whole step's batch (``sample``).
+        groups: groups in it (``prompt``).
+        tokens: trained tokens in it (``token``).
+    """
+
+    completions: int
+    groups: int
+    tokens: float
+
+
+def batch_totals(mask: torch.Tensor, group_ids: torch.Tensor, reduce: Reduce | None = None) -> BatchTotals:
+    """Completions, groups and trained tokens of the whole batch, from one rank's share.
+
+    Args:
+        mask: (N_r, T) this rank's loss mask.
+        group_ids: (N_r,) this rank's group ids (whole groups).
+        reduce: sum over the ranks (None: one rank).
+    """
+    local = torch.tensor([float(mask.shape[0]), float(torch.unique(group_ids).numel()),
+                          float(mask.sum())], dtype=torch.float64)
+    total = reduce(local) if reduce is not None else local
+    return BatchTotals(int(round(total[0].item())), int(round(total[1].item())), float(total[2].item()))
+
+
+def batch_std(a: torch.Tensor, reduce: Reduce | None = None) -> torch.Tensor:
+    """Population std (divide by n) of ``a`` over the whole batch, from one rank's share.
+
+    Two all-reduces in float64: the mean from (sum, count), then the mean squared
+    deviation from it (the two-pass formula, no cancellation). With ``reduce`` None
+    it is ``a.std(unbiased=False)``.
+
+    Args:
+        a: (N_r,) this rank's values.
+
+    Returns:
+        A 0-d tensor in ``a``'s dtype.
+    """
+    if reduce is None:
+        return a.std(unbiased=False)
+    s = reduce(torch.tensor([a.double().sum().item(), float(a.numel())], dtype=torch.float64))
+    mean = s[0] / s[1].clamp(min=1)
+    ss = reduce(((a.double() - mean) ** 2).sum().reshape(1))
+    return (ss[0] / s[1].clamp(min=1)).sqrt().to(a.dtype)

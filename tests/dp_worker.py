@@ -1,0 +1,78 @@
+"""One trainer rank of the data-parallel gradient check (run by tests/test_data_parallel.py).
+
+``python tests/dp_worker.py RANK WORLD PORT OUT``: trains one step of the tiny
+model on this rank's share of a fixed batch of groups, for every loss
+aggregation and advantage normalisation, and (rank 0) saves the gradient of
+each step, recovered from the first AdamW update, to OUT.
+
+Recovering the gradient: with lr = eps = C the first AdamW step moves each
+parameter by u = C g / (|g| + C) (bias-corrected moments m = g, sqrt(v) = |g|),
+so g = C u / (C - |u|) exactly.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+C = 1e3
+COMBOS = [(loss, agg, norm) for loss in ("cispo",) for agg in ("sample", "prompt", "token")
+          for norm in ("prompt", "batch", "none")] + [("gspo", "prompt", "batch"), ("ppo_clip", "token", "batch")]
+
+
+def make_groups(seed: int = 0, n_groups: int = 6, size: int = 4) -> list:
+    """Groups of ``size`` completions of varied lengths and rewards (one group all wrong)."""
+    from scalectl.rl.groups import Group
+    from scalectl.rl.rollout.base import Completion
+
+    g = torch.Generator().manual_seed(seed)
+    groups = []
+    for k in range(n_groups):
+        prompt = torch.randint(4, 200, (int(torch.randint(2, 7, (1,), generator=g)),), generator=g).tolist()
+        comps = []
+        for _ in range(size):
+            t = int(torch.randint(1, 9, (1,), generator=g))
+            comps.append(Completion(prompt_index=k, prompt_ids=prompt,
+                                    token_ids=torch.randint(4, 200, (t,), generator=g).tolist(),
+                                    logprobs=(-3 * torch.rand(t, generator=g) - 2).tolist(), versions=[0] * t,
+                                    finish_reason="stop", text="", loss_mask=[1] * t))
+        rewards = torch.where(torch.rand(size, generator=g) < 0.5, 1.0, -1.0)
+        if k == 2:
+            rewards = torch.full((size,), -1.0)
+        rewards = rewards - 0.25 * (k == 4) * torch.rand(size, generator=g)   # a shaped group
+        groups.append(Group(k, comps, [bool(r > 0) for r in rewards], rewards))
+    return groups
+
+
+def main(rank: int, world: int, port: int, out: str) -> None:
+    os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                       "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    torch.set_num_threads(1)
+    from scalectl.recipe import Loss, Optim
+    from scalectl.rl.batch import build_train_batch
+    from scalectl.rl.model import build_tiny_model
+    from scalectl.rl.sharding import allreduce_sum, split_groups
+    from scalectl.rl.trainer import PolicyTrainer
+
+    grads = {}
+    for loss, agg, norm in COMBOS:
+        model = build_tiny_model(seed=0)
+        before = [p.detach().clone() for p in model.parameters()]
+        trainer = PolicyTrainer(model, loss=Loss(type=loss, aggregation=agg),
+                                optim=Optim(lr=C, warmup_steps=0, eps=C, weight_decay=0.0, grad_clip=None),
+                                head_fp32=True, temperature=1.0, micro_batch_size=5)
+        groups = make_groups()
+        share = split_groups(len(groups), world)[rank]
+        batch = build_train_batch([groups[i] for i in share], norm, pad_id=0,
+                                  reduce=allreduce_sum() if world > 1 else None)
+        trainer.train_step(batch)
+        u = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, trainer.model.parameters())]).double()
+        grads[f"{loss}/{agg}/{norm}"] = C * u / (C - u.abs())
+    if rank == 0:
+        torch.save(grads, out)
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
