@@ -47,7 +47,6 @@ the run names ``<ablation>--<variant>--s<seed>``.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -56,7 +55,7 @@ from scalectl import presets
 from scalectl.errors import UserError
 from scalectl.names import check_name
 from scalectl.recipe import UNHASHED_KEYS, Loss, Recipe
-from scalectl.recipe_io import _flatten, find_default_setup, load, parse_override
+from scalectl.recipe_io import _flatten, find_default_setup, load, parse_override, read_toml
 
 KINDS = ("forward", "leave_one_out", "variants")
 #: Name of the base variant of forward and leave-one-out ablations.
@@ -336,12 +335,7 @@ def read_ablation(path: str | Path) -> AblationSpec:
             name, or variants missing where the kind needs them.
     """
     path = presets.resolve(path, "ablations")
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        raise UserError(f"{path}: file not found") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise UserError(f"{path}: invalid TOML: {exc}") from None
+    data = read_toml(path, "ablation file")
     unknown = sorted(set(data) - _FILE_KEYS)
     if unknown:
         raise UserError(f"{path}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(_FILE_KEYS))}")

@@ -6,7 +6,7 @@ import re
 
 from scalectl.errors import UserError
 
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+=-]{0,99}$")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._+=-]{0,99}")  # fullmatch: "$" would let a trailing newline in
 
 
 def check_name(name: str, what: str = "run name") -> str:
@@ -19,7 +19,7 @@ def check_name(name: str, what: str = "run name") -> str:
     Raises:
         UserError: naming the value and the allowed characters.
     """
-    if not isinstance(name, str) or not _NAME.match(name) or ".." in name:
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name:
         raise UserError(
             f"{what} {name!r} is not allowed: use 1-100 letters, digits and . _ + = - "
             "(starting with a letter or digit, no '..')")

@@ -23,13 +23,49 @@ from __future__ import annotations
 
 import hashlib
 import json
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+# --------------------------------------------------------------------------- bounds
+# Every number has finite bounds that fit where the value goes; values are strict
+# (no "yes" for true, no true for 1, no 1.5 for an integer) and finite (no inf/nan).
+
+#: Seeds: numpy's legacy ``RandomState`` and ``random.seed`` users take 0 .. 2**32 - 1
+#: (SQLite's signed 64-bit integer holds them).
+SEED_MAX = 2**32 - 1
+#: Optimiser steps, evaluation/checkpoint intervals: step numbers are stored as SQLite
+#: integers and counted in Python ints; 10**9 steps is far beyond any run.
+STEPS_MAX = 10**9
+#: Tokens of one prompt or completion (2**20 = 1,048,576): beyond any model's context.
+TOKENS_MAX = 2**20
+#: Prompts per step: one step's batch is held in memory as token tensors.
+PROMPTS_MAX = 65_536
+#: Completions per prompt (the group size G) and evaluation samples per prompt (k).
+GENERATIONS_MAX = 1024
+#: Devices (generators, trainers), Slurm nodes and parallel runs.
+DEVICES_MAX = 65_536
+#: Compute in any fit axis: 1e30 FLOPs is six orders beyond the largest training runs.
+COMPUTE_MAX = 1e30
+#: GPU-hours of one run's budget.
+GPU_HOURS_MAX = 1e9
+#: Characters of a one-line string (paths, names, keys).
+LINE_MAX = 4096
+
+
+def _one_line(text: str) -> str:
+    bad = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+    if bad is not None:
+        raise ValueError(f"contains the control character {bad!r}: one line of printable text is allowed")
+    return text
+
+
+#: A one-line string (no newline, tab, NUL or other control character), at most LINE_MAX characters.
+Line = Annotated[str, Field(max_length=LINE_MAX), AfterValidator(_one_line)]
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True, allow_inf_nan=False)
 
 
 # --------------------------------------------------------------------------- how to train
@@ -48,7 +84,7 @@ class Loss(_Section):
 
     type: Literal["ppo_clip", "gspo", "cispo"] = "cispo"
     clip_low: float | None = Field(default=None, gt=0, lt=1, description="epsilon-")
-    clip_high: float | None = Field(default=None, gt=0, description="epsilon+ (CISPO: eps_max)")
+    clip_high: float | None = Field(default=None, gt=0, le=100, description="epsilon+ (CISPO: eps_max)")
     aggregation: Literal["sample", "prompt", "token"] = "prompt"
 
     @model_validator(mode="after")
@@ -92,7 +128,7 @@ class Async(_Section):
     """
 
     mode: Literal["sync", "ppo_off_policy", "pipeline"] = "pipeline"
-    k: int = Field(default=8, ge=1)
+    k: int = Field(default=8, ge=1, le=1024)
 
 
 class Filter(_Section):
@@ -108,7 +144,7 @@ class Filter(_Section):
 
     zero_variance: bool = True
     dynamic_sampling: bool = False
-    max_refill_rounds: int = Field(default=4, ge=1)
+    max_refill_rounds: int = Field(default=4, ge=1, le=1000)
     retire_solved: bool = False
     retire_threshold: float = Field(default=0.9, gt=0, le=1)
     retire_rule: Literal["latest", "cumulative"] = "latest"
@@ -125,16 +161,16 @@ class Length(_Section):
     to ``max_new_tokens``) and L_cache = ``penalty_cache``.
     """
 
-    max_new_tokens: int = Field(default=14336, ge=1)
-    max_prompt_tokens: int = Field(default=2048, ge=1)
+    max_new_tokens: int = Field(default=14336, ge=1, le=TOKENS_MAX)
+    max_prompt_tokens: int = Field(default=2048, ge=1, le=TOKENS_MAX)
     control: Literal["interrupt", "penalty", "none"] = "interrupt"
-    interrupt_min: int = Field(default=10000, ge=1)
-    interrupt_max: int = Field(default=12000, ge=1)
-    interrupt_phrase: str = (
-        "Okay, time is up. Let me stop thinking and formulate a final answer now. </think>"
-    )
-    penalty_max: int | None = Field(default=None, ge=1)
-    penalty_cache: int = Field(default=2048, ge=1)
+    interrupt_min: int = Field(default=10000, ge=1, le=TOKENS_MAX)
+    interrupt_max: int = Field(default=12000, ge=1, le=TOKENS_MAX)
+    interrupt_phrase: str = Field(
+        default="Okay, time is up. Let me stop thinking and formulate a final answer now. </think>",
+        max_length=LINE_MAX)
+    penalty_max: int | None = Field(default=None, ge=1, le=TOKENS_MAX)
+    penalty_cache: int = Field(default=2048, ge=1, le=TOKENS_MAX)
 
     @model_validator(mode="after")
     def _check_ranges(self) -> "Length":
@@ -157,29 +193,30 @@ class Batch(_Section):
     """Prompts per optimiser step x generations (the group size G) per prompt.
     ScaleRL: 48 x 16 = 768 completions per step."""
 
-    prompts_per_step: int = Field(default=48, ge=1)
-    generations_per_prompt: int = Field(default=16, ge=2)
-    micro_batch_size: int = Field(default=64, ge=1, description="completions per forward/backward")
+    prompts_per_step: int = Field(default=48, ge=1, le=PROMPTS_MAX)
+    generations_per_prompt: int = Field(default=16, ge=2, le=GENERATIONS_MAX)
+    micro_batch_size: int = Field(default=64, ge=1, le=PROMPTS_MAX,
+                                  description="completions per forward/backward")
 
 
 class Optim(_Section):
     """AdamW with a constant learning rate after linear warm-up (ScaleRL appendix
     A.3: lr 5e-7, 100 warm-up steps, eps 1e-15, weight decay 0.01)."""
 
-    lr: float = Field(default=5e-7, gt=0)
-    warmup_steps: int = Field(default=100, ge=0)
+    lr: float = Field(default=5e-7, gt=0, le=1)
+    warmup_steps: int = Field(default=100, ge=0, le=STEPS_MAX)
     beta1: float = Field(default=0.9, ge=0, lt=1)
     beta2: float = Field(default=0.999, ge=0, lt=1)
-    eps: float = Field(default=1e-15, gt=0)
-    weight_decay: float = Field(default=0.01, ge=0)
-    grad_clip: float | None = Field(default=1.0, gt=0)
+    eps: float = Field(default=1e-15, gt=0, le=1)
+    weight_decay: float = Field(default=0.01, ge=0, le=1)
+    grad_clip: float | None = Field(default=1.0, gt=0, le=1e6)
 
 
 class Sampling(_Section):
     """Rollout sampling: temperature 1 and no top-p/top-k, so the generator's
     recorded log-probs are those of the policy itself."""
 
-    temperature: float = Field(default=1.0, gt=0)
+    temperature: float = Field(default=1.0, gt=0, le=100)
     top_p: float = Field(default=1.0, gt=0, le=1)
 
 
@@ -188,16 +225,16 @@ class Eval(_Section):
     every ``every_steps`` steps, ``samples_per_prompt`` completions (k) for each
     of ``prompts`` held-out prompts; the pass rate is mean@k."""
 
-    every_steps: int = Field(default=100, ge=1)
-    prompts: int = Field(default=1000, ge=1)
-    samples_per_prompt: int = Field(default=16, ge=1)
-    temperature: float = Field(default=1.0, gt=0)
+    every_steps: int = Field(default=100, ge=1, le=STEPS_MAX)
+    prompts: int = Field(default=1000, ge=1, le=10**6)
+    samples_per_prompt: int = Field(default=16, ge=1, le=GENERATIONS_MAX)
+    temperature: float = Field(default=1.0, gt=0, le=100)
 
 
 class Fit(_Section):
     """How the sigmoid is fitted to this run's points (method.md section 2)."""
 
-    min_compute: float = Field(default=1500.0, ge=0, description="in units of `axis`")
+    min_compute: float = Field(default=1500.0, ge=0, le=COMPUTE_MAX, description="in units of `axis`")
     axis: Literal["gpu_hours", "flops", "tokens", "step"] = "gpu_hours"
     truncation_threshold: float = Field(default=0.10, gt=0, le=1)
 
@@ -205,8 +242,8 @@ class Fit(_Section):
 class Checkpoint(_Section):
     """Checkpoints in the run folder every ``every_steps`` optimiser steps."""
 
-    every_steps: int = Field(default=50, ge=1)
-    keep: int = Field(default=2, ge=1)
+    every_steps: int = Field(default=50, ge=1, le=STEPS_MAX)
+    keep: int = Field(default=2, ge=1, le=1000)
 
 
 # --------------------------------------------------------------------------- where and how big
@@ -218,7 +255,7 @@ class Model(_Section):
     parameter Qwen2 model, built from a config and warm-started by a short SFT
     stage (cached outside the run folders)."""
 
-    path: str = "builtin:tiny"
+    path: Line = "builtin:tiny"
     dtype: Literal["fp32", "bf16"] = "fp32"
     chat_template: bool = False
     warm_start_target: float = Field(default=0.3, gt=0, lt=1, description="held-out pass rate SFT stops at")
@@ -238,14 +275,14 @@ class Data(_Section):
     e.g. ``reward_model.ground_truth``) when they are not a known layout
     (docs/real-data.md)."""
 
-    source: str = "synthetic:arithmetic"
-    train_size: int | None = Field(default=None, ge=1)
+    source: Line = "synthetic:arithmetic"
+    train_size: int | None = Field(default=None, ge=1, le=10**9)
     difficulty: int = Field(default=3, ge=1, le=9)
-    seed: int = 0
-    split: str = "train"
-    subset: str | None = None
-    prompt_key: str | None = None
-    answer_key: str | None = None
+    seed: int = Field(default=0, ge=0, le=SEED_MAX)
+    split: Line = "train"
+    subset: Line | None = None
+    prompt_key: Line | None = None
+    answer_key: Line | None = None
 
 
 class Hardware(_Section):
@@ -253,9 +290,9 @@ class Hardware(_Section):
     class (method.md section 7), so ``name`` is stored with every run."""
 
     device: Literal["cpu", "cuda"] = "cpu"
-    name: str = "cpu"
-    generators: int = Field(default=1, ge=1, description="devices generating rollouts")
-    trainers: int = Field(default=1, ge=1, description="devices training (DeepSpeed ranks)")
+    name: Line = "cpu"
+    generators: int = Field(default=1, ge=1, le=DEVICES_MAX, description="devices generating rollouts")
+    trainers: int = Field(default=1, ge=1, le=DEVICES_MAX, description="devices training (DeepSpeed ranks)")
     zero_stage: int = Field(default=0, ge=0, le=3)
     rollout_engine: Literal["cpu", "vllm"] = "cpu"
     memory_gb: float | None = Field(
@@ -275,16 +312,16 @@ class Hardware(_Section):
 class Slurm(_Section):
     """Slurm resources, passed to submitit's SlurmExecutor."""
 
-    partition: str | None = None
-    account: str | None = None
-    qos: str | None = None
-    nodes: int = Field(default=1, ge=1)
-    tasks_per_node: int = Field(default=1, ge=1)
-    gpus_per_node: int = Field(default=0, ge=0)
-    cpus_per_task: int = Field(default=1, ge=1)
-    mem_gb: float | None = Field(default=None, gt=0)
-    time_min: int = Field(default=60, ge=1)
-    additional_parameters: dict[str, str] = Field(default_factory=dict)
+    partition: Line | None = None
+    account: Line | None = None
+    qos: Line | None = None
+    nodes: int = Field(default=1, ge=1, le=DEVICES_MAX)
+    tasks_per_node: int = Field(default=1, ge=1, le=1024)
+    gpus_per_node: int = Field(default=0, ge=0, le=1024)
+    cpus_per_task: int = Field(default=1, ge=1, le=4096)
+    mem_gb: float | None = Field(default=None, gt=0, le=2**20, description="per node; Slurm takes MB")
+    time_min: int = Field(default=60, ge=1, le=366 * 24 * 60, description="Slurm's time limit, minutes")
+    additional_parameters: dict[Line, Line] = Field(default_factory=dict, max_length=256)
 
 
 class Launcher(_Section):
@@ -292,7 +329,7 @@ class Launcher(_Section):
     ``max_parallel`` runs at once) or ``slurm`` (submitit)."""
 
     type: Literal["local", "slurm"] = "local"
-    max_parallel: int = Field(default=1, ge=1)
+    max_parallel: int = Field(default=1, ge=1, le=DEVICES_MAX)
     slurm: Slurm = Slurm()
 
 
@@ -300,8 +337,8 @@ class Budget(_Section):
     """When a run stops: after ``steps`` optimiser steps and/or ``gpu_hours``
     of compute, whichever comes first."""
 
-    steps: int | None = Field(default=None, ge=1)
-    gpu_hours: float | None = Field(default=None, gt=0)
+    steps: int | None = Field(default=None, ge=1, le=STEPS_MAX)
+    gpu_hours: float | None = Field(default=None, gt=0, le=GPU_HOURS_MAX)
 
     @model_validator(mode="after")
     def _some_budget(self) -> "Budget":
@@ -330,9 +367,9 @@ class Recipe(_Section):
     repeated runs (seeds) of one recipe share a hash.
     """
 
-    name: str = "run"
-    description: str = ""
-    seed: int = 0
+    name: Line = Field(default="run", max_length=100)
+    description: str = Field(default="", max_length=10_000)
+    seed: int = Field(default=0, ge=0, le=SEED_MAX)
     loss: Loss = Loss()
     advantage: Advantage = Advantage()
     precision: Precision = Precision()
@@ -351,7 +388,8 @@ class Recipe(_Section):
     launcher: Launcher = Launcher()
     budget: Budget = Budget(steps=100)
 
-    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True,
+                              allow_inf_nan=False)
 
     def to_dict(self) -> dict:
         """The normalised recipe as plain JSON-able data (keys as in the TOML files)."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import base64
 import html
+import re
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -364,28 +365,42 @@ def _header_lines(result: AblationResult) -> list[str]:
     return lines + result.notes
 
 
+#: Characters CommonMark could read as markup in user text: HTML tags and entities, links and
+#: images, code, emphasis, table cells, headings.
+_MD_SPECIAL = re.compile(r"([\\`*\[\]<&|#])")
+
+
+def md_escape(text: object, *, inline: bool = True) -> str:
+    """``text`` shown verbatim in Markdown: markup characters backslash-escaped
+    (CommonMark section 2.4), newlines made spaces when ``inline``.  Recipe
+    descriptions, ``--set`` values and errors go through it, as the HTML
+    report passes them through ``html.escape``."""
+    out = _MD_SPECIAL.sub(r"\\\1", str(text))
+    return out.replace("\r", " ").replace("\n", " ") if inline else out
+
+
 def render_markdown(result: AblationResult, figures: dict[str, Path]) -> str:
-    """The Markdown summary; figures linked by file name (they sit beside it)."""
+    """The Markdown summary; figures linked by file name (they sit beside it).
+    Every text that comes from the user is escaped (:func:`md_escape`)."""
     def table(header, rows):
-        esc = lambda s: str(s).replace("|", "\\|").replace("\n", " ")  # noqa: E731
         return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-                         + ["| " + " | ".join(esc(c) for c in r) + " |" for r in rows])
+                         + ["| " + " | ".join(md_escape(c) for c in r) + " |" for r in rows])
 
     t = tables(result)
-    parts = [f"# Ablation {result.name}", ""]
+    parts = [f"# Ablation {md_escape(result.name)}", ""]
     if result.description:
-        parts += [result.description, ""]
-    parts += [f"- {line}" for line in _header_lines(result)] + ["", "## In words", ""]
-    parts += [f"- {v.sentence}" for v in result.variants] + ["", "## Plan", "", table(*t["plan"]), "",
+        parts += [md_escape(result.description, inline=False), ""]
+    parts += [f"- {md_escape(line)}" for line in _header_lines(result)] + ["", "## In words", ""]
+    parts += [f"- {md_escape(v.sentence)}" for v in result.variants] + ["", "## Plan", "", table(*t["plan"]), "",
                                                              "## Fits", "", table(*t["fits"]), "",
                                                              "## Verdicts", "", table(*t["verdicts"]), ""]
     flags = _flag_lines(result)
     if flags:
-        parts += ["## Flags", ""] + [f"- {line}" for line in flags] + [""]
+        parts += ["## Flags", ""] + [f"- {md_escape(line)}" for line in flags] + [""]
     if figures:
         parts += ["## Figures", ""] + [f"![{FIGURES[k]}]({p.name})" for k, p in figures.items()] + [""]
     if result.loo_error:
-        parts += [f"(no leave-one-out plot: {result.loo_error})", ""]
+        parts += [f"(no leave-one-out plot: {md_escape(result.loo_error)})", ""]
     return "\n".join(parts)
 
 

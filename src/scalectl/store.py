@@ -9,6 +9,15 @@ mid-way leaves the file readable and holding none of its partial work.  One
 point per (run, step): a point sent again for the same step replaces the old
 one, never duplicates it.
 
+Opening is careful about what the path holds: a folder, a device, a file that
+is not SQLite or another program's database is refused; a missing store is
+created only by the commands that write (``open(create=False)`` for the
+others, so a typo in ``--db`` never leaves an empty store behind); a store
+whose file or folder cannot be written is opened read-only (readers work,
+writers get a clear error); a damaged file (SQLite's "malformed") is refused
+before any write, and a read that meets damage says so.  Every such problem
+is a :class:`~scalectl.errors.UserError` naming the file.
+
 Tables (schema version :data:`SCHEMA_VERSION`, migrations in :data:`MIGRATIONS`):
 
 * ``runs``: id, name, recipe_hash, seed, recipe (normalised recipe+setup as
@@ -25,10 +34,13 @@ Tables (schema version :data:`SCHEMA_VERSION`, migrations in :data:`MIGRATIONS`)
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
 import sqlite3
+import stat
+import urllib.parse
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
@@ -77,15 +89,88 @@ def _migrate_1(db: "sqlite_utils.Database") -> None:
 
 #: Migration i+1 brings a store from schema version i to i+1.
 MIGRATIONS = [_migrate_1]
+#: The tables a scalectl store holds (another program's SQLite file holds others).
+TABLES = frozenset({"runs", "eval_points", "fits"})
+
+_READONLY = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH")
+_DAMAGED = ("SQLITE_CORRUPT",)
+
+
+def _sqlite_problem(path: str, exc: sqlite3.Error) -> UserError | None:
+    """A user-facing error for what SQLite reports about the file, or None for a bug."""
+    name = getattr(exc, "sqlite_errorname", "") or ""
+    if name.startswith(_READONLY):
+        return UserError(f"{path}: the store is read-only (its file or folder cannot be written): {exc}")
+    if name.startswith("SQLITE_NOTADB") or "not a database" in str(exc):
+        return UserError(f"{path}: not a SQLite database, so not a scalectl store ({exc})")
+    if name.startswith(_DAMAGED) or "malformed" in str(exc):
+        return UserError(f"{path}: the store is damaged ({exc}); nothing was written. Recover what is "
+                         f"readable with `sqlite3 {path} .recover | sqlite3 recovered.db`")
+    if name.startswith("SQLITE_FULL"):
+        return UserError(f"{path}: the disk is full: {exc}")
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return UserError(f"{path}: the store stayed locked by another process: {exc}")
+    if name.startswith("SQLITE_IOERR"):
+        return UserError(f"{path}: the store cannot be read or written ({exc})")
+    return None
+
+
+def _user_errors(method):
+    """Store methods raise UserError (naming the file) for what the file or disk causes."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        try:
+            return method(self, *args, **kwargs)
+        except sqlite3.Error as exc:
+            problem = _sqlite_problem(self.path, exc)
+            if problem is None:
+                raise
+            raise problem from None
+
+    return wrapper
+
+
+def _check_path(path: str, create: bool) -> bool:
+    """Check what ``path`` holds before SQLite opens it; True when the file exists.
+
+    Raises:
+        UserError: a folder or other non-file, a missing store when not ``create``,
+            a folder that cannot be made.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        mode = None
+    except OSError as exc:
+        raise UserError(f"{path}: cannot open the store ({exc.strerror})") from None
+    if mode is not None and stat.S_ISDIR(mode):
+        raise UserError(f"{path}: is a folder, not a store file (e.g. --db {Path(path) / DEFAULT_DB})")
+    if mode is not None and not stat.S_ISREG(mode):
+        raise UserError(f"{path}: not a regular file, so not a scalectl store")
+    if mode is None:
+        if not create:
+            raise UserError(f"{path}: no store there (`scalectl run` or `scalectl import` creates one; "
+                            "--db or $SCALECTL_DB name another)")
+        try:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise UserError(f"{path}: cannot create the store's folder ({exc.strerror})") from None
+    return mode is not None
+
+
 
 
 class Store:
     """A scalectl SQLite store.  Open with :meth:`open`; methods are safe to
     call from several processes writing to the same file."""
 
-    def __init__(self, conn: sqlite3.Connection, path: str):
+    def __init__(self, conn: sqlite3.Connection, path: str, readonly: bool = False):
         self.conn = conn
         self.path = path
+        #: Opened read-only (file or folder not writable): writes raise UserError.
+        self.readonly = readonly
+        self._checked = False
         self._db: "sqlite_utils.Database | None" = None
 
     @property
@@ -104,28 +189,71 @@ class Store:
 
     # ------------------------------------------------------------------ opening
     @classmethod
-    def open(cls, path: str | os.PathLike | None = None, *, busy_timeout_ms: int = 30000) -> "Store":
-        """Open (creating and migrating if needed) the store at ``path``.
+    def open(cls, path: str | os.PathLike | None = None, *, create: bool = True,
+             busy_timeout_ms: int = 30000) -> "Store":
+        """Open (creating and migrating if needed and ``create``) the store at ``path``.
+
+        A store whose folder cannot be written (SQLite cannot make its ``-wal``
+        and ``-shm`` files there) is opened read-only and immutable: it is read
+        as the file holds it.
+
+        Args:
+            path: the SQLite file; default :func:`default_db_path`.
+            create: make the file (and its folder) when missing; reading
+                commands pass False and never leave a store behind.
+            busy_timeout_ms: how long a write waits for another writer's lock.
 
         Raises:
-            UserError: the file is not a SQLite database, or was written by a
+            UserError: a folder or non-regular file, a missing store (not
+                ``create``), a file that is not a SQLite database or holds
+                another program's tables, a damaged file, or one written by a
                 newer scalectl (schema version above :data:`SCHEMA_VERSION`).
         """
         path = str(path or default_db_path())
-        if path != ":memory:":
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None)
+        existed = _check_path(path, create) if path != ":memory:" else False
         try:
-            conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            conn.execute("PRAGMA foreign_keys = ON")
-        except sqlite3.DatabaseError as exc:
+            conn = _connect(path, busy_timeout_ms)
+            # a file we may not write (its folder we may): SQLite reads it, writes would fail late
+            readonly = existed and not os.access(path, os.W_OK)
+        except sqlite3.Error as exc:
+            name = getattr(exc, "sqlite_errorname", "") or ""
+            if not (existed and name.startswith(_READONLY)):
+                problem = _sqlite_problem(path, exc)
+                raise (problem or UserError(f"{path}: not a scalectl store ({exc})")) from None
+            try:                                  # a folder we cannot write: read the file as it is
+                conn, readonly = _connect(path, busy_timeout_ms, immutable=True), True
+            except sqlite3.Error as exc2:
+                raise UserError(f"{path}: cannot open the store read-only ({exc2})") from None
+        store = cls(conn, path, readonly)
+        try:
+            store._check_ours()
+            if not readonly:
+                conn.execute("PRAGMA journal_mode = WAL")
+                conn.execute("PRAGMA synchronous = NORMAL")
+            store._migrate()
+        except sqlite3.Error as exc:
             conn.close()
-            raise UserError(f"{path}: not a scalectl store ({exc})") from None
-        store = cls(conn, path)
-        store._migrate()
+            raise (_sqlite_problem(path, exc) or UserError(f"{path}: not a scalectl store ({exc})")) from None
+        except BaseException:
+            conn.close()
+            raise
         return store
+
+    def _check_ours(self) -> None:
+        """Refuse another program's SQLite file before changing anything in it (not even
+        its journal mode): schema version 0 with tables that are not a store's.
+
+        Raises:
+            UserError: naming the foreign tables.
+        """
+        conn = self.conn
+        if conn.execute("PRAGMA user_version").fetchone()[0] != 0:
+            return
+        tables = {r[0] for r in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'")}
+        if tables - TABLES:
+            raise UserError(f"{self.path}: not a scalectl store (a SQLite file of another program, "
+                            f"with table(s) {', '.join(sorted(tables - TABLES)[:5])}); give another --db")
 
     def close(self) -> None:
         """Close the connection."""
@@ -137,6 +265,7 @@ class Store:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    @_user_errors
     def _migrate(self) -> None:
         conn = self.conn
         version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -145,6 +274,10 @@ class Store:
                             f"scalectl understands ({SCHEMA_VERSION}); upgrade scalectl")
         if version == SCHEMA_VERSION:
             return
+        if self.readonly:
+            raise UserError(f"{self.path}: the store is read-only and empty (its file or folder "
+                            "cannot be written)")
+        self._check_integrity()
         conn.execute("BEGIN IMMEDIATE")
         try:
             # re-read under the write lock: another process may have migrated meanwhile
@@ -158,10 +291,38 @@ class Store:
             raise
 
     def transaction(self):
-        """A write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``), rolled back on error."""
-        return _Transaction(self.conn)
+        """A write transaction (``BEGIN IMMEDIATE`` ... ``COMMIT``), rolled back on error.
+
+        The first write of this connection checks the file (``PRAGMA
+        quick_check``): nothing is ever written into a damaged store.
+
+        Raises:
+            UserError: the store is read-only or damaged, or stays locked.
+        """
+        return _Transaction(self)
+
+    def _check_integrity(self) -> None:
+        """``PRAGMA quick_check`` once per connection, before the first write.
+
+        Raises:
+            UserError: the store is read-only or damaged.
+        """
+        if self.readonly:
+            raise UserError(f"{self.path}: the store is read-only (its file or folder cannot be written)")
+        if self._checked or self.path == ":memory:":
+            return
+        try:
+            result = [r[0] for r in self.conn.execute("PRAGMA quick_check(3)")]
+        except sqlite3.Error as exc:
+            raise _sqlite_problem(self.path, exc) or exc from None
+        if result != ["ok"]:
+            raise UserError(f"{self.path}: the store is damaged ({'; '.join(result)}); nothing was written. "
+                            f"Recover what is readable with `sqlite3 {self.path} .recover | sqlite3 recovered.db`")
+        self._checked = True
+
 
     # ------------------------------------------------------------------ runs
+    @_user_errors
     def create_run(self, name: str, *, recipe: dict | None = None, recipe_hash: str | None = None,
                    seed: int | None = None, launcher: str = "local", hardware: str = "",
                    run_dir: str = "", source: str = "scalectl", status: str = "created") -> int:
@@ -180,6 +341,7 @@ class Store:
         except sqlite3.IntegrityError:
             raise UserError(f"a run named {name!r} exists already in {self.path}") from None
 
+    @_user_errors
     def get_run(self, ref: str | int) -> dict:
         """A run by id or name, with ``recipe`` and ``job_ids`` decoded.
 
@@ -195,6 +357,7 @@ class Store:
             raise UserError(f"no run {ref!r} in {self.path} (see `scalectl runs`)")
         return _decode_run(rows[0])
 
+    @_user_errors
     def find_runs(self, *, recipe_hash: str | None = None, name_prefix: str | None = None) -> list[dict]:
         """Runs matching a recipe hash and/or a name prefix, oldest first."""
         where, args = [], []
@@ -208,6 +371,7 @@ class Store:
         rows = self._rows(f"SELECT * FROM runs {clause}ORDER BY id", args)
         return [_decode_run(r) for r in rows]
 
+    @_user_errors
     def list_runs(self) -> list[dict]:
         """Every run, oldest first, with its number of points and last point."""
         sql = """
@@ -218,6 +382,7 @@ class Store:
         FROM runs r LEFT JOIN eval_points p ON p.run_id = r.id GROUP BY r.id ORDER BY r.id"""
         return [_decode_run(r) for r in self._rows(sql)]
 
+    @_user_errors
     def update_run(self, run_id: int, **fields: Any) -> None:
         """Set fields of a run (``status`` must be one of :data:`RUN_STATES`).
 
@@ -232,6 +397,7 @@ class Store:
         with self.transaction():
             self.db["runs"].update(run_id, fields)
 
+    @_user_errors
     def add_job_id(self, run_id: int, job_id: str) -> None:
         """Append a launcher job id to a run (a requeued job keeps its id once)."""
         with self.transaction():
@@ -253,6 +419,7 @@ class Store:
         """
         self.add_points(run_id, [point])
 
+    @_user_errors
     def add_points(self, run_id: int, points: Iterable[dict]) -> int:
         """Store many points in one transaction (all or none); returns how many.
 
@@ -269,6 +436,7 @@ class Store:
             self.conn.executemany(_INSERT_POINT, rows)
         return len(rows)
 
+    @_user_errors
     def points(self, run_id: int) -> list[dict]:
         """A run's points ordered by step, ``correct_counts`` decoded to a list."""
         rows = self._rows("SELECT * FROM eval_points WHERE run_id = ? ORDER BY step", [run_id])
@@ -279,6 +447,7 @@ class Store:
             out.append(r)
         return out
 
+    @_user_errors
     def points_digest(self, run_id: int) -> str:
         """A digest of a run's points: changes whenever any point changes."""
         h = hashlib.sha256()
@@ -287,13 +456,20 @@ class Store:
         return h.hexdigest()[:16]
 
     # ------------------------------------------------------------------ fits
+    @_user_errors
     def save_fit(self, run_id: int, key: str, fit: dict, points_digest: str) -> None:
-        """Store (replace) a fit under ``key`` with the digest of the points it used."""
+        """Store (replace) a fit under ``key`` with the digest of the points it used.
+
+        A read-only store keeps no fits: fitting still works, it is just not cached.
+        """
+        if self.readonly:
+            return
         with self.transaction():
             self.db["fits"].insert({"run_id": run_id, "key": key, "fit": json.dumps(fit),
                                     "points_digest": points_digest, "created": _now()},
                                    replace=True)
 
+    @_user_errors
     def get_fit(self, run_id: int, key: str) -> tuple[dict, str] | None:
         """``(fit, points_digest)`` stored under ``key``, or None."""
         rows = self._rows("SELECT * FROM fits WHERE run_id = ? AND key = ?", [run_id, key])
@@ -307,24 +483,63 @@ _INSERT_POINT = (f"INSERT OR REPLACE INTO eval_points ({', '.join(EVAL_POINT_COL
 
 
 class _Transaction:
-    def __init__(self, conn: sqlite3.Connection):
-        self.conn = conn
+    def __init__(self, store: Store):
+        self.store = store
+        self.conn = store.conn
         self.outer = False
 
     def __enter__(self):
         self.outer = not self.conn.in_transaction
         if self.outer:
-            self.conn.execute("BEGIN IMMEDIATE")
+            self.store._check_integrity()
+            try:
+                self.conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.Error as exc:
+                raise _sqlite_problem(self.store.path, exc) or exc from None
         return self
 
-    def __exit__(self, exc_type, *rest):
+    def __exit__(self, exc_type, exc, tb):
         if not self.outer:
             return False
         if exc_type is None:
-            self.conn.execute("COMMIT")
-        else:
-            self.conn.execute("ROLLBACK")
+            try:
+                self.conn.execute("COMMIT")
+                return False
+            except sqlite3.Error as commit_exc:
+                exc = commit_exc
+        if self.conn.in_transaction:
+            try:
+                self.conn.execute("ROLLBACK")
+            except sqlite3.Error:
+                pass                              # the original error is the one to report
+        if isinstance(exc, sqlite3.Error):
+            problem = _sqlite_problem(self.store.path, exc)
+            if problem is not None:
+                raise problem from None
+            if exc_type is None:
+                raise exc
         return False
+
+
+def _connect(path: str, busy_timeout_ms: int, immutable: bool = False) -> sqlite3.Connection:
+    """A connection with a busy timeout that has read the schema (a file that is not SQLite, or
+    a WAL store in a folder we cannot write, fails here); ``immutable``: read-only, as the
+    file holds it.  :meth:`Store.open` sets the WAL journal once the file is known to be a store."""
+    if immutable:
+        uri = "file:" + urllib.parse.quote(os.path.abspath(path)) + "?mode=ro&immutable=1"
+        conn = sqlite3.connect(uri, uri=True, isolation_level=None)
+    else:
+        conn = sqlite3.connect(path, timeout=busy_timeout_ms / 1000, isolation_level=None)
+    try:
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        conn.execute("SELECT COUNT(*) FROM sqlite_master").fetchone()
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
 
 
 def _decode_run(row: dict) -> dict:

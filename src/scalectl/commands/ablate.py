@@ -438,7 +438,7 @@ def ablate(
         _print_plan(plan, actions, cost, counts)
     if dry_run:
         return
-    with open_store(db) as store:
+    with open_store(db, create=True) as store:
         actions = _resolve(store, plan)      # again: the store may have moved since the plan
         ids = _launch(store, plan, actions, kind, runs_dir)
         names = {n: store.get_run(i)["name"] for n, i in ids.items()}
@@ -505,6 +505,8 @@ def find_manifest(store, ref: str, runs_dir: str | Path = "runs") -> dict:
     from scalectl.names import check_name
     from scalectl.runs import find_existing
 
+    if not ref.strip():
+        raise UserError("ABLATION is empty: give an ablation name or an ablation file (ablations/*.toml)")
     path, runs_dir = Path(ref), Path(runs_dir)
     if path.suffix == ".toml" or path.exists():
         spec = read_ablation(path)

@@ -27,11 +27,15 @@ DbOption = Annotated[str | None, typer.Option(
 JsonOption = Annotated[bool, typer.Option("--json", help="Print only JSON on stdout.")]
 
 
-def open_store(db: str | None):
-    """Open the store named by ``--db`` / ``$SCALECTL_DB`` / ``./scalectl.db``."""
+def open_store(db: str | None, *, create: bool = False):
+    """Open the store named by ``--db`` / ``$SCALECTL_DB`` / ``./scalectl.db``.
+
+    Only the commands that add runs pass ``create=True``: the others never
+    leave an empty store (or its folder) behind.
+    """
     from scalectl.store import Store, default_db_path
 
-    return Store.open(db or default_db_path())
+    return Store.open(db or default_db_path(), create=create)
 
 
 def print_json(data: Any) -> None:

@@ -18,7 +18,11 @@ def validate(
     set_: Annotated[list[str], typer.Option("--set", help="Override KEY=VALUE (repeatable).")] = [],
     json_: JsonOption = False,
 ) -> None:
-    """Print each recipe normalised (with its content hash), or its errors (exit 2)."""
+    """Print each recipe normalised (with its content hash), or its errors (exit 2).
+
+    Also checks that model.path and data.source name what exists here (a
+    checkpoint folder, a data file, a known builtin:, synthetic: or hf: source).
+    """
     import tomli_w
 
     from scalectl.recipe_io import load
@@ -26,7 +30,7 @@ def validate(
     results, problems = [], []
     for path in files:
         try:
-            recipe = load(path, setup, set_)
+            recipe = load(path, setup, set_, check_files=True)
         except UserError as exc:
             problems.append(str(exc))
             continue

@@ -76,7 +76,7 @@ def import_(
     from scalectl.names import check_name
 
     check_name(name)
-    with open_store(db) as store:
+    with open_store(db, create=True) as store:
         run_id, n = import_points(store, file, name, hardware=hardware)
     if json_:
         print_json({"run_id": run_id, "name": name, "points": n})

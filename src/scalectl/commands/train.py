@@ -98,7 +98,7 @@ def run(
             run_name = check_name(name or f"{recipe.name}-s{recipe.seed}")
             _print_dry_run(recipe, kind, detach, run_name, (runs_dir / run_name).resolve(), json_, layout)
             return
-        with open_store(db) as store:
+        with open_store(db, create=True) as store:
             run_name = check_name(name) if name else check_name(
                 unique_name(store, f"{recipe.name}-s{recipe.seed}"), "run name (from the recipe's name)")
             run_id, run_dir = create_run(store, recipe, run_name, runs_dir, launcher=kind)
