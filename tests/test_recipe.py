@@ -86,7 +86,7 @@ EXPECTED_ERRORS = {
     "clip-low-range.toml": "clip-low-range.toml: loss.clip_low = 1.5 is out of range: must be < 1",
     "unknown-section.toml": "unknown-section.toml: lossy: unknown key; allowed: name,",
     "unknown-key.toml": "unknown-key.toml: loss.tipe: unknown key; allowed: type, clip_low, clip_high, aggregation",
-    "wrong-type.toml": "wrong-type.toml: batch.prompts_per_step = 'many': Input should be a valid integer",
+    "wrong-type.toml": "wrong-type.toml: batch.prompts_per_step = 'many': must be an integer",
     "retire-threshold.toml": "retire-threshold.toml: filter.retire_threshold = 1.5 is out of range: must be <= 1",
     "async-k.toml": "async-k.toml: async.k = 0 is out of range: must be >= 1",
     "batch-zero.toml": "batch-zero.toml: batch.prompts_per_step = 0 is out of range: must be >= 1",

@@ -13,7 +13,7 @@ from conftest import run_cli
 from scalectl.compare import FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, UNDECIDED, RunCurve, Row
 from scalectl.curve import SigmoidFit
 from scalectl.importer import import_points
-from scalectl.report import VariantResult, sentence
+from scalectl.report import VariantResult, md_escape, sentence
 from scalectl.store import Store
 
 
@@ -138,7 +138,7 @@ def test_report_of_an_ablation_file(imported):
     assert all(base64.b64decode(i)[:8] == b"\x89PNG\r\n\x1a\n" for i in images)
     assert "Removing the FP32 head lowered the ceiling" in page and "<script" not in page
     md = (out / "summary.md").read_text()
-    assert sentences["loo-fp32"] in md
+    assert md_escape(sentences["loo-fp32"]) in md
     assert re.search(r"!\[Pass rate against compute with the fitted sigmoids[^]]*\]\(curves.png\)", md)
     assert "| loo-fp32 | precision.lm_head fp32 -> bf16 |" in md
     for name in ("curves.png", "loo.png", "truncation.png"):
