@@ -108,9 +108,9 @@ def resolve(arg: str | Path, kind: str) -> Path:
     """
     _check_kind(kind)
     path = Path(arg)
-    if path.is_file():
-        return path
     text = str(arg)
+    if path.is_file() or (not _is_bare(text) and path.exists()):
+        return path            # a folder or device given as a path: the reader says what it is
     if _is_bare(text):
         stem = text[:-5] if text.endswith(".toml") else text
         local = Path(kind) / f"{stem}.toml"
