@@ -170,10 +170,14 @@ def test_a_step_0_evaluation_off_by_2_standard_errors_leaves_A_inside_its_interv
     held = fit_sigmoid(x, y, min_compute=1500, r0=R0 - 0.02)
     assert not held.interval("A")[0] <= a <= held.interval("A")[1]
     fit = fit_sigmoid(x, y, min_compute=1500, r0_se=0.01)
+    # Noise-free points: the curve fits them exactly, the R0 observation's weight
+    # (window noise / 0.01)^2 falls to its floor and A and R0 come back exact; the
+    # intervals are then ~0 wide, and the refits stop at a relative change of 1e-10
+    # in the sum of squares, which leaves A and R0 within ~1e-6 of the optimum.
     lo, hi = fit.interval("A")
-    assert lo <= a <= hi and abs(fit.A - a) < 0.002
+    assert lo - 1e-6 <= a <= hi + 1e-6 and abs(fit.A - a) < 1e-4
     r_lo, r_hi = fit.interval("R0")
-    assert 0.0 <= r_lo <= R0 <= r_hi <= 1.0
+    assert 0.0 <= r_lo <= fit.R0 <= r_hi <= 1.0 and abs(fit.R0 - R0) < 1e-4
 
 
 def test_r0_interval_stays_inside_0_and_1():

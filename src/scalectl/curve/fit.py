@@ -190,7 +190,7 @@ def fit_sigmoid(
     r0_se: the standard error of the evaluation(s) at compute 0 (e.g. binomial,
     sqrt(p (1 - p) / samples)).  When given, each such observation is weighted by
     sigma^2 / r0_se^2 against the window points, sigma being their residual sd
-    (generalised least squares, estimated in two passes), and the bootstrap
+    (generalised least squares, reweighted until the weight settles), and the bootstrap
     redraws it from N(R0, r0_se^2).  Without it, it weighs as one more point.
 
     method: ``"vp"`` (bounded least squares from a variable-projection start) or
@@ -262,11 +262,15 @@ def fit_sigmoid(
         return _fit_grid(xw, logc, yf, R0, fixed_A, lo, hi, grid, axis, w)
 
     theta, free, active, grid_values = solve(w)
-    if n0 and r0_se is not None:
-        # Second pass: weight the R0 observations by (window noise / their standard error)^2.
+    for _ in range(4 if n0 and r0_se is not None else 0):
+        # Reweight the R0 observations by (window noise / their standard error)^2 until
+        # the weight settles (the window noise depends on the fit it weights).
         rw = yw - _model(theta, logc[n0:])
         sigma2 = float(np.sum(rw**2)) / max(xw.size - int(free.sum()), 1)
-        w[:n0] = min(max(sigma2 / r0_se**2, 1e-6), 1e6)
+        w0 = min(max(sigma2 / r0_se**2, 1e-6), 1e6)
+        if abs(w0 - w[0]) <= 0.01 * w[0]:
+            break
+        w[:n0] = w0
         theta, free, active, grid_values = solve(w)
     if fixed_A is not None:
         theta[_A], free[_A] = fixed_A, False
