@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 
 from scalectl.recipe import Loss, Optim
@@ -43,3 +44,79 @@ def test_micro_batching_gives_the_same_step():
         start = {k: v for k, v in build_tiny_model(seed=0).named_parameters()}
         moved = max((full[k] - start[k].detach()).abs().max().item() for k in full)
         assert moved > 1e-5   # the step did update the weights
+
+
+def _small():
+    return build_tiny_model(seed=0, num_hidden_layers=1, hidden_size=32, intermediate_size=64)
+
+
+def _reference_grads(loss_cfg: Loss, batch: TrainBatch) -> dict:
+    """The batch loss's gradient by plain torch autograd (one pass, no DeepSpeed), float32."""
+    from scalectl.rl.losses import aggregation_weights, get_policy_loss
+    from scalectl.rl.model import token_logprobs
+
+    model = _small().train()
+    weights = aggregation_weights(batch.loss_mask, batch.group_ids, loss_cfg.aggregation)
+    logp, _ = token_logprobs(model, batch.input_ids, batch.attention_mask, start=batch.start, with_entropy=False)
+    loss, _ = get_policy_loss(loss_cfg.type)(logp, batch.gen_logp, batch.advantages, batch.loss_mask, weights,
+                                             clip_low=loss_cfg.clip_low, clip_high=loss_cfg.clip_high)
+    loss.backward()
+    return {k: p.grad.detach().clone() for k, p in model.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("zero_stage, dtype", [(0, "fp32"), (0, "bf16"), (1, "fp32"), (2, "fp32")])
+def test_grad_norm_is_logged_on_every_optimiser_path(zero_stage, dtype):
+    """DeepSpeed records its global norm only on some paths (bf16, ZeRO >= 1); the default
+    (fp32, ZeRO 0) logged None.  Every path must log the norm of the batch gradient."""
+    loss = Loss()
+    ref = _reference_grads(loss, _batch())
+    ref_norm = torch.sqrt(sum((g.double() ** 2).sum() for g in ref.values())).item()
+    model = _small()
+    if dtype == "bf16":
+        model = model.to(torch.bfloat16)
+    trainer = PolicyTrainer(model, loss=loss, optim=Optim(lr=1e-4, warmup_steps=0, grad_clip=1.0), head_fp32=True,
+                            temperature=1.0, micro_batch_size=2, zero_stage=zero_stage, dtype=dtype)
+    norm = trainer.train_step(_batch())["grad_norm"]
+    # fp32: one summation order against another (~1e-6 relative); bf16 weights and activations:
+    # 8-bit mantissa, relative error of a few 2^-8 in the gradient
+    assert norm == pytest.approx(ref_norm, rel=1e-4 if dtype == "fp32" else 3e-2)
+
+
+def test_the_logged_norm_is_the_one_clipping_uses():
+    """fp32, ZeRO 0, lr 1, Adam eps 1 (update g / (|g| + 1) on the first step, so the gradient's
+    scale shows): clip at a quarter of the norm, and the update is that of g * max_norm / norm."""
+    loss = Loss()
+    ref = _reference_grads(loss, _batch())
+    ref_norm = torch.sqrt(sum((g.double() ** 2).sum() for g in ref.values())).item()
+    clip = ref_norm / 4
+    model = _small()
+    start = {k: p.detach().clone() for k, p in model.named_parameters()}
+    trainer = PolicyTrainer(model, loss=loss, optim=Optim(lr=1.0, warmup_steps=0, eps=1.0, weight_decay=0.0,
+                                                          grad_clip=clip),
+                            head_fp32=True, temperature=1.0, micro_batch_size=2)
+    metrics = trainer.train_step(_batch())
+    assert metrics["grad_norm"] == pytest.approx(ref_norm, rel=1e-4)
+    coef = clip / (metrics["grad_norm"] + 1e-6)       # torch.nn.utils.clip_grad_norm_
+    for name, p in trainer.model.named_parameters():
+        g = ref[name] * coef
+        expected = start[name] - g / (g.abs() + 1.0)
+        # float32 parameters of size ~0.02-1, updates below 1: a few ulps of the step's arithmetic
+        torch.testing.assert_close(p.detach(), expected, rtol=0, atol=1e-5)
+
+
+def test_logged_learning_rate_is_the_one_the_step_applied():
+    """5 warm-up steps to 1e-4: step k applies and logs k/5 * 1e-4.  The applied rate is read from
+    the first update: AdamW's first step moves each parameter by lr * g / (|g| + eps), i.e. by lr
+    up to eps / |g| (eps 1e-12 here)."""
+    model = _small()
+    start = {k: p.detach().clone() for k, p in model.named_parameters()}
+    trainer = PolicyTrainer(model, loss=Loss(), optim=Optim(lr=1e-4, warmup_steps=5, eps=1e-12, weight_decay=0.0,
+                                                            grad_clip=None),
+                            head_fp32=True, temperature=1.0, micro_batch_size=4)
+    first = trainer.train_step(_batch())
+    moved = max((p.detach() - start[k]).abs().max().item() for k, p in trainer.model.named_parameters())
+    # float32 parameters up to ~1 (the norms' weights): p - lr rounds to half an ulp, 6e-8 at most
+    assert moved == pytest.approx(2e-5, abs=1.2e-7)
+    assert first["lr"] == pytest.approx(2e-5, rel=1e-12)
+    rates = [first["lr"]] + [trainer.train_step(_batch(seed=s))["lr"] for s in range(1, 7)]
+    assert rates == pytest.approx([2e-5, 4e-5, 6e-5, 8e-5, 1e-4, 1e-4, 1e-4], rel=1e-12)

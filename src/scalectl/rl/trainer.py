@@ -14,6 +14,14 @@ are computed once over the whole batch (:func:`scalectl.rl.losses.aggregation_we
 each micro-batch's loss is its share of the batch loss, the engine's own
 division by the accumulation count is switched off (``scale_wrt_gas=False``),
 and ``step()`` is called once per batch.
+
+Gradient clipping and the logged ``grad_norm`` are one number on every path:
+with ZeRO 0 in float32 DeepSpeed would clip without recording the norm, so the
+trainer clips there itself (``torch.nn.utils.clip_grad_norm_``, after the
+gradients are all-reduced) and logs the norm it clipped by; with bf16 or ZeRO
+>= 1 DeepSpeed's optimiser wrapper clips and records the same global norm
+(``get_global_grad_norm``).  A step's metrics describe that step: the learning
+rate is the one the optimiser applied, read before the scheduler advances.
 """
 
 from __future__ import annotations
@@ -115,7 +123,10 @@ class PolicyTrainer:
             "steps_per_print": 10**9,
             "wall_clock_breakdown": False,
         }
-        if optim.grad_clip is not None:
+        self.grad_clip = optim.grad_clip
+        # fp32 without ZeRO: DeepSpeed clips with torch but keeps no norm; clip here instead
+        self.clips_itself = zero_stage == 0 and dtype == "fp32"
+        if optim.grad_clip is not None and not self.clips_itself:
             config["gradient_clipping"] = optim.grad_clip
         self.engine, _, _, self.scheduler = deepspeed.initialize(
             model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config)
@@ -131,7 +142,9 @@ class PolicyTrainer:
 
         Returns:
             loss, clip_fraction, entropy (mean over trained tokens, nats),
-            logprob_gap (mean |log pi_train - log pi_gen|), max_ratio, lr, grad_norm.
+            logprob_gap (mean |log pi_train - log pi_gen|), max_ratio, lr (the learning rate
+            this step applied), grad_norm (the global L2 norm of the gradient before
+            clipping: the norm ``optim.grad_clip`` is compared with).
         """
         self.engine.train()
         weights = aggregation_weights(batch.loss_mask, batch.group_ids, self.loss_cfg.aggregation,
@@ -161,12 +174,24 @@ class PolicyTrainer:
             totals["logprob_gap"] += metrics["logp_gap"] * share
             totals["entropy"] += float((entropy.detach() * mask).sum()) / tokens_total
             max_ratio = max(max_ratio, metrics["ratio_max"])
+        # read before step(): the scheduler advances inside it, to the next step's rate
+        totals["lr"] = float(self.engine.optimizer.param_groups[0]["lr"])
+        own_norm = self._clip() if self.clips_itself else None
         self.engine.step()
         totals["max_ratio"] = max_ratio
-        totals["lr"] = float(self.scheduler.get_last_lr()[0]) if self.scheduler else None
-        norm = self.engine.get_global_grad_norm()
-        totals["grad_norm"] = float(norm) if norm is not None else None
+        norm = own_norm if self.clips_itself else self.engine.get_global_grad_norm()
+        if norm is None:
+            raise RuntimeError("DeepSpeed recorded no gradient norm on this optimiser path "
+                               f"({type(self.engine.optimizer).__name__})")
+        totals["grad_norm"] = float(norm)
         return totals
+
+    def _clip(self) -> float:
+        """Clip the (all-reduced) gradients to ``optim.grad_clip`` (none: only measure) and
+        return their global L2 norm before clipping."""
+        params = [p for p in self.engine.module.parameters() if p.grad is not None]
+        max_norm = self.grad_clip if self.grad_clip is not None else float("inf")
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
 
     def state_dict(self) -> dict:
         """The policy's weights (for the rollout engine and checkpoints)."""
