@@ -63,10 +63,12 @@ class LoopState:
     history: PromptHistory
     pending: list = field(default_factory=list)   # generated batches not yet trained (off-policy)
     evaluated: list = field(default_factory=list)
+    last_metrics: dict = field(default_factory=dict)   # what the next point carries of the last step
 
     def to_dict(self) -> dict:
         return {"step": self.step, "meter": self.meter.to_dict(), "sampler": self.sampler.state_dict(),
-                "history": self.history.to_dict(), "pending": self.pending, "evaluated": self.evaluated}
+                "history": self.history.to_dict(), "pending": self.pending, "evaluated": self.evaluated,
+                "last_metrics": self.last_metrics}
 
 
 def load_model(recipe, reporter: Reporter):
@@ -176,6 +178,7 @@ def restore_state(run_dir: Path, trainer, state: LoopState, reporter: Reporter) 
     state.sampler.load_state_dict(saved["sampler"])
     state.history = PromptHistory.from_dict(saved["history"])
     state.pending, state.evaluated = saved["pending"], saved["evaluated"]
+    state.last_metrics = saved.get("last_metrics", {})   # absent from checkpoints of older versions
     reporter.log(f"resumed from {ckpt.name} (step {state.step})")
     return True
 
@@ -263,7 +266,7 @@ def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: l
     k = recipe.async_.k if recipe.async_.mode == "ppo_off_policy" else 1
 
     def do_eval() -> None:
-        point = eval_point(recipe, policy.engine, eval_problems, state, last_metrics)
+        point = eval_point(recipe, policy.engine, eval_problems, state, state.last_metrics)
         store.add_point(run_id, {k: v for k, v in point.items() if k != "eval_seconds"})
         state.evaluated.append(state.step)
         reporter.eval(state.step, point)
@@ -271,7 +274,6 @@ def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: l
     def done() -> bool:
         return budget_spent(recipe.budget, state)
 
-    last_metrics: dict = {}
     reporter.start(recipe.budget.steps, state.step)
     try:
         if eval_due_on_start(recipe, state):
@@ -287,7 +289,7 @@ def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: l
                 state.step += 1
                 policy.engine.update_weights(None, state.step)
             metrics.update(step=state.step, gpu_hours=state.meter.gpu_hours, flops=state.meter.flops)
-            last_metrics = append_step(run_dir, metrics)
+            state.last_metrics = append_step(run_dir, metrics)
             reporter.step(state.step, metrics)
             if state.step % recipe.eval.every_steps == 0 or done():
                 do_eval()

@@ -125,7 +125,6 @@ def run_trainer(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) ->
     gens = [r for r in range(task.world_size) if r != channel.trainer]
     feeder = Feeder(recipe, state, channel, gens, Inbox(channel.groups["rollouts"], gens, "rollouts"), stop)
     store = Store.open(spec.db)
-    last_metrics: dict = {}
 
     def checkpoint() -> None:
         saved = state.to_dict()
@@ -133,7 +132,7 @@ def run_trainer(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) ->
         save_checkpoint(run_dir, state.step, policy.trainer, saved, recipe.checkpoint.keep)
 
     def do_eval() -> None:
-        point = eval_point(recipe, policy.engine, spec.eval_problems, state, last_metrics)
+        point = eval_point(recipe, policy.engine, spec.eval_problems, state, state.last_metrics)
         store.add_point(spec.run_id, {k: v for k, v in point.items() if k != "eval_seconds"})
         state.evaluated.append(state.step)
         reporter.eval(state.step, point)
@@ -154,7 +153,7 @@ def run_trainer(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) ->
                 feeder.after_step(policy.model, state.step)
             metrics.update(feeder.step_metrics(state.step))
             metrics.update(step=state.step, gpu_hours=state.meter.gpu_hours, flops=state.meter.flops)
-            last_metrics = append_step(run_dir, metrics)
+            state.last_metrics = append_step(run_dir, metrics)
             reporter.step(state.step, metrics)
             if state.step % recipe.eval.every_steps == 0 or budget_spent(recipe.budget, state):
                 do_eval()
