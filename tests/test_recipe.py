@@ -71,7 +71,8 @@ def test_extends_and_overrides(tmp_path):
     r = load(child, None, ["loss.type=ppo_clip", "async.k=4", "filter.retire_solved=false"])
     assert r.precision.lm_head == "bf16"                      # from the child
     assert r.advantage.normalization == "batch"               # inherited
-    assert (r.loss.type, r.loss.clip_low, r.loss.clip_high) == ("ppo_clip", 0.2, 5.0)  # clip_high inherited
+    # the new loss type takes its own companions (clip 0.2/0.28), not CISPO's eps_max 5.0
+    assert (r.loss.type, r.loss.clip_low, r.loss.clip_high) == ("ppo_clip", 0.2, 0.28)
     assert r.async_.k == 4 and r.filter.retire_solved is False
 
 

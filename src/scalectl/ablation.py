@@ -54,7 +54,7 @@ from typing import Any
 from scalectl import presets
 from scalectl.errors import UserError
 from scalectl.names import check_name
-from scalectl.recipe import UNHASHED_KEYS, Loss, Recipe
+from scalectl.recipe import UNHASHED_KEYS, Recipe
 from scalectl.recipe_io import _flatten, find_default_setup, load, parse_override, read_toml
 
 KINDS = ("forward", "leave_one_out", "variants")
@@ -265,19 +265,18 @@ def with_companions(overrides: tuple[str, ...]) -> tuple[str, ...]:
     """Overrides plus the keys that must follow them.
 
     Setting ``loss.type`` without clip values would keep the base's clips
-    (ScaleRL's CISPO eps_max 5.0 under a PPO clip): the clip values of the new
-    loss type's defaults (:class:`scalectl.recipe.Loss`: ppo_clip 0.2/0.28,
-    gspo 3e-3/5e-3, cispo 0.2/5.0) are added unless given.
+    (ScaleRL's CISPO eps_max 5.0 under a PPO clip): the companions of the new
+    loss (:data:`scalectl.loss_choices.LOSS_CHOICES`) take its defaults unless
+    given, as :func:`scalectl.recipe_io.load` does for ``--set`` in every command.
     """
+    from scalectl.loss_choices import LOSS_CHOICES
+
     given = _explicit(overrides)
-    extra = []
-    if "loss.type" in given:
-        defaults = Loss(type=given["loss.type"]) if given["loss.type"] in ("ppo_clip", "gspo", "cispo") else None
-        if defaults is not None:
-            for key in ("clip_low", "clip_high"):
-                if f"loss.{key}" not in given:
-                    extra.append(f"loss.{key}={getattr(defaults, key)!r}")
-    return tuple(overrides) + tuple(extra)
+    choice = LOSS_CHOICES.get(given.get("loss.type"))
+    if choice is None:
+        return tuple(overrides)
+    return tuple(overrides) + tuple(f"loss.{key}={value!r}" for key, value in choice.companions.items()
+                                    if f"loss.{key}" not in given)
 
 
 def diff(base: Recipe, other: Recipe) -> tuple[Change, ...]:

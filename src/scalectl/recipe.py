@@ -27,6 +27,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from scalectl.loss_choices import LOSS_CHOICES
+
 # --------------------------------------------------------------------------- bounds
 # Every number has finite bounds that fit where the value goes; values are strict
 # (no "yes" for true, no true for 1, no 1.5 for an integer) and finite (no inf/nan).
@@ -78,7 +80,8 @@ class Loss(_Section):
     (PPO/GRPO/DAPO).  ``gspo``: the same clip on the sequence-level ratio
     exp(mean_t log rho) (GSPO; clip values of order 1e-3).  ``cispo``:
     sg(min(rho, clip_high)) A log pi (MiniMax-M1; ``clip_low`` unused).
-    Defaults for the clip values depend on ``type``: ppo_clip 0.2/0.28 (DAPO),
+    Defaults for the clip values depend on ``type``
+    (:data:`scalectl.loss_choices.LOSS_CHOICES`): ppo_clip 0.2/0.28 (DAPO),
     gspo 3e-3/5e-3 (ScaleRL's best), cispo eps_max 5.0.
     """
 
@@ -89,9 +92,9 @@ class Loss(_Section):
 
     @model_validator(mode="after")
     def _fill_clip_defaults(self) -> "Loss":
-        defaults = {"ppo_clip": (0.2, 0.28), "gspo": (3e-3, 5e-3), "cispo": (0.2, 5.0)}[self.type]
-        low = defaults[0] if self.clip_low is None else self.clip_low
-        high = defaults[1] if self.clip_high is None else self.clip_high
+        choice = LOSS_CHOICES[self.type]
+        low = choice.clip_low if self.clip_low is None else self.clip_low
+        high = choice.clip_high if self.clip_high is None else self.clip_high
         object.__setattr__(self, "clip_low", low)
         object.__setattr__(self, "clip_high", high)
         return self
@@ -99,7 +102,7 @@ class Loss(_Section):
     @property
     def ratio_level(self) -> Literal["token", "sequence"]:
         """Where the importance ratio lives: per token, or one per completion (GSPO)."""
-        return "sequence" if self.type == "gspo" else "token"
+        return LOSS_CHOICES[self.type].ratio_level  # type: ignore[return-value]
 
 
 class Advantage(_Section):

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from scalectl import presets
 from scalectl.errors import UserError
 from scalectl.files import decode_utf8, read_limited
+from scalectl.loss_choices import stale_companions
 from scalectl.recipe import Recipe
 
 #: Where ``scalectl run`` finds the embedded default setup when none is given
@@ -140,9 +141,26 @@ def read_layered(path: str | Path, _chain: tuple[Path, ...] = ()) -> tuple[dict,
         if not parent_path.exists():
             raise UserError(f"{path}: extends = {parent!r}: no such file {parent_path}")
         merged, origin = read_layered(parent_path, (*_chain, resolved))
+    taken = _companions_of(merged, data, origin, str(path))
     merged = _merge(merged, data)
     origin.update({key: str(path) for key in _flatten(data)})
+    origin.update(taken)
     return merged, origin
+
+
+def _companions_of(merged: dict, layer: dict, origin: dict[str, str], where: str) -> dict[str, str]:
+    """Lay the new loss's companion defaults into ``layer`` when it changes ``loss.type``
+    without setting them (:func:`scalectl.loss_choices.stale_companions`); returns their
+    provenance, e.g. {"loss.clip_high": "default of loss.type = 'ppo_clip' (set in X)"}."""
+    before, own = merged.get("loss"), layer.get("loss")
+    if not isinstance(own, dict) or not isinstance(before, dict):
+        return {}
+    stale = stale_companions(before, own)
+    for key, value in stale.items():
+        own[key] = value
+    return {f"loss.{key}": f"default of loss.type = {own['type']!r} (set in {where}; "
+                           f"was {before.get(key)!r} from {origin.get(f'loss.{key}', 'the defaults')})"
+            for key in stale if before.get(key) is not None}
 
 
 def parse_override(text: str) -> tuple[str, Any]:
@@ -292,6 +310,7 @@ def load(
     overrides: list[str] | tuple[str, ...] = (),
     *,
     check_files: bool = False,
+    notes: list[str] | None = None,
 ) -> Recipe:
     """Load, merge and validate a recipe with a setup and ``--set`` overrides.
 
@@ -303,6 +322,8 @@ def load(
         overrides: ``key=value`` strings, applied last.
         check_files: also check what ``model.path`` and ``data.source`` name
             on this machine, without loading them (:func:`check_sources`).
+        notes: when given, a line is appended for each companion of ``loss.type``
+            that ``--set loss.type`` reset to the new loss's default.
 
     Returns:
         The frozen :class:`Recipe`; its ``name`` defaults to the recipe file's stem.
@@ -319,10 +340,17 @@ def load(
         sdata.pop("description", None)
         data = _merge(data, sdata)
         origin.update(sorigin)
+    layer: dict = {}
     for text in overrides:
         key, value = parse_override(text)
-        data = _merge(data, _nest(key, value))
+        layer = _merge(layer, _nest(key, value))
         origin[key] = f"--set {key}"
+    taken = _companions_of(data, layer, origin, "--set loss.type")
+    data = _merge(data, layer)
+    origin.update(taken)
+    if notes is not None:
+        notes.extend(f"{key} = {data['loss'][key.split('.', 1)[1]]!r}: {why}"
+                     for key, why in origin.items() if why.startswith("default of loss.type"))
     result = validate(data, origin, str(recipe))
     if check_files:
         problems = check_sources(result)

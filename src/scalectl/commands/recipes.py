@@ -30,16 +30,20 @@ def validate(
     results, problems = [], []
     for path in files:
         try:
-            recipe = load(path, setup, set_, check_files=True)
+            notes: list[str] = []
+            recipe = load(path, setup, set_, check_files=True, notes=notes)
         except UserError as exc:
             problems.append(str(exc))
             continue
-        results.append({"file": str(path), "hash": recipe.content_hash, "recipe": recipe.to_dict()})
+        results.append({"file": str(path), "hash": recipe.content_hash, "recipe": recipe.to_dict(),
+                        "taken": notes})
     if json_:
         print_json(results if not problems else {"ok": results, "errors": problems})
     else:
         for r in results:
             out.print(f"[bold]# {r['file']}[/bold]  hash {r['hash']}")
+            for note in r["taken"]:
+                out.print(f"# taken: {note}", markup=False, soft_wrap=True)
             data = {k: v for k, v in r["recipe"].items()}
             out.print(tomli_w.dumps(_drop_none(data)), markup=False)
     if problems:

@@ -40,6 +40,8 @@ from typing import Callable
 import torch
 from torch import Tensor
 
+from scalectl.loss_choices import LOSS_NAMES
+
 AGGREGATIONS = ("sample", "prompt", "token")
 LOG_RATIO_CLAMP = 20.0
 
@@ -274,7 +276,10 @@ def cispo(
 
 PolicyLoss = Callable[..., tuple[torch.Tensor, dict[str, float]]]
 
-POLICY_LOSSES: dict[str, PolicyLoss] = {"ppo_clip": ppo_clip, "gspo": gspo, "cispo": cispo}
+#: Every choice of :data:`scalectl.loss_choices.LOSS_CHOICES` (the recipe's ``loss.type``
+#: with its companion defaults), in its order; a choice without an implementation fails here.
+POLICY_LOSSES: dict[str, PolicyLoss] = {
+    name: {"ppo_clip": ppo_clip, "gspo": gspo, "cispo": cispo}[name] for name in LOSS_NAMES}
 
 
 def get_policy_loss(name: str) -> PolicyLoss:
