@@ -1,0 +1,112 @@
+"""Weights from the first trainer to every generator: a bucketed broadcast over a process group.
+
+After each optimiser step the first trainer holds the full weights (under
+ZeRO-3 the gathered parameters) and broadcasts them over a process group made
+for weights, holding that trainer and the generators: NCCL on GPUs, gloo on
+CPUs (:func:`weight_group`).  Tensors are packed in model order into flat
+buckets of at most ``bucket_bytes`` of one dtype (:func:`scalectl.weight_sync.bucket_ranges`),
+one ``broadcast`` per bucket; each receiver unpacks a bucket into its own
+tensors in place (a generator calls it between two decoding steps, so the
+engine keeps its buffers).
+
+Every rank of the group calls :func:`broadcast_weights` with tensors of the
+same shapes and dtypes in the same order; the source's are sent, the others'
+are overwritten.  The sizes of the buckets follow from the tensors alone, so
+no metadata travels.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import torch
+
+from scalectl.weight_sync import BUCKET_BYTES, bucket_ranges
+
+
+@dataclass(frozen=True)
+class BroadcastStats:
+    """What one broadcast moved and how long it took on this rank.
+
+    Attributes:
+        bytes: bytes of all the tensors (what every receiver gets).
+        buckets: collectives issued.
+        seconds: wall-clock time of the broadcast on this rank, packing and
+            unpacking included (CUDA synchronised).
+    """
+
+    bytes: int
+    buckets: int
+    seconds: float
+
+    @property
+    def bytes_per_s(self) -> float:
+        """Bytes per second to each receiver."""
+        return self.bytes / self.seconds if self.seconds > 0 else float("inf")
+
+
+def weight_group(ranks: list[int], device: str = "cpu"):
+    """A process group for the weights over global ``ranks`` (first trainer and generators):
+    NCCL when ``device == "cuda"`` and a GPU is present, gloo otherwise. Every rank of the
+    default group must call it (torch.distributed's rule for ``new_group``)."""
+    import torch.distributed as dist
+
+    backend = "nccl" if device == "cuda" and torch.cuda.is_available() else "gloo"
+    return dist.new_group(ranks=sorted(ranks), backend=backend)
+
+
+def buckets_of(tensors: list[torch.Tensor], bucket_bytes: int = BUCKET_BYTES) -> list[tuple[int, int]]:
+    """Half-open index ranges of ``tensors`` making the buckets: consecutive tensors of one
+    dtype (and device), at most ``bucket_bytes`` together unless a tensor is larger alone."""
+    ranges: list[tuple[int, int]] = []
+    start = 0
+    for i in range(1, len(tensors) + 1):
+        if i == len(tensors) or (tensors[i].dtype, tensors[i].device) != (tensors[start].dtype, tensors[start].device):
+            sizes = [t.numel() * t.element_size() for t in tensors[start:i]]
+            ranges += [(start + a, start + b) for a, b in bucket_ranges(sizes, bucket_bytes)]
+            start = i
+    return ranges
+
+
+@torch.no_grad()
+def broadcast_weights(tensors: list[torch.Tensor], src: int, group=None,
+                      bucket_bytes: int = BUCKET_BYTES) -> BroadcastStats:
+    """Broadcast ``tensors`` from global rank ``src`` to every rank of ``group``, in buckets.
+
+    Args:
+        tensors: the model's tensors in one fixed order (e.g. ``list(model.parameters())``
+            or the values of a state dict); contiguous or not. On receivers they are
+            overwritten in place.
+        src: the sending rank (global rank, as torch.distributed counts).
+        group: the weights' process group (:func:`weight_group`); None is the default group.
+        bucket_bytes: the most bytes per collective.
+
+    Returns:
+        :class:`BroadcastStats` of this rank.
+
+    Raises:
+        RuntimeError: from torch.distributed (a peer gone, a timeout).
+    """
+    import torch.distributed as dist
+
+    started = time.perf_counter()
+    me = dist.get_rank()
+    ranges = buckets_of(tensors, bucket_bytes)
+    total = 0
+    for a, b in ranges:
+        part = tensors[a:b]
+        if me == src:
+            flat = torch.cat([t.reshape(-1) for t in part]) if b - a > 1 else part[0].reshape(-1).contiguous()
+        else:
+            flat = torch.empty(sum(t.numel() for t in part), dtype=part[0].dtype, device=part[0].device)
+        dist.broadcast(flat, src=src, group=group)
+        if me != src:
+            offset = 0
+            for t in part:
+                t.copy_(flat[offset:offset + t.numel()].view(t.shape))
+                offset += t.numel()
+        total += flat.numel() * flat.element_size()
+    if tensors and tensors[0].is_cuda:
+        torch.cuda.synchronize()
+    return BroadcastStats(total, len(ranges), time.perf_counter() - started)
