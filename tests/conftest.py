@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,14 +26,17 @@ def db_path(tmp_path) -> Path:
 
 
 def run_cli(*args: str, db: Path | None = None, check: bool = False, cwd: Path = ROOT,
-            timeout: float = 120, env: dict | None = None) -> subprocess.CompletedProcess:
-    """Run the real ``scalectl`` console script in a subprocess."""
+            timeout: float = 120, env: dict | None = None,
+            ignore_sigint: bool = False) -> subprocess.CompletedProcess:
+    """Run the real ``scalectl`` console script in a subprocess; ``ignore_sigint``: as a
+    background shell starts it (`make test &`), SIGINT ignored, which its children inherit."""
     full_env = dict(os.environ, COLUMNS="200")
     if db is not None:
         full_env["SCALECTL_DB"] = str(db)
     full_env.update(env or {})
+    preexec = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignore_sigint else None
     proc = subprocess.run([SCALECTL, *args], capture_output=True, text=True, cwd=cwd,
-                          timeout=timeout, env=full_env)
+                          timeout=timeout, env=full_env, preexec_fn=preexec)
     if check and proc.returncode != 0:
         raise AssertionError(f"scalectl {' '.join(args)} failed ({proc.returncode}):\n{proc.stderr}")
     return proc

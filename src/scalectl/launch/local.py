@@ -199,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--slots", type=int, default=1)
     parser.add_argument("--slot-dir", type=Path, default=None)
     args = parser.parse_args(argv)
+    # `scalectl cancel` sends SIGINT; a job started from a background shell (`make test &`,
+    # nohup, some CI runners) inherits SIGINT ignored, and Python keeps it so: restore it.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     reporter = LogReporter(sys.stdout)
 
