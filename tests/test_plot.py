@@ -82,3 +82,52 @@ def test_unsupported_extension_and_bad_baseline(runs, tmp_path):
         plot_curves(runs, tmp_path / "c.jpg")
     with pytest.raises(ValueError, match="baseline 'nope' is not one of the plotted runs"):
         plot_curves(runs, tmp_path / "c.png", baseline="nope")
+
+
+def test_fit_plot_draws_points_curve_ceiling_interval_and_margin(tmp_path, db_path):
+    """`scalectl fit RUN --plot` through the console script on a real store."""
+    import json
+
+    from conftest import run_cli
+    from scalectl.store import Store
+
+    cur = run(0.61, 1.92, 2542, 1)
+    with Store.open(db_path) as store:
+        rid = store.create_run("scalerl-s0", hardware="H100")
+        store.add_points(rid, [{"step": 10 * i, "gpu_hours": float(c), "pass_rate": float(p)}
+                               for i, (c, p) in enumerate(zip(cur.compute, cur.pass_rate))])
+    svg = tmp_path / "fit.svg"
+    data = json.loads(run_cli("fit", "scalerl-s0", "--plot", str(svg), "--json", db=db_path,
+                              check=True).stdout)
+    assert data["plot"] == str(svg)
+    a_lo, a_hi = data["fits"][0]["fit"]["intervals"]["A"]
+    check_svg(svg, "scalerl-s0: A 0.61", "scalerl-s0: 95% interval of A", "scalerl-s0 ceiling +-0.02")
+    body = svg.read_text()
+    assert body.count("<path") > 40          # the 41 points, curve, lines and bands
+    png = tmp_path / "fit.png"
+    run_cli("fit", "scalerl-s0", "--plot", str(png), db=db_path, check=True)
+    check_png(png)
+    assert a_lo < 0.61 < a_hi
+
+
+def test_run_summary_gives_the_fit_advice_and_plot(tmp_path, db_path):
+    from scalectl.run_summary import summarize_run
+    from scalectl.store import Store
+
+    cur = run(0.61, 1.92, 2542, 4)
+    with Store.open(db_path) as store:
+        rid = store.create_run("tiny-s0")
+        store.add_points(rid, [{"step": 10 * i, "gpu_hours": float(c), "pass_rate": float(p)}
+                               for i, (c, p) in enumerate(zip(cur.compute, cur.pass_rate))])
+        lines, data = summarize_run(store, rid, tmp_path / "curve.png")
+        short = store.create_run("short-s0")
+        store.add_points(short, [{"step": 0, "gpu_hours": 0.0, "pass_rate": 0.3},
+                                 {"step": 10, "gpu_hours": 1.0, "pass_rate": 0.31}])
+        none_lines, none_data = summarize_run(store, short, tmp_path / "none.png")
+    assert lines[0].startswith("fit tiny-s0 (36 points on gpu_hours): A 0.6") and "flags: -" in lines[0]
+    assert lines[-1] == f"plot: {tmp_path / 'curve.png'}"
+    assert any(ln.startswith("advice: A interval width") for ln in lines)
+    check_png(tmp_path / "curve.png")
+    assert abs(data["fit"]["A"] - 0.61) < 0.01
+    assert none_lines[0].startswith("fit: not yet possible:") and "error" in none_data
+    assert not (tmp_path / "none.png").exists()

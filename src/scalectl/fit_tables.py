@@ -77,3 +77,23 @@ def sensitivity_table(sens: Any, width: int):
                          estimate_text(g, "C_mid"), _flags(g)])
     return fitted_table(f"sensitivity of the fit to its window (A spread {sens.A_spread:.3f})",
                         cols, rows, width)
+
+
+def fit_line(name: str, fit: Any) -> str:
+    """One line with a run's fitted curve: A with its interval, B, C_mid, R0 and flag codes."""
+    parts = [f"{p} {estimate_text(fit, p)}" for p in ("A", "B", "C_mid")]
+    r0 = estimate_text(fit, "R0") if fit.interval("R0") else f"{fit.R0:.3f}"
+    return (f"fit {name} ({fit.n_points} points on {fit.axis}): " + ", ".join(parts)
+            + f", R0 {r0}; flags: {_flags(fit)}")
+
+
+def extrapolation_lines(name: str, axis: str, ex: Any) -> list[str]:
+    """What ``extrapolate`` says about a prefix fit and its held-out points."""
+    f = ex.fit
+    band = ("" if ex.share_in_band is None
+            else f", {ex.share_in_band:.0%} inside the {f.level:.0%} prediction band")
+    return [f"{name}: fitted on {axis} <= {format_compute(ex.cut)} ({f.n_points} points): "
+            + ", ".join(f"{p} {estimate_text(f, p)}" for p in ("A", "B", "C_mid")),
+            f"held out {ex.heldout_compute.size} points up to "
+            f"{format_compute(ex.heldout_compute.max())}: mean |error| {ex.mean_abs_error:.4f}, "
+            f"max {ex.max_abs_error:.4f}{band}"]

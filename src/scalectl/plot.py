@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from scalectl.compare import LooLine, RunCurve
 from scalectl.curve import SigmoidFit
-from scalectl.display import format_estimate
+from scalectl.display import format_estimate, format_number
 from scalectl.extrapolate import Extrapolation
 
 AXIS_LABELS = {
@@ -50,7 +50,7 @@ def _save(fig: Figure, path: str | Path) -> Path:
 
 def _label(name: str, fit: SigmoidFit) -> str:
     a = format_estimate(fit.A, fit.interval("A"))
-    text = f"{name}: A {a}, B {fit.B:.2f}, C_mid {fit.C_mid:.3g}"
+    text = f"{name}: A {a}, B {fit.B:.2f}, C_mid {format_number(fit.C_mid, 2)}"
     if fit.flags:
         text += "  [" + ", ".join(dict.fromkeys(fit.flag_codes)) + "]"
     return text
@@ -65,8 +65,8 @@ def plot_curves(runs: Mapping[str, RunCurve], path: str | Path, *, baseline: str
                 margin: float = 0.02, title: str | None = None) -> Path:
     """Pass rate against compute (log axis) for several runs.
 
-    Points (faded below the fit window), fitted curves, dashed ceilings A, and a
-    band of +-``margin`` around the baseline's ceiling.  The legend gives A (with
+    Points (faded below the fit window), fitted curves, dashed ceilings A with
+    their intervals shaded, and a band of +-``margin`` around the baseline's ceiling.  The legend gives A (with
     its interval), B, C_mid and each fit's flag codes.  Points at compute 0 cannot
     sit on a log axis and are left out (R0 is in the fit).  Raises ValueError on
     an empty mapping, an unknown baseline or an unsupported extension.
@@ -89,6 +89,10 @@ def plot_curves(runs: Mapping[str, RunCurve], path: str | Path, *, baseline: str
         ax.scatter(x[early], y[early], s=14, facecolors="none", edgecolors=color, alpha=0.5)
         ax.plot(grid, cur.fit.predict(grid), color=color, lw=2, label=_label(name, cur.fit))
         ax.axhline(cur.fit.A, color=color, ls="--", lw=1)
+        iv = cur.fit.interval("A")
+        if iv is not None:
+            ax.axhspan(iv[0], iv[1], color=color, alpha=0.12, lw=0,
+                       label=f"{name}: {cur.fit.level:.0%} interval of A")
     if baseline is not None:
         a = runs[baseline].fit.A
         ax.axhspan(a - margin, a + margin, color="grey", alpha=0.15, lw=0,

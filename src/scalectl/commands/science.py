@@ -14,9 +14,8 @@ from typing import Annotated
 
 import typer
 from scalectl.commands.common import DbOption, JsonOption, err, open_store, out, print_json, user_errors
-from scalectl.display import format_compute
 from scalectl.errors import UserError
-from scalectl.fit_tables import estimate_text, compare_table, fit_table, sensitivity_table
+from scalectl.fit_tables import compare_table, extrapolation_lines, fit_table, sensitivity_table
 from scalectl.run_fits import FitOptions, fit_run, fit_section, load_points, parse_r0, resolve_axis
 
 
@@ -58,6 +57,9 @@ def fit(
     seed: SeedOption = 0,
     margin: MarginOption = 0.02,
     refit: Annotated[bool, typer.Option("--refit", help="Recompute even if stored.")] = False,
+    plot: Annotated[Path | None, typer.Option(
+        "--plot", help="Draw the points, fitted curves, ceilings with their intervals and the "
+                       "margin band around the first run's ceiling (.png or .svg).")] = None,
     db: DbOption = None,
     json_: JsonOption = False,
 ) -> None:
@@ -65,13 +67,19 @@ def fit(
     from scalectl.curve import advise, seed_spread
 
     opts = FitOptions(axis, min_compute, method, r0, bootstrap, level, seed)
-    results = []
+    results, curves = [], {}
     with open_store(db) as store:
         for ref in runs:
             run = store.get_run(ref)
             curve, cached, key = fit_run(store, run, opts, refit=refit)
             advice = advise(curve.fit, margin) if curve.fit.interval("A") else None
             results.append((run, curve.fit, cached, key, advice))
+            curves[run["name"]] = curve
+    written = None
+    if plot is not None:
+        from scalectl.plot import plot_curves
+
+        written = str(_plot(plot_curves, curves, plot, baseline=next(iter(curves)), margin=margin))
     by_hash: dict[str, list] = {}
     for run, f, *_ in results:
         if run.get("recipe_hash"):
@@ -84,6 +92,7 @@ def fit(
                                                         "seeds_needed": a.seeds_needed}}
                      for r, f, c, k, a in results],
             "seed_spread": {h: {n: vars(s) for n, s in sp.items()} for h, sp in spreads.items()},
+            "plot": written,
         })
         return
     axes = sorted({f.axis for _, f, *_ in results})
@@ -97,6 +106,9 @@ def fit(
         a, b = sp["A"], sp["B"]
         out.print(f"recipe {h}: {a.n} runs, A {a.mean:.3f} +- {a.sd:.3f} (range {a.min:.3f}-"
                   f"{a.max:.3f}), B {b.mean:.2f} +- {b.sd:.2f}")
+    if written:
+        err.print(f"wrote {written}")
+
 
 
 # ----------------------------------------------------------------------------- compare
@@ -235,15 +247,9 @@ def extrapolate(
         data.update(run=info["name"], axis=ax, sensitivity=sens.to_dict(), plot=written)
         print_json(data)
         return
-    f = ex.fit
-    out.print(f"[bold]{info['name']}[/bold]: fitted on {ax} <= {format_compute(ex.cut)} ({f.n_points} points): "
-              + ", ".join(f"{p} {estimate_text(f, p)}" for p in ("A", "B", "C_mid")), soft_wrap=True)
-    band = ("" if ex.share_in_band is None
-            else f", {ex.share_in_band:.0%} inside the {f.level:.0%} prediction band")
-    out.print(f"held out {ex.heldout_compute.size} points up to {format_compute(ex.heldout_compute.max())}: "
-              f"mean |error| {ex.mean_abs_error:.4f}, max {ex.max_abs_error:.4f}{band}",
-              soft_wrap=True)
-    _flag_lines(info["name"], f)
+    for line in extrapolation_lines(info["name"], ax, ex):
+        out.print(line, soft_wrap=True, markup=False)
+    _flag_lines(info["name"], ex.fit)
     out.print(sensitivity_table(sens, out.width))
     if written:
         err.print(f"wrote {written}")

@@ -125,12 +125,18 @@ def run(
         (run_dir / "error.log").write_text(traceback.format_exc())
         err.print(f"[red]run failed:[/red] {exc}\n(traceback in {run_dir / 'error.log'})", markup=True)
         raise typer.Exit(1) from None
+    from scalectl.run_summary import summarize_run
+
+    with open_store(db) as store:
+        lines, summary["fit"] = summarize_run(store, run_id, run_dir / "curve.png")
     if json_:
         print_json(summary)
     else:
         out.print(f"done: {summary['steps']} steps, pass rate {fmt(summary['first_pass_rate'])} -> "
                   f"{fmt(summary['last_pass_rate'])}, {fmt(summary['flops'])} FLOPs, "
                   f"{fmt(summary['gpu_hours'], 4)} device-hours, {summary['retired_prompts']} prompts retired")
+        for line in lines:
+            out.print(line, soft_wrap=True, markup=False)
 
 
 def _check_layout(recipe, kind: str, describe: bool):
