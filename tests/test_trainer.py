@@ -132,3 +132,65 @@ def test_logged_learning_rate_is_the_one_the_step_applied():
     assert first["lr"] == pytest.approx(2e-5, rel=1e-12)
     rates = [first["lr"]] + [trainer.train_step(_batch(seed=s))["lr"] for s in range(1, 7)]
     assert rates == pytest.approx([2e-5, 4e-5, 6e-5, 8e-5, 1e-4, 1e-4, 1e-4], rel=1e-12)
+
+
+def _padded_batch_with_zero_advantages() -> TrainBatch:
+    """6 completions in 3 groups; rows 1, 4 and 5 have advantage 0 (group 2 entirely); every
+    row has 2 leading columns of prompt padding, and the kept rows end 2 columns early."""
+    g = torch.Generator().manual_seed(3)
+    N, P, T = 6, 5, 7
+    ids = torch.randint(3, 20, (N, P + T), generator=g)
+    attention = torch.ones_like(ids)
+    attention[:, :2] = 0          # left padding shared by every row
+    attention[0, 2] = 0           # one prompt shorter still
+    mask = torch.zeros(N, T)
+    mask[0, :5] = 1
+    mask[1, :7] = 1               # the longest completion has advantage 0
+    mask[2, :3] = 1
+    mask[2, 1] = 0                # a forced token inside a completion
+    mask[3, :4] = 1
+    mask[4, :6] = 1
+    mask[5, :2] = 1
+    attention[:, P:] = (mask > 0).long() | (torch.arange(T) < torch.tensor([5, 7, 3, 4, 6, 2])[:, None]).long()
+    return TrainBatch(ids, attention, P - 1, mask, -2.0 - torch.rand(N, T, generator=g),
+                      torch.tensor([0.8, 0.0, -1.2, 0.4, 0.0, 0.0]), torch.tensor([0, 0, 1, 1, 2, 2]))
+
+
+@pytest.mark.parametrize("loss", [Loss(type="cispo", aggregation="prompt"), Loss(type="ppo_clip", aggregation="sample"),
+                                  Loss(type="gspo", aggregation="token", clip_low=3e-4, clip_high=4e-4)])
+def test_zero_advantage_rows_and_padding_skip_the_pass_but_not_the_gradient(loss):
+    """The step computes only rows with a non-zero advantage and the columns they use, and
+    its gradient is the full padded batch's."""
+    from scalectl.rl.trainer import gradient_rows
+    from scalectl.rl.losses import aggregation_weights
+
+    batch = _padded_batch_with_zero_advantages()
+    cut, w = gradient_rows(batch, aggregation_weights(batch.loss_mask, batch.group_ids, loss.aggregation))
+    assert cut.input_ids.shape == (3, 3 + 5) and cut.start == 2 and cut.loss_mask.shape == (3, 5)
+    assert torch.equal(cut.advantages, torch.tensor([0.8, -1.2, 0.4]))
+    ref = _reference_grads(loss, batch)
+    # lr 1, Adam eps 1, no clipping: the first update is u = g / (|g| + 1), so g = u / (1 - |u|)
+    trainer = PolicyTrainer(_small(), loss=loss, optim=Optim(lr=1.0, warmup_steps=0, eps=1.0, weight_decay=0.0,
+                                                            grad_clip=None),
+                            head_fp32=True, temperature=1.0, micro_batch_size=2)
+    start = {k: v.detach().clone() for k, v in trainer.model.named_parameters()}
+    metrics = trainer.train_step(batch)
+    assert (metrics["rows"], metrics["columns"]) == (3, 8)
+    for name, p in trainer.model.named_parameters():
+        u = start[name] - p.detach()
+        g = u / (1 - u.abs())
+        # float32: each gradient entry is a sum of at most N*L = 72 products, reordered by
+        # the cut; its rounding error is below 72 * 2^-24 * sum|terms| <= 72 * 2^-24 * 8 * max|g|
+        # (terms bounded by the weights' sum 1 times the largest per-token derivative), and the
+        # inversion g = u / (1 - |u|) adds a few ulp.
+        tol = 72 * 2**-24 * 8 * max(ref[name].abs().max().item(), 1e-3) + 4 * 2**-24
+        torch.testing.assert_close(g, ref.get(name, torch.zeros_like(g)), rtol=0, atol=tol)
+
+
+def test_a_batch_without_gradient_still_takes_one_row():
+    from scalectl.rl.trainer import gradient_rows
+
+    batch = _padded_batch_with_zero_advantages()
+    batch.advantages.zero_()
+    cut, w = gradient_rows(batch, torch.ones_like(batch.loss_mask))
+    assert cut.input_ids.shape[0] == 1 and w.shape == cut.loss_mask.shape

@@ -86,6 +86,45 @@ class TrainBatch:
         return int(self.loss_mask.sum().item())
 
 
+def gradient_rows(batch: TrainBatch, weights: torch.Tensor) -> tuple[TrainBatch, torch.Tensor]:
+    """The part of a padded batch that carries gradient, with its aggregation weights.
+
+    Keeps the completions whose advantage is not 0 (at least one, so an optimiser step
+    still sees a backward pass), then cuts the columns that are padding in every kept
+    completion: leading prompt columns with attention 0 (positions come from the
+    attention mask, :func:`scalectl.rl.model.position_ids_from_mask`, so the kept tokens
+    keep theirs) and trailing completion columns past the last trained token of the kept
+    completions (a causal model's earlier outputs do not depend on them).
+
+    Args:
+        batch: a :class:`TrainBatch` of N completions, L columns, T completion columns.
+        weights: (N, T) aggregation weights computed on the whole batch.
+
+    Returns:
+        (batch', weights'): N' <= N rows, L' <= L columns, T' <= T completion columns;
+        ``batch`` itself when nothing can be cut.
+    """
+    keep = torch.nonzero(batch.advantages != 0).flatten()
+    if keep.numel() == 0:
+        keep = torch.arange(min(1, batch.advantages.numel()))
+    attention = batch.attention_mask[keep]
+    used = torch.nonzero(attention.any(dim=0)).flatten()
+    first = int(used[0]) if used.numel() else 0
+    first = min(first, batch.start)   # the last prompt column (its output predicts token 0) stays
+    mask = batch.loss_mask[keep]
+    trained = torch.nonzero(mask.any(dim=0)).flatten()
+    t_kept = int(trained[-1]) + 1 if trained.numel() else 1
+    n, T = batch.input_ids.shape[0], batch.loss_mask.shape[1]
+    if keep.numel() == n and first == 0 and t_kept == T:
+        return batch, weights
+    cols = slice(first, batch.start + 1 + t_kept)
+    return TrainBatch(
+        input_ids=batch.input_ids[keep][:, cols], attention_mask=attention[:, cols], start=batch.start - first,
+        loss_mask=mask[:, :t_kept], gen_logp=batch.gen_logp[keep][:, :t_kept],
+        advantages=batch.advantages[keep], group_ids=batch.group_ids[keep], totals=batch.totals,
+    ), weights[keep][:, :t_kept]
+
+
 class PolicyTrainer:
     """A DeepSpeed engine over the policy, with the recipe's loss and schedule.
 
@@ -140,15 +179,26 @@ class PolicyTrainer:
     def train_step(self, batch: TrainBatch) -> dict:
         """One optimiser step on ``batch`` (micro-batched), returning metrics.
 
+        Only the work that carries gradient is computed (:func:`gradient_rows`): completions
+        whose advantage is exactly 0 never reach the forward or backward pass (every policy
+        loss here is ``A`` times a function of the ratio, with no KL or entropy term, so
+        their loss and gradient are exactly 0), and the columns that are padding in every
+        remaining completion are cut.  The aggregation weights are computed on the whole
+        batch first, so the skipped completions still count in the normalisers and the
+        loss and gradient equal those of the full padded batch.
+
         Returns:
-            loss, clip_fraction, entropy (mean over trained tokens, nats),
-            logprob_gap (mean |log pi_train - log pi_gen|), max_ratio, lr (the learning rate
-            this step applied), grad_norm (the global L2 norm of the gradient before
-            clipping: the norm ``optim.grad_clip`` is compared with).
+            loss, clip_fraction, entropy (mean over trained tokens of the completions that
+            went through the pass, nats), logprob_gap (mean |log pi_train - log pi_gen|, same
+            tokens), max_ratio, lr (the learning rate this step applied), grad_norm (the
+            global L2 norm of the gradient before clipping: the norm ``optim.grad_clip`` is
+            compared with), rows and columns (the completions and token columns the passes
+            computed).
         """
         self.engine.train()
         weights = aggregation_weights(batch.loss_mask, batch.group_ids, self.loss_cfg.aggregation,
                                       totals=batch.totals)
+        batch, weights = gradient_rows(batch, weights)
         # DeepSpeed averages the gradients of its data-parallel ranks; the weights already divide by the
         # whole batch's normalisers, so the batch gradient is the ranks' SUM: undo the average.
         ranks = self.engine.dp_world_size
@@ -184,6 +234,7 @@ class PolicyTrainer:
             raise RuntimeError("DeepSpeed recorded no gradient norm on this optimiser path "
                                f"({type(self.engine.optimizer).__name__})")
         totals["grad_norm"] = float(norm)
+        totals["rows"], totals["columns"] = n, int(batch.input_ids.shape[1])
         return totals
 
     def _clip(self) -> float:
