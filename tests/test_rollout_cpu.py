@@ -86,6 +86,22 @@ def test_sampler_logprobs_equal_teacher_forced(model, tok, temperature):
     assert torch.allclose(torch.tensor(comps[0].logprobs), alone, atol=1e-5)
 
 
+def test_finished_rows_leave_the_decoding_batch(model, tok):
+    """After the prefill, each decoding step feeds only the rows still running: a completion
+    of L tokens is fed to L - 1 steps (its last token is never fed back)."""
+    sizes = []
+    hook = model.model.register_forward_pre_hook(lambda mod, args, kw: sizes.append(kw["input_ids"].shape),
+                                                 with_kwargs=True)
+    try:
+        comps = _flat(CPURolloutEngine(model, tok).generate(PROMPTS, 4, SamplingParams(max_new_tokens=16), seed=1))
+    finally:
+        hook.remove()
+    prefill, steps = sizes[0], [s[0] for s in sizes[1:]]
+    assert prefill[0] == len(comps) and all(s[1] == 1 for s in sizes[1:])
+    assert steps == sorted(steps, reverse=True) and steps[-1] < len(comps)
+    assert sum(steps) == sum(len(c.token_ids) - 1 for c in comps)
+
+
 def test_fp32_head_used_when_asked(model, tok):
     bf16 = _small().to(torch.bfloat16)
     for head_fp32 in (True, False):

@@ -2,7 +2,8 @@
 
 Each batch of prompts is left padded; positions skip the padding
 (``position_ids = cumsum(mask) - 1``); one ``DynamicCache`` is updated in place for
-the whole decode; a finished row is fed PAD with attention mask 0.  Log-probs come
+the whole decode; a finished row leaves the decoding batch and its rows of the cache
+(``DynamicCache.batch_select_indices``), so later steps compute only live rows.  Log-probs come
 from :func:`scalectl.rl.model.next_token_logprobs`, the per-step form of the
 trainer's :func:`~scalectl.rl.model.token_logprobs` (same head, same precision), so
 the recorded generator log-probs equal a teacher-forced pass of the same weights
@@ -140,9 +141,11 @@ class CPURolloutEngine(RolloutEngine):
             step_logp = next_token_logprobs(self.model, input_ids, mask, positions, cache,
                                             head_fp32=self.head_fp32, temperature=temperature)
             version = self._version
+        live = torch.arange(B)   # rows still decoding: finished rows leave the batch (and the KV cache)
         for t in range(max_new_tokens):
             active = ~done
-            sampled = _sample(step_logp, top_p, gen)
+            sampled = torch.full((B,), pad, dtype=torch.long)
+            sampled[live] = _sample(step_logp, top_p, gen)
             if k:
                 start = active & ~interrupted & ~seen_phrase & (length == at)
                 force_pos[start] = 0
@@ -151,7 +154,7 @@ class CPURolloutEngine(RolloutEngine):
             tok = torch.where(forcing, phrase[force_pos.clamp(min=0, max=max(k - 1, 0))] if k else sampled, sampled)
             tok = torch.where(active, tok, torch.full_like(tok, pad))
             tokens[:, t] = tok
-            logps[:, t] = step_logp.float().gather(-1, tok.unsqueeze(-1)).squeeze(-1)
+            logps[live, t] = step_logp.float().gather(-1, tok[live].unsqueeze(-1)).squeeze(-1)
             versions[:, t] = version
             forced[:, t] = forcing & active
             if k:
@@ -165,16 +168,19 @@ class CPURolloutEngine(RolloutEngine):
             done |= newly_stopped
             if bool(done.all()) or t == max_new_tokens - 1:
                 break
-            feed = ~done
-            mask = torch.cat([mask, feed.long().unsqueeze(-1)], dim=-1)
-            step_ids = torch.where(feed, tok, torch.full_like(tok, pad)).unsqueeze(-1)
+            still = torch.nonzero(~done[live]).flatten()
+            if still.numel() < live.numel():
+                cache.batch_select_indices(still)
+                mask, next_pos, live = mask[still], next_pos[still], live[still]
+            mask = torch.cat([mask, torch.ones((live.numel(), 1), dtype=mask.dtype)], dim=-1)
+            step_ids = tok[live].unsqueeze(-1)
             if self.poll_weights is not None:
                 self.poll_weights()
             with self._lock:
                 step_logp = next_token_logprobs(self.model, step_ids, mask, next_pos, cache,
                                                 head_fp32=self.head_fp32, temperature=temperature)
                 version = self._version
-            next_pos = next_pos + feed.long().unsqueeze(-1)
+            next_pos = next_pos + 1
 
         out = []
         for r, (prompt_index, ids) in enumerate(rows):
