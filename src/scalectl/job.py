@@ -53,7 +53,8 @@ def run_job(run_dir: str | Path, *, resume: bool = False, reporter=None) -> dict
     run_dir = Path(run_dir)
     job = read_job_file(run_dir)
     recipe = Recipe.model_validate(job["recipe"])
-    if recipe.async_.mode == "pipeline":
+    simulated = recipe.model.path.startswith("simulated:")   # scalectl.simulated: points from a given curve
+    if recipe.async_.mode == "pipeline" and not simulated:
         from scalectl.rl.pipeline import generator_task, run_generator_task
 
         if generator_task(recipe) is not None:    # a generator task of a multi-task job: the trainer task
@@ -62,9 +63,14 @@ def run_job(run_dir: str | Path, *, resume: bool = False, reporter=None) -> dict
     run_id = job["run_id"]
     store.update_run(run_id, status="running", started=_now(), error=None)
     try:
-        train, held_out = load_prompt_sets(recipe)
-        summary = run_training(recipe, run_dir, store, run_id, train_problems=train,
-                               eval_problems=held_out, reporter=reporter, resume=resume)
+        if simulated:
+            from scalectl.simulated import run_simulated
+
+            summary = run_simulated(recipe, store, run_id)
+        else:
+            train, held_out = load_prompt_sets(recipe)
+            summary = run_training(recipe, run_dir, store, run_id, train_problems=train,
+                                   eval_problems=held_out, reporter=reporter, resume=resume)
     except KeyboardInterrupt:
         store.update_run(run_id, status="cancelled", ended=_now(), error="interrupted (resume with --resume)")
         raise
