@@ -30,6 +30,11 @@ Tables (schema version :data:`SCHEMA_VERSION`, migrations in :data:`MIGRATIONS`)
   logprob_mismatch (mean |log pi_train - log pi_gen|), retired_prompts,
   wall_seconds, time (ISO 8601).
 * ``fits``: run_id, key (axis/method/window), fit (JSON), points_digest, created.
+* ``ablation_stages`` (version 2): one row per (ablation, stage, variant) of an
+  adaptive ablation: budget (steps per run), seeds, A with its interval, dA
+  with its interval, flags (JSON), action (stop, extend, seed, hold), verdict,
+  reason, next_budget, next_seeds, spent_hours (device-hours spent by the
+  ablation up to this stage), fit (JSON), created.
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ from scalectl.errors import UserError
 if TYPE_CHECKING:
     import sqlite_utils
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 DEFAULT_DB = "scalectl.db"
 RUN_STATES = ("created", "pending", "running", "completed", "failed", "cancelled", "timed_out")
 
@@ -87,10 +92,23 @@ def _migrate_1(db: "sqlite_utils.Database") -> None:
                       foreign_keys=[("run_id", "runs", "id")])
 
 
+STAGE_COLUMNS: dict[str, type] = {
+    "ablation": str, "stage": int, "variant": str, "is_base": int, "budget": int, "seeds": int,
+    "A": float, "A_lo": float, "A_hi": float, "dA": float, "dA_lo": float, "dA_hi": float,
+    "flags": str, "action": str, "verdict": str, "reason": str, "next_budget": int,
+    "next_seeds": int, "seed_sd": float, "trained_steps": int, "spent_hours": float,
+    "fit": str, "created": str,
+}
+
+
+def _migrate_2(db: "sqlite_utils.Database") -> None:
+    db["ablation_stages"].create(STAGE_COLUMNS, pk=("ablation", "stage", "variant"))
+
+
 #: Migration i+1 brings a store from schema version i to i+1.
-MIGRATIONS = [_migrate_1]
+MIGRATIONS = [_migrate_1, _migrate_2]
 #: The tables a scalectl store holds (another program's SQLite file holds others).
-TABLES = frozenset({"runs", "eval_points", "fits"})
+TABLES = frozenset({"runs", "eval_points", "fits", "ablation_stages"})
 
 _READONLY = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH")
 _DAMAGED = ("SQLITE_CORRUPT",)
@@ -478,9 +496,46 @@ class Store:
         return json.loads(rows[0]["fit"]), rows[0]["points_digest"]
 
 
+    # ------------------------------------------------------------------ adaptive ablations
+    @_user_errors
+    def add_stage(self, ablation: str, stage: int, rows: Iterable[dict], spent_hours: float) -> None:
+        """Store one stage of an adaptive ablation (all its rows in one transaction;
+        a stage stored again replaces its rows).  Row keys: those of
+        :data:`STAGE_COLUMNS` (``flags`` a list, ``fit`` a dict).
+
+        Raises:
+            ValueError: an unknown key.
+        """
+        out = []
+        for r in rows:
+            unknown = set(r) - set(STAGE_COLUMNS)
+            if unknown:
+                raise ValueError(f"unknown stage keys {sorted(unknown)}; allowed: {sorted(STAGE_COLUMNS)}")
+            row = dict(r, ablation=ablation, stage=stage, spent_hours=spent_hours, created=_now())
+            row["flags"] = json.dumps(list(row.get("flags") or []))
+            row["fit"] = None if row.get("fit") is None else json.dumps(row["fit"])
+            row["is_base"] = int(bool(row.get("is_base")))
+            out.append(row)
+        with self.transaction():
+            self.db["ablation_stages"].insert_all(out, replace=True)
+
+    @_user_errors
+    def stages(self, ablation: str) -> list[dict]:
+        """An adaptive ablation's stage rows, by stage then in the order they were
+        stored; ``flags`` and ``fit`` decoded."""
+        rows = self._rows("SELECT * FROM ablation_stages WHERE ablation = ? ORDER BY stage, rowid", [ablation])
+        out = []
+        for r in rows:
+            r = dict(r)
+            r["flags"] = json.loads(r["flags"] or "[]")
+            r["fit"] = json.loads(r["fit"]) if r.get("fit") else None
+            r["is_base"] = bool(r["is_base"])
+            out.append(r)
+        return out
+
+
 _INSERT_POINT = (f"INSERT OR REPLACE INTO eval_points ({', '.join(EVAL_POINT_COLUMNS)}) "
                  f"VALUES ({', '.join('?' * len(EVAL_POINT_COLUMNS))})")
-
 
 class _Transaction:
     def __init__(self, store: Store):
