@@ -1,0 +1,375 @@
+"""Decision rules of an adaptive ablation: after a stage, what each variant does next.
+
+An adaptive ablation (``scalectl ablate --until-decided``) trains every
+variant and the base to an initial budget, then after each stage fits and
+compares every variant with the base (:func:`scalectl.compare.compare`, margin
+0.02) and decides per variant (docs/ablations.md, "Until decided"):
+
+* **decided**: "higher ceiling", "lower ceiling" or a tie ("tie on ceiling,
+  faster/slower"), with intervals: stop it;
+* **ceiling not identified** (the fit's advice, :func:`scalectl.curve.advise`,
+  says extend the run to about 3 x C_mid): extend it to that budget, at most
+  ``max_growth`` times the current one and at most ``max_budget``;
+* **identified, but the interval of the difference of ceilings straddles the
+  margin**: the width is noise, so add a seed (at most ``max_seeds``) to
+  whichever of the variant and the base has the wider A interval (both when
+  they are within 25 % of each other): the dA interval adds the two
+  half-widths in quadrature, so narrowing the wider one helps most;
+* **cannot win any more**: its upper bound on A lies below the base's lower
+  bound minus the margin (with ``race``: below the best lower bound of any
+  arm): stop it, "lower ceiling" (against another arm: "cannot win");
+* nothing left to try (at ``max_budget`` and ``max_seeds``): stop it,
+  "undecided".
+
+Intervals on A include the seed-to-seed spread (:func:`widen_for_seeds`): a
+fit's residual bootstrap treats the evaluation points as independent, but
+repeated runs of one recipe end at different ceilings (Khatri et al. 2025,
+arXiv 2510.13786, section 3: three seeds within +-0.015, the origin of the
+0.02 margin), so the interval of A for n pooled seeds is at least
+z * sd_seed / sqrt(n) on each side.  sd_seed is pooled over the arms that
+have several seeds, with a prior (default 0.0075: +-0.015 read as two
+standard deviations) counting as ``prior_df`` degrees of freedom.
+
+Everything here is pure: fits in, decisions out.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Mapping, Sequence
+
+from scalectl.compare import FASTER, HIGHER, LOWER, SLOWER, UNDECIDED, Comparison
+from scalectl.curve import SigmoidFit
+
+STOP, EXTEND, SEED, HOLD = "stop", "extend", "seed", "hold"
+ACTIONS = (STOP, EXTEND, SEED, HOLD)
+CANNOT_WIN = "cannot win"
+DECIDED = (HIGHER, LOWER, FASTER, SLOWER)
+#: The paper's three seeds within +-0.015 (section 3), read as +-2 standard deviations.
+PRIOR_SEED_SD = 0.0075
+#: Weight of the prior seed sd, in degrees of freedom of the pooled estimate.
+PRIOR_DF = 4.0
+#: A ceiling counts as identified for a verdict once the data reach this multiple of
+#: C_mid: the budget :func:`scalectl.curve.advise` asks for (fits that stop
+#: nearer the midpoint trade A against C_mid and B, and are biased low).
+MIN_REACH = 5.0
+#: "higher"/"lower" stops a variant only when the interval of dA also excludes
+#: +-CLAIM x margin (the paper's rule only asks it to exclude 0).
+CLAIM = 0.5
+#: Interval half-widths within this ratio count as equal when choosing which arm gets a seed.
+WIDTH_TIE = 1.25
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What an adaptive ablation may spend per run and per variant.
+
+    margin: noise margin on A (paper 0.02); max_budget: optimiser steps per
+    run at most; max_seeds: runs per variant at most; step_multiple: budgets
+    are rounded up to a multiple of this (the evaluation interval, so the last
+    step is an evaluation step); max_growth: an extension at most multiplies
+    the budget by this; min_growth: and at least by this; race: "cannot win"
+    against any arm, not only the base; seed_sd / prior_df: the prior of the
+    seed-to-seed sd of A.
+    """
+
+    max_budget: int
+    max_seeds: int = 4
+    margin: float = 0.02
+    step_multiple: int = 1
+    max_growth: float = 4.0
+    min_growth: float = 1.5
+    race: bool = False
+    min_reach: float = MIN_REACH
+    claim: float = CLAIM
+    seed_sd: float = PRIOR_SEED_SD
+    prior_df: float = PRIOR_DF
+
+    def __post_init__(self):
+        for name, ok in (("max_budget", self.max_budget >= 1), ("max_seeds", self.max_seeds >= 1),
+                         ("margin", self.margin > 0), ("step_multiple", self.step_multiple >= 1),
+                         ("max_growth", self.max_growth >= self.min_growth > 1),
+                         ("seed_sd", self.seed_sd >= 0), ("prior_df", self.prior_df >= 0)):
+            if not ok:
+                raise ValueError(f"limits: {name} = {getattr(self, name)!r} is out of range")
+
+
+@dataclass(frozen=True)
+class Arm:
+    """One variant (or the base) after a stage.
+
+    budget: optimiser steps of each of its runs; seeds: how many runs;
+    fit: the fit of its pooled seeds, A interval already widened by
+    :func:`widen_for_seeds` (None when it could not be fitted, see ``error``);
+    compute_per_step: fit-axis compute per optimiser step (to turn the advised
+    compute into steps); stopped: the verdict it was stopped with in an
+    earlier stage (None while it is still running).
+    """
+
+    name: str
+    budget: int
+    seeds: int
+    fit: SigmoidFit | None
+    compute_per_step: float | None = None
+    is_base: bool = False
+    stopped: str | None = None
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What one arm does next: ``action`` (stop, extend, seed, hold), its
+    verdict so far, why, and its budget and seeds for the next stage."""
+
+    name: str
+    action: str
+    verdict: str
+    reason: str
+    budget: int
+    seeds: int
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "action": self.action, "verdict": self.verdict,
+                "reason": self.reason, "budget": self.budget, "seeds": self.seeds}
+
+
+# --------------------------------------------------------------------------- seed spread
+
+
+def pooled_seed_sd(per_seed_A: Mapping[str, Sequence[float]], prior_sd: float = PRIOR_SEED_SD,
+                   prior_df: float = PRIOR_DF) -> tuple[float, float]:
+    """Seed-to-seed sd of A pooled over arms, shrunk towards a prior.
+
+    per_seed_A: arm -> the A fitted to each of its seeds alone (arms with one
+    seed add nothing).  s^2 = (sum_arms sum_seeds (A - mean_arm)^2 +
+    prior_df * prior_sd^2) / (sum_arms (n - 1) + prior_df): the prior counts as
+    prior_df degrees of freedom.  Returns (sd, degrees of freedom of the data).
+    """
+    ss, df = 0.0, 0.0
+    for values in per_seed_A.values():
+        v = [float(a) for a in values]
+        if len(v) >= 2:
+            m = sum(v) / len(v)
+            ss += sum((a - m) ** 2 for a in v)
+            df += len(v) - 1
+    if df + prior_df == 0:
+        return prior_sd, 0.0
+    return math.sqrt((ss + prior_df * prior_sd ** 2) / (df + prior_df)), df
+
+
+def widen_for_seeds(fit: SigmoidFit, n_seeds: int, seed_sd: float) -> SigmoidFit:
+    """The fit with its A interval widened to the seed-to-seed spread.
+
+    ``seed_sd`` is the sd of the A of one seed fitted alone (everything that
+    varies between runs: training, evaluation noise, fit).  The mean of n seeds
+    has sd seed_sd / sqrt(n), so each side's half-width h becomes
+    max(h, z seed_sd / sqrt(n)), z the normal quantile of the fit's level (1.96
+    at 95 %).  A fit without an A interval gets the seed part alone.  Raises
+    ValueError when n_seeds < 1.
+    """
+    from statistics import NormalDist
+
+    if n_seeds < 1:
+        raise ValueError(f"n_seeds = {n_seeds} must be >= 1")
+    z = NormalDist().inv_cdf(0.5 + fit.level / 2)
+    extra = z * seed_sd / math.sqrt(n_seeds)
+    lo, hi = fit.interval("A") or (fit.A, fit.A)
+    intervals = dict(fit.intervals)
+    intervals["A"] = (fit.A - max(fit.A - lo, extra), fit.A + max(hi - fit.A, extra))
+    return replace(fit, intervals=intervals)
+
+
+# --------------------------------------------------------------------------- rules
+
+
+def ceiling_identified(fit: SigmoidFit | None, min_reach: float = 0.0) -> bool:
+    """Whether a fit pins its ceiling: no ``ceiling_not_identified`` flag, A off its
+    bounds, and its last point at >= ``min_reach`` x C_mid."""
+    if fit is None:
+        return False
+    return not fit.has_flag("ceiling_not_identified") and not any(
+        f.code == "on_bound" and f.param == "A" for f in fit.flags) and fit.window[1] >= min_reach * fit.C_mid
+
+
+def round_up(steps: float, multiple: int) -> int:
+    """``steps`` rounded up to a multiple of ``multiple`` (at least one multiple)."""
+    return max(multiple, int(math.ceil(steps / multiple - 1e-9)) * multiple)
+
+
+def extended_budget(arm: Arm, limits: Limits) -> int:
+    """The budget the advice asks for: about 3 x C_mid (:func:`scalectl.curve.advise`).
+
+    In steps: 3 C_mid / compute_per_step, at least ``min_growth`` and at most
+    ``max_growth`` times the current budget, rounded up to ``step_multiple``,
+    capped by ``max_budget``.  Without a fit or a compute rate: ``min_growth``
+    times the budget (same caps).
+    """
+    target = arm.budget * limits.min_growth
+    if arm.fit is not None and arm.compute_per_step and arm.compute_per_step > 0:
+        target = max(target, limits.min_reach * arm.fit.C_mid / arm.compute_per_step)
+    target = min(target, arm.budget * limits.max_growth)
+    return min(limits.max_budget, round_up(target, limits.step_multiple))
+
+
+def _half_width(fit: SigmoidFit | None) -> float:
+    if fit is None or fit.interval("A") is None:
+        return math.inf
+    lo, hi = fit.interval("A")
+    return (hi - lo) / 2
+
+
+def _a_bounds(arm: Arm, min_reach: float) -> tuple[float, float] | None:
+    """(lo, hi) of A of an arm whose ceiling is identified, else None."""
+    if not ceiling_identified(arm.fit, min_reach):
+        return None
+    return arm.fit.interval("A") or (arm.fit.A, arm.fit.A)
+
+
+def decide(arms: Sequence[Arm], comparison: Comparison | None, limits: Limits) -> dict[str, Decision]:
+    """Next step of every arm after a stage.
+
+    arms: the base (``is_base``) and the variants; comparison: the result of
+    :func:`scalectl.compare.compare` over the arms still running plus the base
+    (rows named like the arms; None when the base could not be fitted).
+    Returns arm name -> :class:`Decision`; the base's decision says whether
+    it is extended or seeded for the others' sake (``hold`` otherwise;
+    ``stop`` once nothing is running).  Raises ValueError when there is not
+    exactly one base.
+    """
+    bases = [a for a in arms if a.is_base]
+    if len(bases) != 1:
+        raise ValueError(f"an adaptive ablation needs exactly one base arm, got {len(bases)}")
+    base = bases[0]
+    out: dict[str, Decision] = {}
+    base_extend = base_seed = False
+    base_reasons: list[str] = []
+    margin = limits.margin
+    identified = {a.name: _a_bounds(a, limits.min_reach) for a in arms}
+    rivals = [a for a in arms if identified[a.name] is not None and (limits.race or a.is_base)]
+
+    for arm in arms:
+        if arm.is_base:
+            continue
+        if arm.stopped is not None:
+            out[arm.name] = Decision(arm.name, STOP, arm.stopped, "decided in an earlier stage",
+                                     arm.budget, arm.seeds)
+            continue
+        row = None
+        if comparison is not None:
+            try:
+                row = comparison.row(arm.name)
+            except KeyError:
+                row = None
+        verdict = row.verdict if row is not None else UNDECIDED
+        reason = row.reason if row is not None else (arm.error or base.error or "not compared")
+        if verdict in (HIGHER, LOWER) and row is not None:
+            lo, hi = row.delta_A_interval
+            bound = limits.claim * margin
+            if (verdict == HIGHER and lo <= bound) or (verdict == LOWER and hi >= -bound):
+                reason = (f"{verdict}, but the interval of dA [{lo:+.3f}, {hi:+.3f}] reaches within "
+                          f"+-{bound:.3f}")
+                verdict = UNDECIDED
+        if verdict in DECIDED:
+            out[arm.name] = Decision(arm.name, STOP, verdict, reason, arm.budget, arm.seeds)
+            continue
+        # cannot win any more: its upper bound below a rival's lower bound minus the margin
+        mine = identified[arm.name]
+        if mine is not None:
+            beaten = [(r, identified[r.name][0]) for r in rivals
+                      if r.name != arm.name and mine[1] < identified[r.name][0] - margin]
+            if beaten:
+                rival, lo = max(beaten, key=lambda t: t[1])
+                v = LOWER if rival.is_base else CANNOT_WIN
+                out[arm.name] = Decision(
+                    arm.name, STOP, v, f"upper bound of A {mine[1]:.3f} < lower bound of {rival.name} "
+                                       f"{lo:.3f} - margin {margin:.3f}", arm.budget, arm.seeds)
+                continue
+        arm_ok = ceiling_identified(arm.fit, limits.min_reach)
+        base_ok = ceiling_identified(base.fit, limits.min_reach)
+        if not arm_ok or not base_ok:
+            action, budget, why, progress = HOLD, arm.budget, [], False
+            if not arm_ok:
+                new = extended_budget(arm, limits)
+                if new > arm.budget:
+                    action, budget, progress = EXTEND, new, True
+                    why.append(f"ceiling of {arm.name} not identified: extend to {new} steps")
+                else:
+                    why.append(f"ceiling of {arm.name} not identified at --max-budget {limits.max_budget}")
+            if not base_ok:
+                if extended_budget(base, limits) > base.budget:
+                    base_extend, progress = True, True
+                    why.append(f"ceiling of {base.name} not identified: the base is extended")
+                else:
+                    why.append(f"ceiling of {base.name} not identified at --max-budget {limits.max_budget}")
+            if not progress:
+                out[arm.name] = Decision(arm.name, STOP, UNDECIDED, "; ".join(why) + ": nothing left to try",
+                                         arm.budget, arm.seeds)
+            else:
+                out[arm.name] = Decision(arm.name, action, UNDECIDED, "; ".join(why), budget, arm.seeds)
+            continue
+        # both identified: the interval of dA straddles the margin -> seeds (noise)
+        h_arm, h_base = _half_width(arm.fit), _half_width(base.fit)
+        seed_arm = h_arm * WIDTH_TIE >= h_base
+        seed_base = h_base * WIDTH_TIE >= h_arm
+        can_arm = arm.seeds < limits.max_seeds
+        can_base = base.seeds < limits.max_seeds
+        if seed_base and can_base:
+            base_seed = True
+            base_reasons.append(arm.name)
+        if seed_arm and can_arm:
+            out[arm.name] = Decision(arm.name, SEED, UNDECIDED, f"{reason}: add a seed", arm.budget,
+                                     arm.seeds + 1)
+        elif seed_base and can_base:
+            out[arm.name] = Decision(arm.name, HOLD, UNDECIDED, f"{reason}: the base gets a seed",
+                                     arm.budget, arm.seeds)
+        elif can_arm:
+            out[arm.name] = Decision(arm.name, SEED, UNDECIDED, f"{reason}: add a seed", arm.budget,
+                                     arm.seeds + 1)
+        elif can_base:
+            base_seed = True
+            base_reasons.append(arm.name)
+            out[arm.name] = Decision(arm.name, HOLD, UNDECIDED, f"{reason}: the base gets a seed",
+                                     arm.budget, arm.seeds)
+        else:
+            new = extended_budget(arm, limits)
+            if new > arm.budget:
+                out[arm.name] = Decision(arm.name, EXTEND, UNDECIDED,
+                                         f"{reason}; seeds at --max-seeds {limits.max_seeds}: extend to "
+                                         f"{new} steps", new, arm.seeds)
+            else:
+                out[arm.name] = Decision(arm.name, STOP, UNDECIDED,
+                                         f"{reason}; at --max-seeds {limits.max_seeds} and --max-budget "
+                                         f"{limits.max_budget}: nothing left to try", arm.budget, arm.seeds)
+
+    running = [d for d in out.values() if d.action != STOP]
+    if not running:
+        out[base.name] = Decision(base.name, STOP, "baseline", "every variant is decided or out of options",
+                                  base.budget, base.seeds)
+    elif base_extend and extended_budget(base, limits) > base.budget:
+        new = extended_budget(base, limits)
+        out[base.name] = Decision(base.name, EXTEND, "baseline",
+                                  f"ceiling of {base.name} not identified: extend to {new} steps", new, base.seeds)
+    elif base_seed:
+        out[base.name] = Decision(base.name, SEED, "baseline",
+                                  f"its A interval is the wider one against {', '.join(base_reasons)}: add a seed",
+                                  base.budget, base.seeds + 1)
+    else:
+        out[base.name] = Decision(base.name, HOLD, "baseline", "", base.budget, base.seeds)
+    return out
+
+
+def is_true_verdict(verdict: str, true_delta: float, margin: float) -> bool | None:
+    """Whether a verdict matches a true difference of ceilings (simulations).
+
+    True: higher when true_delta >= margin, lower when <= -margin, a tie
+    (faster or slower) when |true_delta| < margin.  Returns None for
+    "undecided" / "cannot win" (no claim made), False for a wrong claim.
+    """
+    if verdict == HIGHER:
+        return true_delta >= margin
+    if verdict == LOWER:
+        return true_delta <= -margin
+    if verdict in (FASTER, SLOWER):
+        return abs(true_delta) < margin
+    return None

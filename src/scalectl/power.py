@@ -1,0 +1,103 @@
+"""Power planning of an ablation: the budget and seeds that resolve a difference of the margin.
+
+Before spending anything, ``scalectl ablate FILE --plan`` answers: how long must
+each run be for its ceiling to be identified, how many seeds per variant make
+the interval of dA = A_variant - A_base narrow enough for a verdict, and what
+does that cost?
+
+* **Budget.** The ceiling is identified when the data reach well past the
+  midpoint: :func:`scalectl.curve.advise` asks for about 3 x C_mid (the fit's
+  ``ceiling_not_identified`` flag needs >= 1.5 x C_mid and 3 points past it).
+  In steps: reach x C_mid / (compute per step), reach 3 by default (the
+  adaptive loop's ``min_reach``).
+* **Seeds.** With n seeds per arm the A interval of an arm has half-width
+  h(n) = z sqrt(s_fit^2 + s_seed^2) / sqrt(n), where s_fit is the sd of A from
+  one run's fit (bootstrap) and s_seed the seed-to-seed sd (Khatri et al.
+  2025, arXiv 2510.13786, section 3: three seeds within +-0.015).  The dA
+  interval adds two such half-widths in quadrature: sqrt(2) h(n).  A
+  difference of the margin is *resolved* when that half-width is at most
+  margin / 2: a true tie (|dA| <= margin / 2) is then called a tie, and a true
+  difference of 1.5 margins is called higher or lower.  Hence
+  n = ceil(2 z^2 (s_fit^2 + s_seed^2) / (margin / 2)^2).
+* **Cost.** arms x n x budget x (device-hours per step).
+
+Pure functions; the command feeds them the base's stored fit or stated assumptions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from statistics import NormalDist
+
+
+@dataclass(frozen=True)
+class PowerPlan:
+    """What resolving a difference of ``margin`` needs.
+
+    budget_steps: optimiser steps per run; seeds: runs per arm; arms: variants
+    plus the base; device_hours: total expected cost (None without a rate);
+    half_width: the dA half-width reached with ``seeds``; s_fit, s_seed: the
+    sds used (pass rate); reach: budget compute / C_mid.
+    """
+
+    budget_steps: int
+    seeds: int
+    arms: int
+    device_hours: float | None
+    half_width: float
+    s_fit: float
+    s_seed: float
+    reach: float
+    margin: float
+    capped: bool = False
+
+    def to_dict(self) -> dict:
+        return dict(self.__dict__)
+
+
+def seeds_needed(s_fit: float, s_seed: float, margin: float, level: float = 0.95) -> int:
+    """Seeds per arm so that the dA interval's half-width is <= margin / 2 (module docstring).
+
+    s_fit, s_seed >= 0 (pass rate); margin > 0.  Raises ValueError otherwise.
+    """
+    if s_fit < 0 or s_seed < 0 or margin <= 0:
+        raise ValueError(f"need s_fit >= 0, s_seed >= 0, margin > 0 (given {s_fit}, {s_seed}, {margin})")
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    return max(1, math.ceil(2 * z * z * (s_fit ** 2 + s_seed ** 2) / (margin / 2) ** 2 - 1e-9))
+
+
+def delta_half_width(s_fit: float, s_seed: float, seeds: int, level: float = 0.95) -> float:
+    """Half-width of the dA interval with ``seeds`` runs per arm: sqrt(2) z sqrt(s_fit^2 + s_seed^2 / ...)/sqrt(n)."""
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    return math.sqrt(2) * z * math.sqrt(s_fit ** 2 + s_seed ** 2) / math.sqrt(seeds)
+
+
+def plan_power(*, C_mid: float, compute_per_step: float, s_fit: float, s_seed: float, arms: int,
+               margin: float = 0.02, hours_per_step: float | None = None, step_multiple: int = 1,
+               max_budget: int | None = None, max_seeds: int | None = None, level: float = 0.95,
+               reach: float = 3.0) -> PowerPlan:
+    """Budget, seeds and cost to resolve a difference of ``margin`` (module docstring).
+
+    C_mid and compute_per_step on one compute axis (e.g. device-hours and
+    device-hours per step); s_fit: sd of A from one run's fit at that budget
+    (e.g. a 95 % bootstrap half-width / 1.96); s_seed: seed-to-seed sd of A;
+    arms: variants + base; reach: the budget's compute as a multiple of C_mid
+    (3: the advice of :func:`scalectl.curve.advise`); hours_per_step: device-hours per optimiser step
+    (None: no cost); max_budget / max_seeds: caps (``capped`` says one bit).
+    Raises ValueError on non-positive C_mid, compute_per_step or arms.
+    """
+    if C_mid <= 0 or compute_per_step <= 0 or arms < 1:
+        raise ValueError(f"need C_mid > 0, compute_per_step > 0 and arms >= 1 "
+                         f"(given {C_mid}, {compute_per_step}, {arms})")
+    steps = reach * C_mid / compute_per_step
+    budget = max(step_multiple, int(math.ceil(steps / step_multiple - 1e-9)) * step_multiple)
+    seeds = seeds_needed(s_fit, s_seed, margin, level)
+    capped = False
+    if max_budget is not None and budget > max_budget:
+        budget, capped = max_budget, True
+    if max_seeds is not None and seeds > max_seeds:
+        seeds, capped = max_seeds, True
+    hours = None if hours_per_step is None else arms * seeds * budget * hours_per_step
+    return PowerPlan(budget, seeds, arms, hours, delta_half_width(s_fit, s_seed, seeds, level), s_fit, s_seed,
+                     budget * compute_per_step / C_mid, margin, capped)
