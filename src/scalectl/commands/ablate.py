@@ -387,6 +387,22 @@ def ablate(
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples per fit (0: none).")] = 1000,
     rate: Annotated[float | None, typer.Option(help="Device-hours per step for the cost estimate.")] = None,
     poll: Annotated[float, typer.Option(help="Seconds between looks at the runs.")] = 2.0,
+    until_decided: Annotated[bool, typer.Option(
+        "--until-decided", help="Extend runs and add seeds, stage by stage, until every verdict is decided "
+                                "(--budget-steps is the first stage's budget).")] = False,
+    max_budget: Annotated[int | None, typer.Option(
+        "--max-budget", help="--until-decided: optimiser steps per run at most (default 8 x the first budget).")] = None,
+    max_seeds: Annotated[int, typer.Option("--max-seeds", help="--until-decided / --plan: seeds per variant at most.")] = 4,
+    total_budget: Annotated[float | None, typer.Option(
+        "--total-budget", help="--until-decided: device-hours the ablation may spend in all.")] = None,
+    race: Annotated[bool, typer.Option(
+        "--race", help="--until-decided: also stop a variant that cannot beat another variant.")] = False,
+    level: Annotated[float, typer.Option(
+        help="--until-decided / --plan: interval level of the stage decisions (repeated looks).")] = 0.99,
+    plan_power: Annotated[bool, typer.Option(
+        "--plan", help="Estimate the budget and seeds that resolve a difference of the margin, and their cost.")] = False,
+    assume: Annotated[list[str], typer.Option(
+        "--assume", help="--plan without a stored base run: C_mid=..,compute_per_step=..,s_fit=..,s_seed=..")] = [],
     db: DbOption = None,
     json_: JsonOption = False,
 ) -> None:
@@ -403,6 +419,15 @@ def ablate(
 
     spec = _spec(file, leave_one_out, forward, base, name)
     overrides = tuple(set_) + ((f"budget.steps={budget_steps}",) if budget_steps is not None else ())
+    if until_decided or plan_power:
+        from scalectl.commands.until_decided import adaptive_command
+
+        adaptive_command(spec, setup=setup, overrides=overrides, launcher=launcher, runs_dir=runs_dir,
+                         out_dir=out_dir, margin=margin, bootstrap=bootstrap, rate=rate, poll=poll,
+                         max_budget=max_budget, max_seeds=max_seeds, total_budget=total_budget, race=race,
+                         level=level, plan_only=plan_power and not until_decided, assume=assume,
+                         dry_run=dry_run, db=db, json_=json_)
+        return
     plan = make_plan(spec, setup=setup, overrides=overrides, repeats=repeats)
     kind = launcher or plan.variants[0].recipe.launcher.type
     if kind not in LAUNCHER_TYPES:

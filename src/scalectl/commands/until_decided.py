@@ -1,0 +1,560 @@
+"""``scalectl ablate --until-decided`` and ``--plan``: spend compute until the verdicts are decided.
+
+The decision loop (:mod:`scalectl.adaptive`, rules in :mod:`scalectl.decisions`)
+runs over a :class:`StoreBackend`: the runs of the ablation are created,
+extended (the same run resumed with a larger ``budget.steps``), seeded (a new
+run at the next seed) and launched through the launcher like every other run,
+and their points are read back from the store.  Every stage (fits, decisions,
+reasons) goes to the store's ``ablation_stages`` table as soon as it is
+decided; running the same command again after a Ctrl-C resumes after the last
+recorded stage.  Runs are named ``<ablation>--<variant>--s<seed>``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from scalectl.commands.common import err, open_store, out, print_json
+from scalectl.errors import UserError
+
+
+class StoreBackend:
+    """An adaptive ablation's runs, trained by a launcher and read from the store.
+
+    plan: the :class:`scalectl.ablation.Plan` made with ``repeats = max_seeds``
+    (it holds each variant's recipe at every seed); kind: launcher type;
+    rate: device-hours per step used before a run has measured one.
+    """
+
+    def __init__(self, db: str, plan, kind: str, runs_dir: Path, rate: float | None, poll_s: float = 1.0):
+        self.db, self.plan, self.kind, self.runs_dir = db, plan, kind, Path(runs_dir)
+        self.rate, self.poll_s = rate, poll_s
+        self.seed0 = plan.variants[0].seeds[0]
+        self.launched: list[int] = []
+
+    # ---------------------------------------------------------------- names and recipes
+    def run_name(self, variant: str, i: int) -> str:
+        from scalectl.ablation import run_name
+
+        return run_name(self.plan.spec.name, variant, self.seed0 + i)
+
+    def recipe(self, variant: str, i: int, budget: int):
+        """The variant's recipe at its i-th seed with ``budget.steps = budget``."""
+        from scalectl.recipe import Recipe
+
+        runs = [r for r in self.plan.runs if r.variant == variant]
+        if i >= len(runs):
+            raise UserError(f"variant {variant}: seed index {i} is past --max-seeds {len(runs)}")
+        data = runs[i].recipe.to_dict()
+        data["budget"] = dict(data["budget"], steps=budget, gpu_hours=None)
+        return Recipe.model_validate(data)
+
+    def _row(self, store, variant: str, i: int) -> dict | None:
+        try:
+            return store.get_run(self.run_name(variant, i))
+        except UserError:
+            return None
+
+    # ---------------------------------------------------------------- the Backend protocol
+    def ensure(self, targets) -> None:
+        """Create, extend or resume the runs so that each variant has (budget, seeds); wait for them."""
+        from scalectl.job import JOB_FILE, write_job_file
+        from scalectl.launch.base import ACTIVE, RunSpec, get_launcher
+        from scalectl.runs import create_run
+
+        specs, ids = [], []
+        with open_store(self.db) as store:
+            for variant, (budget, seeds) in targets.items():
+                for i in range(seeds):
+                    row = self._row(store, variant, i)
+                    if row is None:
+                        recipe = self.recipe(variant, i, budget)
+                        run_id, run_dir = create_run(store, recipe, self.run_name(variant, i), self.runs_dir,
+                                                     launcher=self.kind)
+                        specs.append(RunSpec(run_id, self.run_name(variant, i), run_dir, recipe))
+                        ids.append(run_id)
+                        continue
+                    ids.append(row["id"])
+                    had = (row.get("recipe") or {}).get("budget", {}).get("steps") or 0
+                    pts = store.points(row["id"])
+                    done = pts[-1]["step"] if pts else 0
+                    if row["status"] in ACTIVE and row["status"] != "created":
+                        continue        # still training from an earlier command: wait for it
+                    if row["status"] == "completed" and had >= budget and done >= budget:
+                        continue
+                    recipe = self.recipe(variant, i, max(budget, had))
+                    if recipe.to_dict() != row["recipe"]:      # extended: the same run, a larger budget
+                        write_job_file(Path(row["run_dir"]), db=store.path, run_id=row["id"],
+                                       recipe=recipe.to_dict())
+                        store.update_run(row["id"], recipe=json.dumps(recipe.to_dict(), sort_keys=True),
+                                         recipe_hash=recipe.content_hash)
+                    resume = bool(pts) and (Path(row["run_dir"]) / JOB_FILE).exists()
+                    specs.append(RunSpec(row["id"], row["name"], Path(row["run_dir"]), recipe, resume=resume))
+            if specs:
+                launcher = get_launcher(self.kind)
+                for s in specs:
+                    store.update_run(s.run_id, status="pending", launcher=self.kind, error=None, ended=None)
+                try:
+                    jobs = launcher.submit_many(specs)
+                except BaseException as exc:
+                    for s in specs:
+                        store.update_run(s.run_id, status="failed", error=f"submission failed: {exc}")
+                    raise
+                for s, job in zip(specs, jobs):
+                    store.add_job_id(s.run_id, job.job_id)
+        self.launched = ids
+        self._wait(ids)
+
+    def _wait(self, ids: list[int]) -> None:
+        """Until no run in ``ids`` is alive; raises UserError naming a run that did not complete."""
+        from scalectl.launch.base import ACTIVE, refresh
+
+        seen: dict[int, tuple] = {}
+        while True:
+            alive, failed = 0, []
+            with open_store(self.db) as store:
+                for run_id in ids:
+                    info = store.get_run(run_id)
+                    if info["status"] in ACTIVE:
+                        info = refresh(store, info)
+                    pts = store.points(run_id)
+                    key = (info["status"], pts[-1]["step"] if pts else None)
+                    if seen.get(run_id) != key:
+                        seen[run_id] = key
+                        err.print(f"  {info['name']}: {key[0]}, step {key[1]}", highlight=False)
+                    if info["status"] in ACTIVE:
+                        alive += 1
+                    elif info["status"] != "completed":
+                        failed.append(f"{info['name']} ended {info['status']}: {info.get('error') or ''}")
+            if not alive:
+                if failed:
+                    raise UserError("runs of the adaptive ablation did not complete:\n  " + "\n  ".join(failed))
+                return
+            time.sleep(self.poll_s)
+
+    def curves(self, variant: str, budget: int, seeds: int):
+        """Per seed: (compute on the variant's fit axis, pass rate), points up to ``budget`` steps."""
+        axis = self.plan.variant(variant).recipe.fit.axis
+        out_ = []
+        with open_store(self.db) as store:
+            for i in range(seeds):
+                row = self._row(store, variant, i)
+                pts = [p for p in store.points(row["id"]) if p["step"] <= budget
+                       and p.get(axis) is not None and p.get("pass_rate") is not None]
+                out_.append(([float(p[axis]) for p in pts], [float(p["pass_rate"]) for p in pts]))
+        return out_
+
+    def hours_per_step(self, variant: str) -> float:
+        """Measured on the variant's runs (last GPU-hours / last step), else the plan's rate, else 0."""
+        with open_store(self.db) as store:
+            rates = []
+            for i in range(len(self.plan.variant(variant).seeds)):
+                row = self._row(store, variant, i)
+                pts = store.points(row["id"]) if row else []
+                if pts and pts[-1].get("gpu_hours") and pts[-1]["step"]:
+                    rates.append(pts[-1]["gpu_hours"] / pts[-1]["step"])
+        if rates:
+            return sum(rates) / len(rates)
+        return self.rate or 0.0
+
+    def trained(self, variant: str) -> dict[int, int]:
+        """Seed index -> steps trained, for the variant's existing runs."""
+        out_ = {}
+        with open_store(self.db) as store:
+            for i in range(len(self.plan.variant(variant).seeds)):
+                row = self._row(store, variant, i)
+                if row is not None:
+                    pts = store.points(row["id"])
+                    out_[i] = pts[-1]["step"] if pts else 0
+        return out_
+
+    def spent_hours(self) -> float:
+        """Device-hours spent by the ablation's runs: the last point's GPU-hours of each."""
+        total = 0.0
+        with open_store(self.db) as store:
+            for v in self.plan.variants:
+                for i in range(len(v.seeds)):
+                    row = self._row(store, v.name, i)
+                    pts = store.points(row["id"]) if row else []
+                    if pts and pts[-1].get("gpu_hours"):
+                        total += pts[-1]["gpu_hours"]
+        return total
+
+    def cancel_all(self) -> int:
+        """Cancel the live jobs of the runs launched last (each checkpoints); returns how many."""
+        from scalectl.launch.base import ACTIVE, get_launcher, last_job, now_iso, refresh
+
+        n = 0
+        with open_store(self.db) as store:
+            for run_id in self.launched:
+                info = store.get_run(run_id)
+                job = last_job(info.get("run_dir"))
+                if info["status"] not in ACTIVE or job is None:
+                    continue
+                launcher = get_launcher(job.launcher)
+                launcher.cancel(job)
+                info = refresh(store, store.get_run(run_id), launcher)
+                if info["status"] in ACTIVE:
+                    store.update_run(run_id, status="cancelled", ended=now_iso(),
+                                     error=f"cancelled with its ablation ({job.launcher} job {job.job_id})")
+                n += 1
+        return n
+
+
+# --------------------------------------------------------------------------- state from the stages table
+
+
+def state_from_stages(rows: list[dict], baseline: str, names: list[str], initial: int):
+    """The loop state after the last recorded stage (a fresh stage 0 without rows)."""
+    from scalectl.adaptive import ArmState, LoopState, initial_state
+    from scalectl.decisions import STOP
+
+    if not rows:
+        return initial_state(names, baseline, initial)
+    last = max(r["stage"] for r in rows)
+    latest = {r["variant"]: r for r in rows if r["stage"] == last}
+    arms = {}
+    for n in names:
+        r = latest.get(n)
+        if r is None:
+            raise UserError(f"the stages recorded for this ablation do not name variant {n!r}: "
+                            "its variants changed; give it a new --name")
+        stopped = r["verdict"] if r["action"] == STOP and not r["is_base"] else None
+        arms[n] = ArmState(n, r["next_budget"], r["next_seeds"], is_base=(n == baseline), stopped=stopped)
+    return LoopState(last + 1, arms)
+
+
+# --------------------------------------------------------------------------- the report
+
+
+def paths(rows: list[dict]) -> dict[str, list[dict]]:
+    """Variant -> its stages in order (budget, seeds, action, verdict, A, dA)."""
+    out_: dict[str, list[dict]] = {}
+    for r in rows:
+        hist = out_.setdefault(r["variant"], [])
+        if hist and hist[-1]["action"] == "stop" and r["action"] == "stop" and not r["is_base"]:
+            continue        # stopped: later stages repeat it
+        hist.append(r)
+    return out_
+
+
+def summary(rows: list[dict], hours_per_step: dict[str, float], spent: float, margin: float) -> dict:
+    """The adaptive ablation's outcome: per variant its path and verdict, the
+    device-hours spent and those a fixed design would have spent (every arm to
+    the largest budget used with the largest number of seeds used)."""
+    ps = paths(rows)
+    max_budget = max((r["budget"] for r in rows), default=0)
+    max_seeds = max((r["seeds"] for r in rows), default=0)
+    fixed = sum(max_budget * max_seeds * hours_per_step.get(v, 0.0) for v in ps)
+    variants = []
+    for v, hist in ps.items():
+        last = hist[-1]
+        variants.append({
+            "variant": v, "is_base": last["is_base"], "verdict": last["verdict"], "reason": last["reason"],
+            "path": [{"stage": h["stage"], "budget": h["budget"], "seeds": h["seeds"], "action": h["action"],
+                      "A": h["A"], "A_lo": h["A_lo"], "A_hi": h["A_hi"], "dA": h["dA"],
+                      "dA_lo": h["dA_lo"], "dA_hi": h["dA_hi"]} for h in hist],
+            "budget": last["next_budget"], "seeds": last["next_seeds"],
+        })
+    return {"stages": 1 + max((r["stage"] for r in rows), default=-1), "spent_hours": spent,
+            "fixed_hours": fixed, "fixed_design": {"budget": max_budget, "seeds": max_seeds},
+            "saved_hours": fixed - spent, "saved_share": (1 - spent / fixed) if fixed > 0 else None,
+            "margin": margin, "variants": variants}
+
+
+def _fmt_step(h: dict) -> str:
+    a = "-" if h["A"] is None else f"A {h['A']:.3f}"
+    d = "" if h["dA"] is None else f" dA {h['dA']:+.3f} [{h['dA_lo']:+.3f}, {h['dA_hi']:+.3f}]"
+    return f"{h['budget']}x{h['seeds']} ({a}{d}) {h['action']}"
+
+
+def render(s: dict, name: str, ended: str, needs: list[str]) -> str:
+    """The adaptive report as Markdown (also printed)."""
+    lines = [f"# {name}: adaptive ablation", "",
+             f"{s['stages']} stage(s), ended: {ended}. Budgets are optimiser steps per run x seeds.", "",
+             "| variant | path (stage: budget x seeds, A, dA, action) | verdict |", "|---|---|---|"]
+    for v in s["variants"]:
+        path = " -> ".join(f"{h['stage']}: {_fmt_step(h)}" for h in v["path"])
+        lines.append(f"| {v['variant']} | {path} | {'baseline' if v['is_base'] else v['verdict']} |")
+    lines.append("")
+    fd = s["fixed_design"]
+    share = "" if s["saved_share"] is None else f" ({s['saved_share']:.0%} saved)"
+    lines.append(f"Spent {s['spent_hours']:.4g} device-hours; training every variant to the largest budget used "
+                 f"({fd['budget']} steps x {fd['seeds']} seeds) would have spent {s['fixed_hours']:.4g}{share}.")
+    for n in needs:
+        lines.append(f"- {n}")
+    return "\n".join(lines) + "\n"
+
+
+def _needs(state, backend) -> list[str]:
+    out_ = []
+    for a in state.arms.values():
+        if a.stopped is None and not a.is_base:
+            need = sum(max(0, a.budget - a.trained.get(i, 0)) for i in range(a.seeds))
+            out_.append(f"{a.name} is undecided: it would next train to {a.budget} steps x {a.seeds} seed(s), "
+                        f"about {need * backend.hours_per_step(a.name):.4g} device-hours")
+    return out_
+
+
+# --------------------------------------------------------------------------- power planning
+
+
+def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], level: float) -> dict:
+    """Budget, seeds and cost to resolve a difference of the margin (:mod:`scalectl.power`).
+
+    The base's numbers come from ``assume`` (C_mid, compute_per_step, s_fit,
+    s_seed), else from the largest completed stored run of the base recipe
+    (any budget), else, for a simulated base, from its curve.
+    Raises UserError when none is available.
+    """
+    from statistics import NormalDist
+
+    from scalectl.power import plan_power
+    from scalectl.simulated import is_simulated, parse_spec
+
+    base = plan.variants[0].recipe
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    src, C_mid, cps, s_fit = None, None, None, None
+    with open_store(db) as store:
+        from scalectl.run_fits import FitOptions, fit_run
+
+        found = None
+        for r in store.list_runs():
+            rec = r.get("recipe") or {}
+            if r["status"] != "completed" or not rec:
+                continue
+            d = dict(rec, budget=dict(rec["budget"], steps=base.budget.steps, gpu_hours=base.budget.gpu_hours),
+                     seed=base.seed, name=base.name)
+            try:
+                from scalectl.recipe import Recipe
+
+                same = Recipe.model_validate(d).content_hash == base.content_hash
+            except ValueError:
+                same = False
+            if same and (found is None or (r.get("last_step") or 0) > (found.get("last_step") or 0)):
+                found = r
+        if found is not None:
+            curve, _, _ = fit_run(store, store.get_run(found["id"]), FitOptions(bootstrap=400, level=level))
+            f = curve.fit
+            C_mid, cps = f.C_mid, float(max(curve.compute)) / max(1, found["last_step"])
+            iv = f.interval("A")
+            s_fit = (iv[1] - iv[0]) / (2 * z) if iv else None
+            src = f"fit of stored run {found['name']} ({found['last_step']} steps)"
+            if rate is None and found.get("last_gpu_hours"):
+                rate = found["last_gpu_hours"] / found["last_step"]
+    if src is None and is_simulated(base.model.path):
+        from scalectl.curve import fit_sigmoid
+        from scalectl.simulated import draw_points, eval_steps
+
+        c = parse_spec(base.model.path)
+        C_mid, cps = c.C_mid, c.hours_per_step
+        steps = max(base.eval.every_steps, int(limits.min_reach * C_mid / cps))
+        pts = draw_points(c, base.seed, eval_steps(steps, base.eval.every_steps))
+        f = fit_sigmoid([p["gpu_hours"] for p in pts], [p["pass_rate"] for p in pts], bootstrap=400,
+                        level=level)
+        iv = f.interval("A")
+        s_fit = (iv[1] - iv[0]) / (2 * z)
+        rate = rate or c.hours_per_step
+        src = f"the simulated base curve (one draw to {steps} steps, fitted)"
+    C_mid = assume.get("C_mid", C_mid)
+    cps = assume.get("compute_per_step", cps)
+    s_fit = assume.get("s_fit", s_fit)
+    s_seed = assume.get("s_seed", limits.seed_sd)
+    if assume:
+        src = (src + " and " if src else "") + "stated assumptions (" + ", ".join(f"{k}={v:g}" for k, v in assume.items()) + ")"
+    if C_mid is None or cps is None or s_fit is None:
+        raise UserError("--plan needs the base's curve: no completed run of the base recipe in the store; "
+                        "state it with --assume C_mid=...,compute_per_step=...,s_fit=... (fit-axis units)")
+    p = plan_power(C_mid=C_mid, compute_per_step=cps, s_fit=s_fit, s_seed=s_seed, arms=len(plan.variants),
+                   margin=limits.margin, hours_per_step=rate, step_multiple=limits.step_multiple,
+                   max_budget=limits.max_budget, max_seeds=limits.max_seeds, level=level,
+                   reach=limits.min_reach)
+    worst = None if rate is None else len(plan.variants) * limits.max_seeds * limits.max_budget * rate
+    return {"source": src, **p.to_dict(), "worst_case_hours": worst, "rate": rate}
+
+
+def print_power(p: dict, name: str) -> None:
+    cost = "no cost rate (--rate)" if p["device_hours"] is None else f"about {p['device_hours']:.4g} device-hours"
+    out.print(f"power plan for {name} from {p['source']}:", soft_wrap=True, highlight=False)
+    out.print(f"  budget {p['budget_steps']} steps per run (reaches {p['reach']:.1f} x C_mid), "
+              f"{p['seeds']} seed(s) per arm, {p['arms']} arms: {cost}"
+              + (" (capped by --max-budget/--max-seeds)" if p["capped"] else ""), soft_wrap=True, highlight=False)
+    out.print(f"  dA half-width with these seeds {p['half_width']:.4f} (target <= margin/2 = {p['margin'] / 2:.4f}); "
+              f"sd of A per run: fit {p['s_fit']:.4f}, seed-to-seed {p['s_seed']:.4f}", soft_wrap=True,
+              highlight=False)
+    if p["worst_case_hours"] is not None:
+        out.print(f"  --until-decided spends at most {p['worst_case_hours']:.4g} device-hours "
+                  "(every arm to --max-budget with --max-seeds); usually far less", soft_wrap=True, highlight=False)
+
+
+# --------------------------------------------------------------------------- the command body
+
+
+def parse_assume(values: list[str]) -> dict[str, float]:
+    """``C_mid=0.1,s_fit=0.004`` (repeatable) -> dict; raises UserError naming the allowed keys."""
+    allowed = ("C_mid", "compute_per_step", "s_fit", "s_seed")
+    out_: dict[str, float] = {}
+    for v in values:
+        for part in filter(None, v.split(",")):
+            k, sep, raw = part.partition("=")
+            if not sep or k.strip() not in allowed:
+                raise UserError(f"--assume {part!r}: expected KEY=NUMBER with KEY one of: {', '.join(allowed)}")
+            try:
+                out_[k.strip()] = float(raw)
+            except ValueError:
+                raise UserError(f"--assume {part!r}: {raw!r} is not a number") from None
+    return out_
+
+
+def run_until_decided(*, db: str, plan, kind: str, runs_dir: Path, out_dir: Path, limits, initial: int,
+                      total_budget: float | None, rate: float | None, bootstrap: int, level: float,
+                      poll: float, json_: bool) -> None:
+    """The adaptive loop over the store; records stages, resumes from them, writes the report."""
+    import typer
+
+    from scalectl.adaptive import run_loop
+
+    name = plan.spec.name
+    names = [v.name for v in plan.variants]
+    baseline = plan.baseline
+    backend = StoreBackend(db, plan, kind, runs_dir, rate, poll_s=poll)
+    with open_store(db) as store:
+        rows = store.stages(name)
+    state = state_from_stages(rows, baseline, names, initial)
+    for n, a in state.arms.items():
+        a.trained = backend.trained(n)
+    state.spent_hours = backend.spent_hours()
+    if rows:
+        err.print(f"resuming adaptive ablation {name} at stage {state.stage} "
+                  f"({state.spent_hours:.4g} device-hours spent so far)")
+    axis = plan.variants[0].recipe.fit.axis
+    section = plan.variants[0].recipe.fit
+    fit_kw = {"bootstrap": bootstrap, "level": level, "axis": axis,
+              "min_compute": float(section.min_compute or 0.0)}
+
+    def record(stage) -> None:
+        keep = {"variant", "is_base", "budget", "seeds", "A", "A_lo", "A_hi", "dA", "dA_lo", "dA_hi", "flags",
+                "action", "verdict", "reason", "next_budget", "next_seeds", "seed_sd", "trained_steps", "fit"}
+        with open_store(db) as store:
+            store.add_stage(name, stage.stage, [{k: v for k, v in r.items() if k in keep} for r in stage.rows],
+                            backend.spent_hours())
+        for r in stage.rows:
+            d = "" if r["dA"] is None else f" dA {r['dA']:+.3f} [{r['dA_lo']:+.3f}, {r['dA_hi']:+.3f}]"
+            err.print(f"stage {stage.stage} {r['variant']}: {r['budget']} steps x{r['seeds']}{d} -> {r['action']}"
+                      f" ({r['verdict']}){': ' + r['reason'] if r['reason'] else ''}", highlight=False,
+                      soft_wrap=True)
+
+    _write_manifest(db, plan, runs_dir)
+    try:
+        result = run_loop(backend, state, limits, total_budget=total_budget, fit_kw=fit_kw, record=record,
+                          on_stage=lambda m: err.print(m, highlight=False, soft_wrap=True))
+    except KeyboardInterrupt:
+        err.print("interrupted: cancelling the ablation's jobs (each saves a checkpoint)")
+        n = backend.cancel_all()
+        err.print(f"cancelled {n} run(s); run the same command again to resume after the last recorded stage")
+        raise typer.Exit(130) from None
+    _write_manifest(db, plan, runs_dir)
+    with open_store(db) as store:
+        rows = store.stages(name)
+    hps = {n: backend.hours_per_step(n) for n in names}
+    s = summary(rows, hps, backend.spent_hours(), limits.margin)
+    needs = _needs(result.state, backend) if result.ended != "decided" else []
+    if result.ended == "total budget":
+        needs.insert(0, f"stopped: the next stage would pass --total-budget {total_budget:g} device-hours")
+    text = render(s, name, result.ended, needs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "adaptive.md").write_text(text)
+    (out_dir / "adaptive.json").write_text(json.dumps({**s, "ended": result.ended, "needs": needs}, indent=2))
+    if json_:
+        print_json({**s, "ended": result.ended, "needs": needs, "report": str(out_dir / "adaptive.md")})
+    else:
+        out.print(text, soft_wrap=True, highlight=False, markup=False)
+        err.print(f"wrote {out_dir / 'adaptive.md'}")
+
+
+def _write_manifest(db, plan, runs_dir: Path) -> None:
+    """The ablation's manifest with the runs that exist, so ``scalectl report NAME`` finds them."""
+    from scalectl.commands.ablate import _manifest, _write_manifest as write, manifest_path
+
+    names = {}
+    with open_store(db) as store:
+        for r in plan.runs:
+            try:
+                names[r.name] = store.get_run(r.name)["name"]
+            except UserError:
+                pass
+    data = _manifest(plan, names, db)
+    for v in data["variants"]:
+        v["runs"] = [n for n in v["runs"] if n in names.values()]
+    data["adaptive"] = True
+    write(manifest_path(runs_dir, plan.spec.name), data)
+
+
+def adaptive_command(spec, *, setup, overrides, launcher, runs_dir: Path, out_dir, margin, bootstrap: int,
+                     rate, poll: float, max_budget, max_seeds: int, total_budget, race: bool, level: float,
+                     plan_only: bool, assume: list[str], dry_run: bool, db, json_: bool) -> None:
+    """``ablate --until-decided`` / ``ablate --plan``: check the options, plan, then loop or estimate.
+
+    Raises:
+        UserError: a bad option value (naming it and what is allowed), or a
+            plan that does not load.
+    """
+    from scalectl.ablation import plan as make_plan
+    from scalectl.decisions import Limits
+    from scalectl.launch.base import LAUNCHER_TYPES
+    from scalectl.store import default_db_path
+
+    if max_seeds < 1:
+        raise UserError(f"--max-seeds {max_seeds} must be >= 1")
+    if total_budget is not None and total_budget <= 0:
+        raise UserError(f"--total-budget {total_budget} must be > 0 device-hours")
+    if not 0 < level < 1:
+        raise UserError(f"--level {level} must lie strictly between 0 and 1")
+    plan = make_plan(spec, setup=setup, overrides=overrides, repeats=max_seeds)
+    first = plan.variants[0].recipe
+    initial = first.budget.steps
+    if initial is None:
+        raise UserError("--until-decided needs a step budget per run: give --budget-steps N")
+    if max_budget is None:
+        max_budget = 8 * initial
+    if max_budget < initial:
+        raise UserError(f"--max-budget {max_budget} is below the first stage's budget {initial} steps")
+    kind = launcher or first.launcher.type
+    if kind not in LAUNCHER_TYPES:
+        raise UserError(f"--launcher {kind!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
+    limits = Limits(max_budget=max_budget, max_seeds=max_seeds, margin=margin or spec.margin,
+                    step_multiple=first.eval.every_steps, race=race)
+    db = db or default_db_path()
+    if rate is None:
+        rate = spec.device_hours_per_step
+        from scalectl.simulated import is_simulated, parse_spec
+
+        if rate is None and is_simulated(first.model.path):
+            rate = parse_spec(first.model.path).hours_per_step
+        if rate is None and Path(db).exists():
+            from scalectl.commands.ablate import measured_rate
+
+            with open_store(db) as store:
+                m = measured_rate(store, first)
+            rate = None if m is None else m[0]
+    if plan_only:
+        p = power_plan(db, plan, limits, rate, parse_assume(assume), level)
+        if json_:
+            print_json({"ablation": spec.name, "power": p})
+        else:
+            print_power(p, spec.name)
+        return
+    if not json_:
+        err.print(f"adaptive ablation {spec.name}: {len(plan.variants)} arms (base {plan.baseline}), first stage "
+                  f"{initial} steps x1 seed; at most {max_budget} steps and {max_seeds} seeds per variant"
+                  + (f", {total_budget:g} device-hours in all" if total_budget else "")
+                  + f"; margin {limits.margin:g}, launcher {kind}", highlight=False, soft_wrap=True)
+    if dry_run:
+        return
+    run_until_decided(db=db, plan=plan, kind=kind, runs_dir=runs_dir,
+                      out_dir=out_dir or Path("reports") / spec.name, limits=limits, initial=initial,
+                      total_budget=total_budget, rate=rate, bootstrap=bootstrap, level=level, poll=poll,
+                      json_=json_)

@@ -1,0 +1,118 @@
+"""``scalectl ablate --until-decided`` and ``--plan`` on the simulated setup: real
+subprocesses, the local launcher, a real store; interrupted with SIGINT and resumed."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import time
+
+import pytest
+
+from conftest import ROOT, SCALECTL, run_cli
+
+
+def _ablation(tmp_path, seconds_per_step: float = 0.0) -> str:
+    common = f"B=2,C_mid=0.1,R0=0.3,hours_per_step=0.001,seconds_per_step={seconds_per_step:g}"
+    path = tmp_path / "sim.toml"
+    path.write_text(f"""
+name = "simab"
+kind = "variants"
+base = "{ROOT / 'recipes/scalerl.toml'}"
+setup = "{ROOT / 'setups/simulated.toml'}"
+baseline = "base"
+set = ["model.path='simulated:A=0.6,{common}'", "budget.steps=100"]
+
+[[variants]]
+name = "base"
+
+[[variants]]
+name = "down"
+set = ["model.path='simulated:A=0.5,{common}'"]
+
+[[variants]]
+name = "up"
+set = ["model.path='simulated:A=0.7,{common}'"]
+""")
+    return str(path)
+
+
+def _stages(db) -> list[tuple]:
+    conn = sqlite3.connect(db)
+    try:
+        return conn.execute("SELECT stage, variant, budget, seeds, action, verdict, created FROM ablation_stages "
+                            "WHERE ablation = 'simab' ORDER BY stage, variant").fetchall()
+    except sqlite3.OperationalError:      # the table is not there yet
+        return []
+    finally:
+        conn.close()
+
+
+def test_plan_from_the_simulated_base(tmp_path):
+    proc = run_cli("ablate", _ablation(tmp_path), "--plan", "--json", db=tmp_path / "s.db", check=True)
+    p = json.loads(proc.stdout)["power"]
+    # 5 x C_mid / hours_per_step = 500 steps (a multiple of eval.every_steps = 10); 3 arms
+    assert p["budget_steps"] == 500 and p["arms"] == 3 and p["reach"] == pytest.approx(5.0)
+    assert p["device_hours"] == pytest.approx(3 * p["seeds"] * 500 * 0.001)
+    assert p["source"].startswith("the simulated base curve")
+    bad = run_cli("ablate", _ablation(tmp_path), "--until-decided", "--max-seeds", "0", db=tmp_path / "s.db")
+    assert bad.returncode == 2 and "--max-seeds 0 must be >= 1" in bad.stderr
+
+
+def test_until_decided_end_to_end(tmp_path):
+    db = tmp_path / "s.db"
+    proc = run_cli("ablate", _ablation(tmp_path), "--until-decided", "--bootstrap", "100", "--poll", "0.2",
+                   "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "rep"), "--json",
+                   db=db, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    verdicts = {v["variant"]: v["verdict"] for v in result["variants"]}
+    assert verdicts == {"base": "baseline", "down": "lower ceiling", "up": "higher ceiling"}
+    rows = _stages(db)
+    assert [r[:4] for r in rows if r[0] == 0] == [(0, "base", 100, 1), (0, "down", 100, 1), (0, "up", 100, 1)]
+    # every stage past 0 trains what the previous one decided; runs exist under the ablation's names
+    conn = sqlite3.connect(db)
+    runs = dict(conn.execute("SELECT name, status FROM runs").fetchall())
+    last = max(r[0] for r in rows)
+    budgets = {r[1]: (r[2], r[3]) for r in rows if r[0] == last}
+    for variant, (budget, seeds) in budgets.items():
+        for s in range(seeds):
+            name = f"simab--{variant}--s{s}"
+            assert runs[name] == "completed"
+            top = conn.execute("SELECT MAX(step) FROM eval_points p JOIN runs r ON r.id = p.run_id "
+                               "WHERE r.name = ?", [name]).fetchone()[0]
+            assert top >= budget
+    assert result["spent_hours"] <= result["fixed_hours"]
+    text = (tmp_path / "rep" / "adaptive.md").read_text()
+    assert "| up |" in text and "higher ceiling" in text and "device-hours" in text
+
+
+@pytest.mark.slow
+def test_until_decided_interrupted_then_resumed(tmp_path):
+    db = tmp_path / "s.db"
+    args = ["ablate", _ablation(tmp_path, seconds_per_step=0.05), "--until-decided", "--bootstrap", "100",
+            "--poll", "0.2", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "rep")]
+    env = dict(os.environ, SCALECTL_DB=str(db), COLUMNS="200")
+    first = subprocess.Popen([SCALECTL, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 600
+    while not _stages(db):                         # wait for stage 0 to be recorded
+        assert first.poll() is None, first.communicate()
+        assert time.monotonic() < deadline
+        time.sleep(0.5)
+    first.send_signal(signal.SIGINT)
+    _, err = first.communicate(timeout=300)
+    assert first.returncode == 130, err
+    assert "run the same command again" in err
+    before = _stages(db)
+    stage0 = [r for r in before if r[0] == 0]
+    second = subprocess.run([SCALECTL, *args], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert second.returncode == 0, second.stderr
+    assert f"resuming adaptive ablation simab at stage {max(r[0] for r in before) + 1}" in second.stderr
+    after = _stages(db)
+    assert [r for r in after if r[0] == 0] == stage0          # stage 0 was not decided again
+    final = {r[1]: r[5] for r in after if r[0] == max(x[0] for x in after)}
+    assert final == {"base": "baseline", "down": "lower ceiling", "up": "higher ceiling"}
