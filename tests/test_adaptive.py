@@ -14,7 +14,7 @@ from scalectl.adaptive import SimBackend, fixed_design, initial_state, run_loop
 from scalectl.compare import FASTER, HIGHER, LOWER, SLOWER, UNDECIDED, compare, RunCurve
 from scalectl.curve import Flag, SigmoidFit
 from scalectl.decisions import (
-    CANNOT_WIN, EXTEND, HOLD, SEED, STOP, Arm, Limits, decide, extended_budget, is_true_verdict, pooled_seed_sd,
+    CANNOT_WIN, EXTEND, HOLD, SEED, STOP, TIES, Arm, Limits, decide, extended_budget, is_true_verdict, pooled_seed_sd,
     widen_for_seeds,
 )
 from scalectl.errors import UserError
@@ -104,7 +104,7 @@ def test_decide_each_rule():
     d = decide(arms, cmp, lim)
     assert (d["up"].action, d["up"].verdict) == (STOP, HIGHER)
     assert (d["down"].action, d["down"].verdict) == (STOP, LOWER)
-    assert d["tie"].action == STOP and d["tie"].verdict in (FASTER, SLOWER)
+    assert d["tie"].action == STOP and d["tie"].verdict in TIES
     assert (d["noisy"].action, d["noisy"].seeds) == (SEED, 2)
     # 3 C_mid / cps = 900 steps, within [1.5 x 500, 4 x 500], a multiple of 10
     assert (d["short"].action, d["short"].budget) == (EXTEND, 900)

@@ -17,7 +17,7 @@ def test_the_repository_folders_are_the_packaged_presets():
     for kind in presets.KINDS:
         assert (ROOT / kind).resolve() == (presets.root() / kind).resolve()
     assert presets.names("recipes") == RECIPES
-    assert presets.names("setups") == ["paper-8b", "tiny-cpu"]
+    assert presets.names("setups") == ["paper-8b", "simulated", "tiny-cpu"]
     assert presets.names("ablations") == ["async-forward", "loss-forward", "recipes", "scalerl-loo"]
 
 
@@ -74,7 +74,7 @@ def test_an_unknown_name_lists_the_presets(tmp_path):
     assert "scalerll: no such file, and not the name of a recipe preset" in proc.stderr
     assert "dapo, grpo, magistral, minimax, scalerl" in proc.stderr
     proc = run_cli("validate", "scalerl", "--setup", "tiny", cwd=tmp_path)
-    assert proc.returncode == 2 and "setups: paper-8b, tiny-cpu" in proc.stderr
+    assert proc.returncode == 2 and "setups: paper-8b, simulated, tiny-cpu" in proc.stderr
 
 
 def test_extends_a_preset_by_name_outside_the_presets_folders(tmp_path):

@@ -39,13 +39,15 @@ import math
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from scalectl.compare import FASTER, HIGHER, LOWER, SLOWER, UNDECIDED, Comparison
+from scalectl.compare import FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, UNDECIDED, Comparison
 from scalectl.curve import SigmoidFit
 
 STOP, EXTEND, SEED, HOLD = "stop", "extend", "seed", "hold"
 ACTIONS = (STOP, EXTEND, SEED, HOLD)
 CANNOT_WIN = "cannot win"
-DECIDED = (HIGHER, LOWER, FASTER, SLOWER)
+#: Verdicts that stop a variant: a ceiling decided, or tied (whatever its speed verdict).
+DECIDED = (HIGHER, LOWER, FASTER, SLOWER, SPEED_UNDECIDED)
+TIES = (FASTER, SLOWER, SPEED_UNDECIDED)
 #: The paper's three seeds within +-0.015 (section 3), read as +-2 standard deviations.
 PRIOR_SEED_SD = 0.0075
 #: Weight of the prior seed sd, in degrees of freedom of the pooled estimate.
@@ -370,6 +372,6 @@ def is_true_verdict(verdict: str, true_delta: float, margin: float) -> bool | No
         return true_delta >= margin
     if verdict == LOWER:
         return true_delta <= -margin
-    if verdict in (FASTER, SLOWER):
+    if verdict in TIES:
         return abs(true_delta) < margin
     return None

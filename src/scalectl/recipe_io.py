@@ -370,8 +370,9 @@ def check_sources(recipe: Recipe) -> list[tuple[str, str]]:
     """Check ``model.path`` and ``data.source`` as far as can be done without loading.
 
     * ``model.path``: ``builtin:tiny`` (which warm-starts on
-      ``synthetic:arithmetic`` only), or a checkpoint folder holding
-      ``config.json`` (transformers ``save_pretrained`` layout).
+      ``synthetic:arithmetic`` only), a checkpoint folder holding
+      ``config.json`` (transformers ``save_pretrained`` layout), or a simulated
+      curve ``simulated:KEY=VALUE,...`` (:mod:`scalectl.simulated`).
     * ``data.source``: ``synthetic:arithmetic``; ``hf:NAME`` with a name (a
       hub name cannot be checked offline; a local folder ``hf:./x`` or
       ``hf:/x`` must exist); or a regular ``.jsonl``/``.json``/``.parquet`` file.
@@ -383,7 +384,14 @@ def check_sources(recipe: Recipe) -> list[tuple[str, str]]:
     """
     problems: list[tuple[str, str]] = []
     model, source = recipe.model.path, recipe.data.source
-    if model.startswith("builtin:"):
+    if model.startswith("simulated:"):          # a simulated curve (scalectl.simulated), no model
+        from scalectl.simulated import parse_spec
+
+        try:
+            parse_spec(model)
+        except UserError as exc:
+            problems.append(("model.path", str(exc)))
+    elif model.startswith("builtin:"):
         if model not in BUILTIN_MODELS:
             problems.append(("model.path", f"model.path = {model!r} is not one of: "
                              f"{', '.join(BUILTIN_MODELS)}, a checkpoint folder"))
