@@ -12,6 +12,7 @@ recorded stage.  Runs are named ``<ablation>--<variant>--s<seed>``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 import time
@@ -318,11 +319,12 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
     base = plan.variants[0].recipe
     z = NormalDist().inv_cdf(0.5 + level / 2)
     src, C_mid, cps, s_fit = None, None, None, None
-    with open_store(db) as store:
+    stored = Path(db).exists()
+    with open_store(db, create=True) if stored else _nothing() as store:
         from scalectl.run_fits import FitOptions, fit_run
 
         found = None
-        for r in store.list_runs():
+        for r in store.list_runs() if store is not None else []:
             rec = r.get("recipe") or {}
             if r["status"] != "completed" or not rec:
                 continue
@@ -376,6 +378,11 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
     return {"source": src, **p.to_dict(), "worst_case_hours": worst, "rate": rate}
 
 
+@contextlib.contextmanager
+def _nothing():
+    yield None
+
+
 def print_power(p: dict, name: str) -> None:
     cost = "no cost rate (--rate)" if p["device_hours"] is None else f"about {p['device_hours']:.4g} device-hours"
     out.print(f"power plan for {name} from {p['source']}:", soft_wrap=True, highlight=False)
@@ -421,7 +428,7 @@ def run_until_decided(*, db: str, plan, kind: str, runs_dir: Path, out_dir: Path
     names = [v.name for v in plan.variants]
     baseline = plan.baseline
     backend = StoreBackend(db, plan, kind, runs_dir, rate, poll_s=poll)
-    with open_store(db) as store:
+    with open_store(db, create=True) as store:
         rows = store.stages(name)
     state = state_from_stages(rows, baseline, names, initial)
     for n, a in state.arms.items():
