@@ -96,8 +96,10 @@ def test_until_decided_interrupted_then_resumed(tmp_path):
     args = ["ablate", _ablation(tmp_path, seconds_per_step=0.05), "--until-decided", "--bootstrap", "100",
             "--poll", "0.2", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "rep")]
     env = dict(os.environ, SCALECTL_DB=str(db), COLUMNS="200")
+    # Ctrl-C's SIGINT, with its default action even when the tests run from a background shell
     first = subprocess.Popen([SCALECTL, *args], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.monotonic() + 600
     while not _stages(db):                         # wait for stage 0 to be recorded
         assert first.poll() is None, first.communicate()

@@ -187,7 +187,7 @@ def run_loop(backend: Backend, state: LoopState, limits: Limits, *, total_budget
         comparison = None
         if base_name in runcurves:
             comparison = compare(runcurves, baseline=base_name, margin=limits.margin)
-        decisions = decide(arms, comparison, limits)
+        decisions = decide(arms, comparison, limits, seed_sd=sd)
         rows = []
         for arm in arms:
             d = decisions[arm.name]

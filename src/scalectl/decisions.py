@@ -18,6 +18,10 @@ compares every variant with the base (:func:`scalectl.compare.compare`, margin
 * **cannot win any more**: its upper bound on A lies below the base's lower
   bound minus the margin (with ``race``: below the best lower bound of any
   arm): stop it, "lower ceiling" (against another arm: "cannot win");
+* at ``max_seeds``: extend it, unless the seed-to-seed part of the dA
+  interval, z sd_seed sqrt(1/n_variant + 1/n_base), which no extension
+  narrows, already rules out both a tie (it needs floor < margin - |dA|) and
+  a difference (|dA| - floor > claim x margin): then stop, "undecided";
 * nothing left to try (at ``max_budget`` and ``max_seeds``): stop it,
   "undecided".
 
@@ -228,12 +232,25 @@ def _a_bounds(arm: Arm, min_reach: float) -> tuple[float, float] | None:
     return arm.fit.interval("A") or (arm.fit.A, arm.fit.A)
 
 
-def decide(arms: Sequence[Arm], comparison: Comparison | None, limits: Limits) -> dict[str, Decision]:
+def _seed_floor(arm: Arm, base: Arm, seed_sd: float) -> float:
+    """The part of the dA half-width that no extension narrows: z sd sqrt(1/n_arm + 1/n_base)."""
+    from statistics import NormalDist
+
+    level = arm.fit.level if arm.fit is not None else 0.95
+    z = NormalDist().inv_cdf(0.5 + level / 2)
+    return z * seed_sd * math.sqrt(1 / arm.seeds + 1 / base.seeds)
+
+
+def decide(arms: Sequence[Arm], comparison: Comparison | None, limits: Limits,
+           seed_sd: float | None = None) -> dict[str, Decision]:
     """Next step of every arm after a stage.
 
     arms: the base (``is_base``) and the variants; comparison: the result of
     :func:`scalectl.compare.compare` over the arms still running plus the base
     (rows named like the arms; None when the base could not be fitted).
+    seed_sd: the seed-to-seed sd of A in use (default ``limits.seed_sd``): a
+    variant at ``max_seeds`` is extended only while a verdict is within reach
+    of the interval part that extension does not narrow.
     Returns arm name -> :class:`Decision`; the base's decision says whether
     it is extended or seeded for the others' sake (``hold`` otherwise;
     ``stop`` once nothing is running).  Raises ValueError when there is not
@@ -335,7 +352,16 @@ def decide(arms: Sequence[Arm], comparison: Comparison | None, limits: Limits) -
                                      arm.budget, arm.seeds)
         else:
             new = extended_budget(arm, limits)
-            if new > arm.budget:
+            floor = _seed_floor(arm, base, seed_sd if seed_sd is not None else limits.seed_sd)
+            d = row.delta_A if row is not None else 0.0
+            reachable = floor < margin - abs(d) or abs(d) - floor > limits.claim * margin
+            if new > arm.budget and not reachable:
+                out[arm.name] = Decision(
+                    arm.name, STOP, UNDECIDED,
+                    f"{reason}; at --max-seeds {limits.max_seeds} the seed-to-seed part of the dA interval "
+                    f"(+-{floor:.3f}), which a longer run does not narrow, leaves no verdict within reach",
+                    arm.budget, arm.seeds)
+            elif new > arm.budget:
                 out[arm.name] = Decision(arm.name, EXTEND, UNDECIDED,
                                          f"{reason}; seeds at --max-seeds {limits.max_seeds}: extend to "
                                          f"{new} steps", new, arm.seeds)
