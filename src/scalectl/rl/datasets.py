@@ -29,7 +29,6 @@ remains and is disjoint from training (:func:`split_indices`).
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -45,8 +44,6 @@ BOXED_INSTRUCTION = "Let's think step by step and output the final answer within
 PROMPT_KEYS = ("prompt", "question", "problem", "query", "messages")
 #: Columns tried, in order, for the gold answer when ``data.answer_key`` is not set.
 ANSWER_KEYS = ("reward_model.ground_truth", "ground_truth", "final_answer", "answer", "solution")
-
-_THOUSANDS = re.compile(r"[-+]?\d{1,3}(,\d{3})+(\.\d+)?")
 
 
 @dataclass(frozen=True)
@@ -169,8 +166,9 @@ def normalize_answer(value) -> str:
 
     * a worked solution: the part after the last ``####`` (GSM8K), or the content of the
       last ``\\boxed{}`` (MATH);
-    * a number with thousands separators loses them (``"2,125"`` -> ``"2125"``, as
-      math-verify reads it);
+    * a number with thousands separators loses them (``"2,125"``, ``"2{,}125"``,
+      ``"2 125"`` -> ``"2125"``; :func:`scalectl.rl.rewards.without_thousands`, which the
+      checker applies to the model's answers too);
     * an integral float is written as an integer (``142.0`` -> ``"142"``);
     * a one-element list is its element.
 
@@ -178,7 +176,7 @@ def normalize_answer(value) -> str:
         ValueError: None, a boolean, an empty answer, a list of several answers, or a
             solution with an unclosed ``\\boxed{``.
     """
-    from scalectl.rl.rewards import last_boxed
+    from scalectl.rl.rewards import last_boxed, without_thousands
 
     if isinstance(value, (list, tuple)):
         if len(value) != 1:
@@ -200,8 +198,7 @@ def normalize_answer(value) -> str:
         if boxed is None:
             raise ValueError("the solution's \\boxed{ is not closed")
         text = boxed.strip()
-    if _THOUSANDS.fullmatch(text):
-        text = text.replace(",", "")
+    text = without_thousands(text)
     if not text:
         raise ValueError("empty answer")
     return text

@@ -18,9 +18,17 @@ Bounded time, safe in threads: math-verify's own timeouts use ``signal.alarm``
   :data:`CHECK_TIMEOUT_S` seconds scores False and its process is killed (``(x+1)^{1000}`` against ``x^{1000}`` passes the guard and takes ~9 s in
   sympy; ``\\sum_{k=1}^{9999}k^{9999}`` does not return).
 
-Two answers that are the same string, or both integer literals, are compared
-here without math-verify (``025`` equals ``25``, as math-verify says).  Any
-exception inside math-verify scores False.  Never raises on a completion.
+Both sides are first normalised the same way (:func:`canonical_answer`): surrounding
+whitespace and trailing punctuation go (``3.`` is 3), thousands separators go when
+every group has three digits (``1,000``, ``1{,}000``, ``1\\,000``, ``1 000``), and a
+trailing percent sign is set apart.  A percent sign counts only where the gold has
+one: an answer with one against a gold without (``5\\%`` for 5, ``50\\%`` for 0.5) is
+wrong, and a gold with one is compared by its number (``5`` or ``5\\%`` for ``5\\%``,
+not ``0.05``).  A checker that accepts wrong answers is a reward-hacking surface, so
+what stays ambiguous is rejected.  Two answers that are then the same string, or both
+integer literals, are compared here without math-verify (``025`` equals ``25``, as
+math-verify says).  Any exception inside math-verify scores False.  Never raises on a
+completion.
 """
 
 from __future__ import annotations
@@ -47,6 +55,11 @@ _BIG_POWER = re.compile(r"(\^|\*\*)\s*\{?\s*[-+]?\d{%d,}" % (MAX_EXPONENT_DIGITS
 _BIG_FACTORIAL = re.compile(r"\d{%d,}\s*!" % (MAX_EXPONENT_DIGITS + 1))
 _NESTED_POWER = re.compile(r"(\^|\*\*)\s*\{[^{}]*(\^|\*\*)")
 _INTEGER = re.compile(r"[-+]?\d+")
+#: one separator kind between groups of exactly three digits: , {,} \, \; \: \! \  ~ or a space
+_THOUSANDS = re.compile(r"[-+]?\d{1,3}(?P<sep>,|\{,\}|\\[,;:! ]|~| )\d{3}(?:(?P=sep)\d{3})*(?:\.\d+)?")
+_SEPARATORS = re.compile(r",|\{,\}|\\[,;:! ]|~| ")
+_TRAILING_PUNCTUATION = re.compile(r"(?<=\S)\s*[.,;:?]+$")    # not "!": a factorial
+_PERCENT = re.compile(r"\s*\\?%$")
 _BOX_OR_BRACE = re.compile(r"\\boxed\{|[{}]")
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)  # the "timeout is disabled" warnings
@@ -80,6 +93,29 @@ def too_costly(answer: str) -> bool:
     return (len(answer) > MAX_ANSWER_CHARS or bool(_BIG_POWER.search(answer))
             or bool(_BIG_FACTORIAL.search(answer)) or bool(_NESTED_POWER.search(answer))
             or answer.count("^") + answer.count("**") > 4)
+
+
+def without_thousands(text: str) -> str:
+    """``text`` without its thousands separators when it is one number written with them
+    (groups of exactly three digits, one kind of separator): ``"1,000"``, ``"1{,}000"``,
+    ``"1\\,000"``, ``"1 000 000"`` -> ``"1000"``, ``"1000000"``; anything else unchanged
+    (``"1,2"``, ``"1 0000"``, ``"3 3"``: not a number with thousands separators)."""
+    return _SEPARATORS.sub("", text) if _THOUSANDS.fullmatch(text) else text
+
+
+def canonical_answer(text: str) -> tuple[str, bool]:
+    """The form both sides of a comparison take, and whether it carried a percent sign.
+
+    Surrounding whitespace and trailing punctuation (``.,;:?``; not ``!``, a factorial) are removed, then a
+    trailing ``%`` or ``\\%`` (noted), then thousands separators
+    (:func:`without_thousands`).  ``"5\\%."`` -> ``("5", True)``; ``"1 000"`` ->
+    ``("1000", False)``; ``"3."`` -> ``("3", False)``.
+    """
+    text = _TRAILING_PUNCTUATION.sub("", text.strip())
+    percent = bool(_PERCENT.search(text))
+    if percent:
+        text = _PERCENT.sub("", text)
+    return without_thousands(text.strip()), percent
 
 
 @functools.lru_cache(maxsize=8192)
@@ -265,14 +301,18 @@ def _verify_bounded(gold: str, answer: str, timeout: float) -> bool:
 
 
 def answers_match(answer: str, gold: str, *, timeout: float = CHECK_TIMEOUT_S) -> bool:
-    """True when the boxed ``answer`` equals ``gold``: the same string (after stripping
-    surrounding whitespace), the same integer when both are integer literals, else by
-    math-verify (``verify(parse(gold), parse(answer))``, in a checker process, at most
-    ``timeout`` seconds).  False for too costly, unparseable or timed-out answers;
-    never raises (but KeyboardInterrupt)."""
-    answer, gold = answer.strip(), gold.strip()
+    """True when the boxed ``answer`` equals ``gold``.
+
+    Both are normalised by :func:`canonical_answer`; an answer with a percent sign
+    against a gold without one is False.  Then: the same string, the same integer when
+    both are integer literals, else math-verify (``verify(parse(gold), parse(answer))``,
+    in a checker process, at most ``timeout`` seconds).  False for too costly,
+    unparseable or timed-out answers; never raises (but KeyboardInterrupt)."""
+    (answer, answer_pct), (gold, gold_pct) = canonical_answer(answer), canonical_answer(gold)
+    if answer_pct and not gold_pct:
+        return False
     if answer == gold:
-        return True
+        return bool(answer)
     if not answer or too_costly(answer) or too_costly(gold):
         return False
     if _INTEGER.fullmatch(answer) and _INTEGER.fullmatch(gold):
