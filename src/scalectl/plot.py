@@ -142,7 +142,7 @@ def plot_extrapolation(ex: Extrapolation, path: str | Path, *, name: str = "run"
     ax.plot(before, fit.predict(before), color=color, lw=2, label=_label(name, fit))
     ax.plot(after, fit.predict(after), color=color, lw=2, ls="--", label="prediction")
     if fit.samples is not None and len(fit.samples):
-        b_lo, b_hi = fit.band(after, kind="prediction")
+        b_lo, b_hi = fit.band(after, kind="prediction", drift_sd=ex.drift_sd)
         ax.fill_between(after, b_lo, b_hi, color=color, alpha=0.15, lw=0,
                         label=f"{fit.level:.0%} prediction band")
     ax.axvline(ex.cut, color="grey", ls=":", lw=1)

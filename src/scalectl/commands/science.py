@@ -16,7 +16,8 @@ import typer
 from scalectl.commands.common import DbOption, JsonOption, err, open_store, out, print_json, user_errors
 from scalectl.errors import UserError
 from scalectl.fit_tables import compare_table, extrapolation_lines, fit_table, sensitivity_table
-from scalectl.run_fits import FitOptions, fit_run, fit_section, load_points, parse_r0, resolve_axis
+from scalectl.run_fits import (FitOptions, fit_run, fit_section, load_points, parse_r0, r0_standard_error,
+                               resolve_axis)
 
 
 AxisOption = Annotated[str | None, typer.Option(
@@ -206,6 +207,9 @@ def extrapolate(
     r0: R0Option = "auto",
     bootstrap: BootstrapOption = 1000,
     seed: SeedOption = 0,
+    drift_sd: Annotated[float, typer.Option(
+        "--drift-sd", help="Sd of a run's drift from its curve past the fitted points, added to "
+                           "the prediction band (default 0.01: half the paper's seed margin).")] = 0.01,
     plot: PlotOption = None,
     db: DbOption = None,
     json_: JsonOption = False,
@@ -223,14 +227,17 @@ def extrapolate(
         info = store.get_run(run)
         ax = resolve_axis(info, FitOptions(axis=axis))
         x, y, trunc = load_points(store, info, ax)
+        r0_se = r0_standard_error(store, info, ax)
     section = fit_section(info)
     if min_compute is None:
         min_compute = (float(section["min_compute"]) if "min_compute" in section
                        and section.get("axis", "gpu_hours") == ax else default_min_compute(x, ax))
+    if not drift_sd >= 0:
+        raise UserError(f"--drift-sd must be >= 0 (given {drift_sd})")
     kw = dict(min_compute=min_compute, r0=parse_r0(r0), method=method, axis=ax, bootstrap=bootstrap,
-              seed=seed)
+              seed=seed, r0_se=r0_se)
     try:
-        ex = extrap(x, y, until=until, fraction=fraction, truncation=trunc, **kw)
+        ex = extrap(x, y, until=until, fraction=fraction, truncation=trunc, drift_sd=drift_sd, **kw)
         kw.pop("min_compute")
         sens = window_sensitivity(x, y, min_compute=min_compute, **kw)
     except (FitError, ValueError) as exc:

@@ -52,14 +52,16 @@ def block_indices(n: int, length: int, n_boot: int, rng: np.random.Generator) ->
 def bootstrap_draws(theta: np.ndarray, free: np.ndarray, logc: np.ndarray, y: np.ndarray,
                     resid: np.ndarray, n0: int, lo: np.ndarray, hi: np.ndarray, n_boot: int,
                     seed: int, kind: str = "block", *, weights: np.ndarray | None = None,
-                    r0_se: float | None = None, block: int | None = None) -> np.ndarray:
+                    r0_se: float | None = None, block: int | None = None,
+                    inflate: float = 1.0) -> np.ndarray:
     """Parameter draws (n_boot, 4; A, log C_mid, B, R0) of bootstrap refits.
 
     theta (4,) the fit; free (4,) the fitted parameters; logc, y, resid, weights
     (n,) with the n0 observations at compute 0 first and the window points after
     them in order of compute.  Residuals of the window are centred and scaled by
-    sqrt(n/(n-p)) (p fitted parameters).  ``block``: block length for ``"block"``
-    (default :func:`default_block_length`).  Raises FitError on an unknown kind.
+    sqrt(n/(n-p)) (p fitted parameters) and by ``inflate`` (the variance inflation
+    of dependent noise, :func:`scalectl.curve.fit.ar1_inflation`).  ``block``: block
+    length for ``"block"`` (default :func:`default_block_length`).  Raises FitError on an unknown kind.
     """
     if kind not in KINDS:
         raise FitError(f"bootstrap kind {kind!r} is not one of: {', '.join(KINDS)}")
@@ -68,7 +70,7 @@ def bootstrap_draws(theta: np.ndarray, free: np.ndarray, logc: np.ndarray, y: np
     nw = n - n0
     p = int(free.sum())
     rw = resid[n0:]
-    res = (rw - rw.mean()) * math.sqrt(nw / max(nw - p, 1))
+    res = (rw - rw.mean()) * math.sqrt(nw / max(nw - p, 1)) * inflate
     start = np.tile(theta, (n_boot, 1))
     w = None if weights is None else np.broadcast_to(weights, (n_boot, n))
     if kind == "pairs":

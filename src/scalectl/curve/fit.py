@@ -34,6 +34,30 @@ def default_min_compute(compute: Sequence[float], axis: str = "gpu_hours") -> fl
     return 0.015 * cmax
 
 
+#: Lag-1 autocorrelation of the residuals is clipped to [0, MAX_AUTOCORR] before use.
+MAX_AUTOCORR = 0.9
+
+
+def ar1_inflation(residuals: np.ndarray) -> tuple[float, float]:
+    """(rho, factor): the lag-1 autocorrelation of residuals in compute order, clipped to
+    [0, 0.9], and the sd inflation sqrt((1 + rho) / (1 - rho)).
+
+    For noise with lag-1 autocorrelation rho, n points carry the information of
+    n (1 - rho) / (1 + rho) independent ones (the effective sample size of an
+    AR(1) series: Zwiers and von Storch 1995, J. Climate 8, eq. 4; Bretherton et
+    al. 1999, J. Climate 12): variances estimated as if independent are too small
+    by that ratio.  Fewer than 4 residuals: (0, 1).
+    """
+    r = np.asarray(residuals, dtype=float)
+    if r.size < 4:
+        return 0.0, 1.0
+    r = r - r.mean()
+    den = float(np.sum(r * r))
+    rho = float(np.sum(r[1:] * r[:-1])) / den if den > 0 else 0.0
+    rho = min(max(rho, 0.0), MAX_AUTOCORR)
+    return rho, math.sqrt((1 + rho) / (1 - rho))
+
+
 def evaluation_standard_error(correct_counts: Sequence[int], k: int) -> float | None:
     """Standard error of a mean@k pass rate from a re-evaluation of the same prompts.
 
@@ -162,6 +186,7 @@ def fit_sigmoid(
     fixed_A: float | None = None,
     bootstrap: int = 1000,
     bootstrap_kind: Literal["block", "residual", "pairs"] = "residual",
+    dependence: bool = True,
     block: int | None = None,
     r0_se: float | None = None,
     level: float = 0.95,
@@ -196,7 +221,11 @@ def fit_sigmoid(
     method: ``"vp"`` (bounded least squares from a variable-projection start) or
     ``"grid"`` (paper A.5).  ``bootstrap`` resamples (0 for none) give intervals at
     ``level``, deterministic given ``seed``; ``bootstrap_kind`` and ``block`` as in
-    :func:`scalectl.curve.bootstrap.bootstrap_draws`.  ``truncation`` (n,) truncation rates,
+    :func:`scalectl.curve.bootstrap.bootstrap_draws`.  ``dependence``: real
+    evaluation points drift together (a dip spans several points), so the
+    resampled residuals and the prediction noise are inflated by the lag-1
+    autocorrelation of the residuals (:func:`ar1_inflation`); False treats the
+    points as independent.  ``truncation`` (n,) truncation rates,
     flagged above ``truncation_threshold`` (method.md section 5).
 
     Returns a :class:`SigmoidFit`.  Raises :class:`FitError` on malformed input or
@@ -277,6 +306,10 @@ def fit_sigmoid(
     if R0 is not None:
         theta[_R0] = R0
     resid = yf - _model(theta, logc)
+    n_fit = int(free.sum())
+    rho, inflate = ar1_inflation(resid[n0:]) if dependence else (0.0, 1.0)
+    dof = max(xw.size - n_fit, 1)
+    noise_sd = math.sqrt(float(np.sum(resid[n0:] ** 2)) / dof) * inflate
     flags = _point_flags(theta, free, active, lo, hi, xw, yw, trunc, truncation_threshold,
                          grid_values)
 
@@ -285,7 +318,7 @@ def fit_sigmoid(
     if bootstrap:
         draws = bootstrap_draws(theta, free, logc, yf, resid, n0, lo, hi, bootstrap, seed,
                                 bootstrap_kind, weights=None if np.all(w == 1) else w,
-                                r0_se=r0_se, block=block)
+                                r0_se=r0_se, block=block, inflate=inflate)
         samples = _to_named(draws)
         point = _to_named(theta)
         q = (1 - level) / 2
@@ -313,5 +346,5 @@ def fit_sigmoid(
         n_points=int(xw.size), rmse=float(np.sqrt(np.mean(resid[n0:]**2))), method=method,
         axis=axis, flags=tuple(flags), intervals=intervals, level=level,
         a_fixed=fixed_A is not None, n_bootstrap=int(bootstrap), samples=samples,
-        residuals=resid[n0:],
+        residuals=resid[n0:], noise_sd=noise_sd, dof=dof, autocorr=rho,
     )

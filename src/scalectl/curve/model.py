@@ -11,6 +11,7 @@ eq. 1 in section 3).  ``C`` is training compute on the axis the caller chooses
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Literal, Mapping
 
@@ -116,7 +117,10 @@ class SigmoidFit:
     R0: pass rate at compute 0: fixed by the caller, fitted from the curve alone
     (``r0_fitted``), or fitted with the evaluations at compute 0 as observations
     (``r0_measured``; it then has an interval).  ``window`` is the (min, max) compute of the points used,
-    ``rmse`` the root mean squared residual on them.  ``intervals`` maps a parameter
+    ``rmse`` the root mean squared residual on them.  ``noise_sd``: the sd of a new
+    evaluation around the curve, sqrt(RSS / dof) inflated for the lag-1
+    autocorrelation ``autocorr`` of the residuals (see :mod:`scalectl.curve.fit`);
+    ``dof`` = window points - fitted parameters.  ``intervals`` maps a parameter
     name to its (lo, hi) bootstrap interval at ``level``; each interval contains its
     estimate.  ``samples`` (bootstrap parameter draws, shape (n_bootstrap, 4) in
     the order A, C_mid, B, R0) and ``residuals`` are kept in memory for prediction
@@ -139,6 +143,9 @@ class SigmoidFit:
     a_fixed: bool = False
     n_bootstrap: int = 0
     r0_measured: bool = False
+    noise_sd: float = float("nan")
+    dof: int = 0
+    autocorr: float = 0.0
     samples: np.ndarray | None = field(default=None, repr=False, compare=False, hash=False)
     residuals: np.ndarray | None = field(default=None, repr=False, compare=False, hash=False)
 
@@ -160,11 +167,15 @@ class SigmoidFit:
         return None if iv is None else (float(iv[0]), float(iv[1]))
 
     def band(self, C: Any, kind: Literal["prediction", "confidence"] = "prediction",
-             level: float | None = None, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+             level: float | None = None, seed: int = 0, drift_sd: float = 0.0
+             ) -> tuple[np.ndarray, np.ndarray]:
         """Band of the curve at compute ``C`` from the bootstrap draws.
 
         ``"confidence"``: where the mean curve lies; ``"prediction"``: where a new
-        evaluation point falls (curve draws plus resampled residual noise).
+        evaluation point falls: curve draws plus noise ``noise_sd`` x Student-t with
+        ``dof`` degrees of freedom (the noise sd is estimated from ``dof`` residuals,
+        so its tails are t's, not normal's); fits without ``noise_sd`` add
+        resampled residuals instead.
         Returns (lo, hi) arrays shaped like ``C``.  Raises ValueError when the
         fit was made without bootstrap.
         """
@@ -176,8 +187,13 @@ class SigmoidFit:
         curves = sigmoid(C.reshape(1, -1), s[:, [0]], s[:, [2]], s[:, [1]], s[:, [3]])
         if kind == "prediction":
             rng = np.random.default_rng(seed)
-            res = self.residuals if self.residuals is not None and len(self.residuals) else np.array([0.0])
-            curves = curves + rng.choice(res, size=curves.shape, replace=True)
+            if math.isfinite(self.noise_sd) and self.dof > 0:
+                sd = math.hypot(self.noise_sd, drift_sd)
+                curves = curves + sd * rng.standard_t(self.dof, size=curves.shape)
+            else:
+                res = (self.residuals if self.residuals is not None and len(self.residuals)
+                       else np.array([0.0]))
+                curves = curves + rng.choice(res, size=curves.shape, replace=True)
         elif kind != "confidence":
             raise ValueError(f"band kind {kind!r} is not one of: prediction, confidence")
         q = (1 - level) / 2
@@ -194,7 +210,9 @@ class SigmoidFit:
             "flags": [{"code": f.code, "message": f.message, "param": f.param} for f in self.flags],
             "intervals": {k: [float(v[0]), float(v[1])] for k, v in self.intervals.items()},
             "level": self.level, "a_fixed": self.a_fixed, "n_bootstrap": self.n_bootstrap,
-            "r0_measured": self.r0_measured,
+            "r0_measured": self.r0_measured, "dof": self.dof,
+            "noise_sd": self.noise_sd if math.isfinite(self.noise_sd) else None,
+            "autocorr": self.autocorr,
         }
 
     @classmethod
@@ -209,6 +227,8 @@ class SigmoidFit:
             intervals={k: (float(v[0]), float(v[1])) for k, v in d.get("intervals", {}).items()},
             level=float(d.get("level", 0.95)), a_fixed=bool(d.get("a_fixed", False)),
             n_bootstrap=int(d.get("n_bootstrap", 0)), r0_measured=bool(d.get("r0_measured", False)),
+            noise_sd=float("nan") if d.get("noise_sd") is None else float(d["noise_sd"]), dof=int(d.get("dof", 0)),
+            autocorr=float(d.get("autocorr", 0.0)),
         )
 
 
