@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+
 from scalectl.commands.common import DbOption, JsonOption, err, open_store, out, print_json, user_errors
 from scalectl.errors import UserError
 from scalectl.fit_tables import compare_table, extrapolation_lines, fit_table, sensitivity_table
