@@ -80,6 +80,13 @@ class TrainBatch:
     group_ids: torch.Tensor
     totals: object = None
 
+    def to(self, device) -> "TrainBatch":
+        """The batch with its tensors on ``device`` (itself when they are there already)."""
+        if self.input_ids.device == torch.device(device):
+            return self
+        moved = {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in vars(self).items()}
+        return TrainBatch(**moved)
+
     @property
     def n_tokens(self) -> int:
         """Trained completion tokens."""
@@ -196,6 +203,7 @@ class PolicyTrainer:
             computed).
         """
         self.engine.train()
+        batch = batch.to(self.engine.device)
         weights = aggregation_weights(batch.loss_mask, batch.group_ids, self.loss_cfg.aggregation,
                                       totals=batch.totals)
         batch, weights = gradient_rows(batch, weights)

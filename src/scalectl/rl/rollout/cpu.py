@@ -1,5 +1,9 @@
 """The CPU rollout engine: batched sampling with a KV cache over a transformers causal LM.
 
+The model may sit on a GPU: its inputs are moved to the model's device and
+each step's log-probs back to the CPU, where sampling and bookkeeping stay
+(one random stream whatever the device).
+
 Each batch of prompts is left padded; positions skip the padding
 (``position_ids = cumsum(mask) - 1``); one ``DynamicCache`` is updated in place for
 the whole decode; a finished row leaves the decoding batch and its rows of the cache
@@ -135,11 +139,12 @@ class CPURolloutEngine(RolloutEngine):
         seen_phrase = torch.zeros(B, dtype=torch.bool)
 
         cache = DynamicCache(config=self.model.config)
+        dev = self.model.device      # the model's inputs go there; the bookkeeping stays on the CPU
         if self.poll_weights is not None:
             self.poll_weights()
         with self._lock:
-            step_logp = next_token_logprobs(self.model, input_ids, mask, positions, cache,
-                                            head_fp32=self.head_fp32, temperature=temperature)
+            step_logp = next_token_logprobs(self.model, input_ids.to(dev), mask.to(dev), positions.to(dev), cache,
+                                            head_fp32=self.head_fp32, temperature=temperature).cpu()
             version = self._version
         live = torch.arange(B)   # rows still decoding: finished rows leave the batch (and the KV cache)
         for t in range(max_new_tokens):
@@ -177,8 +182,8 @@ class CPURolloutEngine(RolloutEngine):
             if self.poll_weights is not None:
                 self.poll_weights()
             with self._lock:
-                step_logp = next_token_logprobs(self.model, step_ids, mask, next_pos, cache,
-                                                head_fp32=self.head_fp32, temperature=temperature)
+                step_logp = next_token_logprobs(self.model, step_ids.to(dev), mask.to(dev), next_pos.to(dev),
+                                                cache, head_fp32=self.head_fp32, temperature=temperature).cpu()
                 version = self._version
             next_pos = next_pos + 1
 
