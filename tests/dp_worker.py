@@ -17,7 +17,7 @@ import sys
 
 import torch
 
-C = 1e3
+C = 1.0
 COMBOS = [(loss, agg, norm) for loss in ("cispo",) for agg in ("sample", "prompt", "token")
           for norm in ("prompt", "batch", "none")] + [("gspo", "prompt", "batch"), ("ppo_clip", "token", "batch")]
 
