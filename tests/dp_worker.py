@@ -3,7 +3,7 @@
 ``python tests/dp_worker.py RANK WORLD PORT OUT``: trains one step of the tiny
 model on this rank's share of a fixed batch of groups, for every loss
 aggregation and advantage normalisation, and (rank 0) saves the gradient of
-each step, recovered from the first AdamW update, to OUT.
+each step, recovered from the first AdamW update, and its metrics to OUT.
 
 Recovering the gradient: with lr = eps = C the first AdamW step moves each
 parameter by u = C g / (|g| + C) (bias-corrected moments m = g, sqrt(v) = |g|),
@@ -56,7 +56,7 @@ def main(rank: int, world: int, port: int, out: str) -> None:
     from scalectl.rl.sharding import allreduce_sum, split_groups
     from scalectl.rl.trainer import PolicyTrainer
 
-    grads = {}
+    grads, metrics = {}, {}
     for loss, agg, norm in COMBOS:
         model = build_tiny_model(seed=0)
         before = [p.detach().clone() for p in model.parameters()]
@@ -67,11 +67,11 @@ def main(rank: int, world: int, port: int, out: str) -> None:
         share = split_groups(len(groups), world)[rank]
         batch = build_train_batch([groups[i] for i in share], norm, pad_id=0,
                                   reduce=allreduce_sum() if world > 1 else None)
-        trainer.train_step(batch)
+        metrics[f"{loss}/{agg}/{norm}"] = trainer.train_step(batch)
         u = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, trainer.model.parameters())]).double()
         grads[f"{loss}/{agg}/{norm}"] = C * u / (C - u.abs())
     if rank == 0:
-        torch.save(grads, out)
+        torch.save({"grads": grads, "metrics": metrics}, out)
 
 
 if __name__ == "__main__":

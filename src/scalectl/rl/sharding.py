@@ -110,3 +110,49 @@ def batch_std(a: torch.Tensor, reduce: Reduce | None = None) -> torch.Tensor:
     mean = s[0] / s[1].clamp(min=1)
     ss = reduce(((a.double() - mean) ** 2).sum().reshape(1))
     return (ss[0] / s[1].clamp(min=1)).sqrt().to(a.dtype)
+
+
+#: Metrics of a trainer step that are means over the trained tokens (combined by token count).
+TOKEN_MEANS = ("clip_fraction", "logprob_gap", "entropy")
+
+
+def batch_metrics(local: dict, tokens: float, reduce: Reduce, reduce_max: Reduce) -> dict:
+    """One trainer rank's step metrics made the whole batch's.
+
+    ``loss`` is a sum over the batch (the aggregation weights already divide by the
+    batch's normalisers), so the ranks' losses add up; the token means of
+    :data:`TOKEN_MEANS` are combined weighted by each rank's trained tokens;
+    ``max_ratio`` and ``columns`` take the maximum, ``rows`` the sum. Other keys are
+    kept as they are (``lr`` and ``grad_norm`` are the same on every rank).
+
+    Args:
+        local: this rank's metrics (:meth:`scalectl.rl.trainer.PolicyTrainer.train_step`).
+        tokens: this rank's trained tokens behind the token means.
+        reduce, reduce_max: sum and maximum over the trainer ranks.
+    """
+    out = dict(local)
+    sums = torch.tensor([local["loss"], tokens, float(local.get("rows", 0))]
+                        + [local[k] * tokens for k in TOKEN_MEANS], dtype=torch.float64)
+    sums = reduce(sums)
+    out["loss"], all_tokens, rows = float(sums[0]), float(sums[1]), int(round(float(sums[2])))
+    for i, k in enumerate(TOKEN_MEANS):
+        out[k] = float(sums[3 + i]) / all_tokens if all_tokens > 0 else 0.0
+    if "rows" in local:
+        out["rows"] = rows
+    maxima = reduce_max(torch.tensor([local["max_ratio"], float(local.get("columns", 0))], dtype=torch.float64))
+    out["max_ratio"] = float(maxima[0])
+    if "columns" in local:
+        out["columns"] = int(maxima[1])
+    return out
+
+
+def allreduce_max(group=None) -> Reduce:
+    """Elementwise maximum over ``group`` (default: the whole world)."""
+    import torch.distributed as dist
+
+    def reduce(x: torch.Tensor) -> torch.Tensor:
+        y = x.clone()
+        dist.all_reduce(y, op=dist.ReduceOp.MAX, group=group)
+        return y
+
+    return reduce

@@ -243,6 +243,11 @@ class PolicyTrainer:
                                f"({type(self.engine.optimizer).__name__})")
         totals["grad_norm"] = float(norm)
         totals["rows"], totals["columns"] = n, int(batch.input_ids.shape[1])
+        if ranks > 1:     # the metrics of the whole batch, not of this rank's share
+            from scalectl.rl.sharding import allreduce_max, allreduce_sum, batch_metrics
+
+            group = self.engine.data_parallel_group
+            totals = batch_metrics(totals, float(batch.n_tokens), allreduce_sum(group), allreduce_max(group))
         return totals
 
     def _clip(self) -> float:
