@@ -50,14 +50,16 @@ def main() -> None:
     p.add_argument("--budgets", default="400,600,800,1200")
     p.add_argument("--seeds", default="1,2,3,4,6,8")
     p.add_argument("--no-fixed", action="store_true")
-    p.add_argument("--min-reach", type=float, default=3.0)
+    p.add_argument("--min-reach", type=float, default=5.0)
+    p.add_argument("--claim", type=float, default=0.5)
     a = p.parse_args()
     spec = arms()
     curves = {n: c for n, (c, _) in spec.items()}
     truth = {n: d for n, (_, d) in spec.items() if n != "base"}
     backend = SimBackend(curves, every=10, seed0=a.noise_seed * 1000)
     fit_kw = {"bootstrap": a.bootstrap, "level": a.level}
-    limits = Limits(max_budget=a.max_budget, max_seeds=a.max_seeds, step_multiple=10, min_reach=a.min_reach)
+    limits = Limits(max_budget=a.max_budget, max_seeds=a.max_seeds, step_multiple=10, min_reach=a.min_reach,
+                    claim=a.claim)
     t0 = time.perf_counter()
     res = run_loop(backend, initial_state(list(curves), "base", a.initial), limits, fit_kw=fit_kw)
     wall = time.perf_counter() - t0
@@ -75,8 +77,7 @@ def main() -> None:
     best = None
     for budget in map(int, a.budgets.split(",")):
         for seeds in map(int, a.seeds.split(",")):
-            v, hours = fixed_design(backend, list(curves), "base", budget, seeds, fit_kw=fit_kw,
-                                    min_reach=a.min_reach)
+            v, hours = fixed_design(backend, list(curves), "base", budget, seeds, limits, fit_kw=fit_kw)
             g, w = score(v, truth, limits.margin)
             print(f"fixed {budget} steps x{seeds}: {g}/20 true, {w} wrong, {hours:.2f} device-hours", flush=True)
             if g >= good and w == 0 and (best is None or hours < best[0]):

@@ -246,14 +246,14 @@ def test_twenty_variants_adaptive_against_fixed():
     truth = {n: d for n, (_, d) in arms.items() if n != "base"}
     be = SimBackend(curves, every=10, seed0=0)
     fit_kw = {"bootstrap": 400, "level": 0.99}
-    res = run_loop(be, initial_state(list(curves), "base", 100), Limits(max_budget=1600, max_seeds=4,
-                                                                          step_multiple=10), fit_kw=fit_kw)
+    limits = Limits(max_budget=1600, max_seeds=6, step_multiple=10)
+    res = run_loop(be, initial_state(list(curves), "base", 100), limits, fit_kw=fit_kw)
     good, wrong = avf.score({n: d.verdict for n, d in res.decisions.items() if n != "base"}, truth, 0.02)
     assert wrong == 0 and good >= 18
     # every fixed design costing less than twice the adaptive spend is less accurate (or wrong)
     for budget, seeds in ((600, 1), (600, 2), (800, 1), (800, 2), (1200, 1), (1600, 1)):
         if 21 * budget * seeds * 0.001 >= 2 * res.spent_hours:
             continue
-        v, _ = fixed_design(be, list(curves), "base", budget, seeds, fit_kw=fit_kw)
+        v, _ = fixed_design(be, list(curves), "base", budget, seeds, limits, fit_kw=fit_kw)
         g, w = avf.score(v, truth, 0.02)
         assert g < good or w > 0, (budget, seeds, g, w)

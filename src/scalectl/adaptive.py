@@ -260,16 +260,14 @@ class SimBackend:
 
 
 def fixed_design(backend: Backend, names: Sequence[str], baseline: str, budget: int, seeds: int,
-                 margin: float = 0.02, fit_kw: Mapping | None = None, seed_sd: float | None = None,
-                 min_reach: float | None = None) -> tuple[dict[str, str], float]:
+                 limits: Limits | None = None, fit_kw: Mapping | None = None) -> tuple[dict[str, str], float]:
     """The verdicts of a fixed-budget ablation: every arm to ``budget`` steps
     with ``seeds`` seeds, judged once with the same intervals (seed spread
-    included) and rules.  Returns (variant -> verdict, device-hours)."""
-    from scalectl.decisions import PRIOR_DF, PRIOR_SEED_SD
+    included) and rules as the adaptive loop (``limits``, its budget and seed
+    caps replaced).  Returns (variant -> verdict, device-hours)."""
+    from dataclasses import replace as _replace
 
-    limits = Limits(max_budget=budget, max_seeds=seeds, margin=margin,
-                    seed_sd=PRIOR_SEED_SD if seed_sd is None else seed_sd, prior_df=PRIOR_DF,
-                    **({} if min_reach is None else {"min_reach": min_reach}))
+    limits = _replace(limits or Limits(max_budget=budget), max_budget=budget, max_seeds=seeds)
     state = initial_state(names, baseline, budget, seeds)
     result = run_loop(backend, state, limits, fit_kw=fit_kw, max_stages=1)
     verdicts = {n: d.verdict for n, d in result.decisions.items() if n != baseline}

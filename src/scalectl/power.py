@@ -38,7 +38,9 @@ class PowerPlan:
     budget_steps: optimiser steps per run; seeds: runs per arm; arms: variants
     plus the base; device_hours: total expected cost (None without a rate);
     half_width: the dA half-width reached with ``seeds``; s_fit, s_seed: the
-    sds used (pass rate); reach: budget compute / C_mid.
+    sds used (pass rate); reach: budget compute / C_mid; capped: a cap cut
+    the budget or seeds, whose uncapped values are ``budget_uncapped`` and
+    ``seeds_uncapped``.
     """
 
     budget_steps: int
@@ -51,6 +53,8 @@ class PowerPlan:
     reach: float
     margin: float
     capped: bool = False
+    seeds_uncapped: int = 0
+    budget_uncapped: int = 0
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -93,11 +97,11 @@ def plan_power(*, C_mid: float, compute_per_step: float, s_fit: float, s_seed: f
     steps = reach * C_mid / compute_per_step
     budget = max(step_multiple, int(math.ceil(steps / step_multiple - 1e-9)) * step_multiple)
     seeds = seeds_needed(s_fit, s_seed, margin, level)
-    capped = False
+    want_budget, want_seeds, capped = budget, seeds, False
     if max_budget is not None and budget > max_budget:
         budget, capped = max_budget, True
     if max_seeds is not None and seeds > max_seeds:
         seeds, capped = max_seeds, True
     hours = None if hours_per_step is None else arms * seeds * budget * hours_per_step
     return PowerPlan(budget, seeds, arms, hours, delta_half_width(s_fit, s_seed, seeds, level), s_fit, s_seed,
-                     budget * compute_per_step / C_mid, margin, capped)
+                     budget * compute_per_step / C_mid, margin, capped, want_seeds, want_budget)

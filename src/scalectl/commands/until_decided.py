@@ -388,7 +388,8 @@ def print_power(p: dict, name: str) -> None:
     out.print(f"power plan for {name} from {p['source']}:", soft_wrap=True, highlight=False)
     out.print(f"  budget {p['budget_steps']} steps per run (reaches {p['reach']:.1f} x C_mid), "
               f"{p['seeds']} seed(s) per arm, {p['arms']} arms: {cost}"
-              + (" (capped by --max-budget/--max-seeds)" if p["capped"] else ""), soft_wrap=True, highlight=False)
+              + (f" (capped by --max-budget/--max-seeds: resolving the margin needs {p['budget_uncapped']} steps "
+                 f"x {p['seeds_uncapped']} seeds)" if p["capped"] else ""), soft_wrap=True, highlight=False)
     out.print(f"  dA half-width with these seeds {p['half_width']:.4f} (target <= margin/2 = {p['margin'] / 2:.4f}); "
               f"sd of A per run: fit {p['s_fit']:.4f}, seed-to-seed {p['s_seed']:.4f}", soft_wrap=True,
               highlight=False)
