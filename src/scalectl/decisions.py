@@ -62,7 +62,7 @@ PRIOR_DF = 4.0
 MIN_REACH = 5.0
 #: "higher"/"lower" stops a variant only when the interval of dA also excludes
 #: +-CLAIM x margin (the paper's rule only asks it to exclude 0).
-CLAIM = 0.5
+CLAIM = 0.25
 #: Interval half-widths within this ratio count as equal when choosing which arm gets a seed.
 WIDTH_TIE = 1.25
 
@@ -81,7 +81,7 @@ class Limits:
     """
 
     max_budget: int
-    max_seeds: int = 4
+    max_seeds: int = 6
     margin: float = 0.02
     step_multiple: int = 1
     max_growth: float = 4.0

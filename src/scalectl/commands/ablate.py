@@ -392,7 +392,7 @@ def ablate(
                                 "(--budget-steps is the first stage's budget).")] = False,
     max_budget: Annotated[int | None, typer.Option(
         "--max-budget", help="--until-decided: optimiser steps per run at most (default 8 x the first budget).")] = None,
-    max_seeds: Annotated[int, typer.Option("--max-seeds", help="--until-decided / --plan: seeds per variant at most.")] = 4,
+    max_seeds: Annotated[int, typer.Option("--max-seeds", help="--until-decided / --plan: seeds per variant at most.")] = 6,
     total_budget: Annotated[float | None, typer.Option(
         "--total-budget", help="--until-decided: device-hours the ablation may spend in all.")] = None,
     race: Annotated[bool, typer.Option(
