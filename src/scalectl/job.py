@@ -49,6 +49,7 @@ def run_job(run_dir: str | Path, *, resume: bool = False, reporter=None) -> dict
     from scalectl.rl.data import load_prompt_sets
     from scalectl.rl.loop import run_training
     from scalectl.store import Store
+    from scalectl.trackers import run_key, tracking
 
     run_dir = Path(run_dir)
     job = read_job_file(run_dir)
@@ -69,8 +70,10 @@ def run_job(run_dir: str | Path, *, resume: bool = False, reporter=None) -> dict
             summary = run_simulated(recipe, store, run_id)
         else:
             train, held_out = load_prompt_sets(recipe)
-            summary = run_training(recipe, run_dir, store, run_id, train_problems=train,
-                                   eval_problems=held_out, reporter=reporter, resume=resume)
+            with tracking(recipe, run_dir, reporter, name=run_dir.name, resume=resume,
+                          key=run_key(run_dir.name, job["db"], run_id)) as reporter:   # [logging] backends
+                summary = run_training(recipe, run_dir, store, run_id, train_problems=train,
+                                       eval_problems=held_out, reporter=reporter, resume=resume)
     except KeyboardInterrupt:
         store.update_run(run_id, status="cancelled", ended=_now(), error="interrupted (resume with --resume)")
         raise

@@ -350,23 +350,46 @@ class Budget(_Section):
         return self
 
 
+class Logging(_Section):
+    """Where per-step metrics and evaluation points go besides the store and
+    ``steps.jsonl`` (:mod:`scalectl.trackers`): any of ``tensorboard`` (event
+    files in ``RUN_DIR/tensorboard``), ``wandb``, ``mlflow`` and ``jsonl``
+    (``RUN_DIR/metrics.jsonl``), several at once.  ``project`` is the W&B
+    project and the MLflow experiment.  ``wandb_mode`` and
+    ``mlflow_tracking_uri`` left unset mean the library's own default
+    (``WANDB_MODE``, ``MLFLOW_TRACKING_URI``)."""
+
+    backends: tuple[Literal["tensorboard", "wandb", "mlflow", "jsonl"], ...] = ()
+    project: str = Field(default="scalectl", min_length=1)
+    wandb_mode: Literal["online", "offline"] | None = None
+    wandb_entity: str | None = None
+    mlflow_tracking_uri: str | None = None
+
+    @model_validator(mode="after")
+    def _no_repeats(self) -> "Logging":
+        repeated = sorted({b for b in self.backends if self.backends.count(b) > 1})
+        if repeated:
+            raise ValueError(f"backends lists {', '.join(repeated)} more than once")
+        return self
+
+
 # --------------------------------------------------------------------------- the whole
 
 
 RECIPE_SECTIONS = ("loss", "advantage", "precision", "async", "filter", "length",
                    "batch", "optim", "sampling", "eval", "fit", "checkpoint")
-SETUP_SECTIONS = ("model", "data", "hardware", "launcher", "budget")
+SETUP_SECTIONS = ("model", "data", "hardware", "launcher", "budget", "logging")
 #: Keys that do not change what is trained or measured: excluded from the content hash
 #: (the seed is stored beside the hash, so repeated runs of one recipe share it).
-UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint")
+UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint", "logging")
 
 
 class Recipe(_Section):
     """A validated, frozen run description: recipe (how) merged with setup (where).
 
     Build it with :func:`scalectl.recipe_io.load`; ``content_hash`` identifies
-    the training content (everything but name, description, seed, launcher and
-    checkpoint frequency), so that
+    the training content (everything but name, description, seed, launcher,
+    checkpoint frequency and logging), so that
     repeated runs (seeds) of one recipe share a hash.
     """
 
@@ -390,6 +413,7 @@ class Recipe(_Section):
     hardware: Hardware = Hardware()
     launcher: Launcher = Launcher()
     budget: Budget = Budget(steps=100)
+    logging: Logging = Logging()
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True,
                               allow_inf_nan=False)

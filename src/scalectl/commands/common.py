@@ -14,6 +14,7 @@ from typing import Annotated, Any, Callable
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 
 from scalectl.errors import UserError
 
@@ -51,7 +52,7 @@ def user_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            err.print(f"[red]error:[/red] {exc}", markup=True, soft_wrap=True)
+            err.print(f"[red]error:[/red] {escape(str(exc))}", markup=True, soft_wrap=True)
             raise typer.Exit(2) from None
 
     return wrapper

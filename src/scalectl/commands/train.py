@@ -65,6 +65,7 @@ def run(
     from scalectl.recipe import Recipe
     from scalectl.recipe_io import find_default_setup, load
     from scalectl.runs import create_run, unique_name
+    from scalectl.trackers import check_installed
 
     if launcher is not None and launcher not in LAUNCHER_TYPES:
         raise UserError(f"--launcher {launcher!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
@@ -90,6 +91,7 @@ def run(
         setup_path = setup or find_default_setup(recipe_file)
         overrides = list(set_) + ([f"seed={seed}"] if seed is not None else [])
         recipe = load(recipe_file, setup_path, overrides)
+        check_installed(recipe.logging)
         kind = launcher or recipe.launcher.type
         for line in plan_lines(recipe, setup_path):
             err.print(line, highlight=False)
