@@ -359,11 +359,11 @@ class Logging(_Section):
     ``mlflow_tracking_uri`` left unset mean the library's own default
     (``WANDB_MODE``, ``MLFLOW_TRACKING_URI``)."""
 
-    backends: tuple[Literal["tensorboard", "wandb", "mlflow", "jsonl"], ...] = ()
-    project: str = Field(default="scalectl", min_length=1)
+    backends: list[Literal["tensorboard", "wandb", "mlflow", "jsonl"]] = Field(default_factory=list, max_length=4)
+    project: Line = Field(default="scalectl", min_length=1)
     wandb_mode: Literal["online", "offline"] | None = None
-    wandb_entity: str | None = None
-    mlflow_tracking_uri: str | None = None
+    wandb_entity: Line | None = None
+    mlflow_tracking_uri: Line | None = None
 
     @model_validator(mode="after")
     def _no_repeats(self) -> "Logging":
