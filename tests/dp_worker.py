@@ -2,7 +2,8 @@
 
 ``python tests/dp_worker.py RANK WORLD PORT OUT``: trains one step of the tiny
 model on this rank's share of a fixed batch of groups, for every loss
-aggregation and advantage normalisation, and (rank 0) saves the gradient of
+aggregation and advantage normalisation (and twice with one group, so that
+one of two ranks has an empty share), and (rank 0) saves the gradient of
 each step, recovered from the first AdamW update, and its metrics to OUT.
 
 Recovering the gradient: with lr = eps = C the first AdamW step moves each
@@ -46,6 +47,10 @@ def make_groups(seed: int = 0, n_groups: int = 6, size: int = 4) -> list:
     return groups
 
 
+#: Steps where the batch is one group, so the second of two ranks trains on an empty share.
+ONE_GROUP = [("cispo", "prompt", "batch"), ("cispo", "token", "none")]
+
+
 def main(rank: int, world: int, port: int, out: str) -> None:
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
@@ -57,19 +62,20 @@ def main(rank: int, world: int, port: int, out: str) -> None:
     from scalectl.rl.trainer import PolicyTrainer
 
     grads, metrics = {}, {}
-    for loss, agg, norm in COMBOS:
+    for (loss, agg, norm), one in [(c, False) for c in COMBOS] + [(c, True) for c in ONE_GROUP]:
         model = build_tiny_model(seed=0)
         before = [p.detach().clone() for p in model.parameters()]
         trainer = PolicyTrainer(model, loss=Loss(type=loss, aggregation=agg),
                                 optim=Optim(lr=C, warmup_steps=0, eps=C, weight_decay=0.0, grad_clip=None),
                                 head_fp32=True, temperature=1.0, micro_batch_size=5)
-        groups = make_groups()
+        groups = make_groups()[4:5] if one else make_groups()       # group 4 has varied rewards
         share = split_groups(len(groups), world)[rank]
         batch = build_train_batch([groups[i] for i in share], norm, pad_id=0,
                                   reduce=allreduce_sum() if world > 1 else None)
-        metrics[f"{loss}/{agg}/{norm}"] = trainer.train_step(batch)
+        key = ("one-group/" if one else "") + f"{loss}/{agg}/{norm}"
+        metrics[key] = trainer.train_step(batch)
         u = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, trainer.model.parameters())]).double()
-        grads[f"{loss}/{agg}/{norm}"] = C * u / (C - u.abs())
+        grads[key] = C * u / (C - u.abs())
     if rank == 0:
         torch.save({"grads": grads, "metrics": metrics}, out)
 

@@ -28,7 +28,8 @@ def build_train_batch(groups: list, normalization: str, pad_id: int, reduce=None
     """Stack kept groups into a :class:`TrainBatch`.
 
     Args:
-        groups: kept :class:`scalectl.rl.groups.Group` objects (at least one).
+        groups: kept :class:`scalectl.rl.groups.Group` objects (at least one, or none
+            for a trainer rank whose share of a data-parallel step is empty).
         normalization: ``advantage.normalization`` (prompt | batch | none).
         pad_id: the tokenizer's padding id.
         reduce: when ``groups`` are one trainer's share of the step's batch (whole
@@ -40,10 +41,19 @@ def build_train_batch(groups: list, normalization: str, pad_id: int, reduce=None
         A batch of N = sum of group sizes completions; T = longest completion.
 
     Raises:
-        ValueError: no groups.
+        ValueError: no groups (and no ``reduce``).
     """
-    if not groups:
+    if not groups and reduce is None:
         raise ValueError("no groups to train on")
+    if not groups:      # an empty share: still takes part in the batch-wide sums, then trains on nothing
+        empty = torch.zeros(0)
+        group_advantages(empty, torch.zeros(0, dtype=torch.long), normalization, reduce=reduce)
+        mask = torch.zeros((0, 1))
+        none = torch.zeros(0, dtype=torch.long)
+        return TrainBatch(input_ids=torch.full((0, 2), pad_id, dtype=torch.long),
+                          attention_mask=torch.zeros((0, 2), dtype=torch.long), start=0, loss_mask=mask,
+                          gen_logp=torch.zeros((0, 1)), advantages=empty, group_ids=none,
+                          totals=batch_totals(mask, none, reduce))
     comps = [c for g in groups for c in g.completions]
     group_ids = torch.tensor([i for i, g in enumerate(groups) for _ in g.completions])
     rewards = torch.cat([g.rewards for g in groups]).float()

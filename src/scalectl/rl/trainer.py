@@ -215,6 +215,10 @@ class PolicyTrainer:
         max_ratio = 0.0
         tokens_total = max(batch.n_tokens, 1)
         chunks = list(range(0, n, self.micro_batch_size))
+        if not chunks:    # an empty share of a data-parallel step: a zero gradient meets the ranks' all-reduce
+            self.engine.set_gradient_accumulation_boundary(True)
+            zero = sum(p.sum() for p in self.engine.module.parameters()) * 0.0
+            self.engine.backward(zero, scale_wrt_gas=False)
         for i, lo in enumerate(chunks):
             hi = min(lo + self.micro_batch_size, n)
             self.engine.set_gradient_accumulation_boundary(i == len(chunks) - 1)
