@@ -68,3 +68,32 @@ def test_two_trainers_give_the_one_trainer_gradient(tmp_path):
             assert m2[name] == pytest.approx(m1[name], rel=1e-5, abs=1e-7), (key, name, m1[name], m2[name])
         assert (m2["lr"], m2["rows"]) == (m1["lr"], m1["rows"]), key
 
+
+
+RANKS_WORKER = str(ROOT / "tests" / "ranks_worker.py")
+
+
+def test_a_leader_and_a_follower_train_save_and_load_like_one_trainer(tmp_path):
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, RANKS_WORKER, str(r), "2", str(port), str(tmp_path / "two"),
+                               str(tmp_path / "ckpt2")], env=env, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    single = subprocess.run([sys.executable, RANKS_WORKER, "0", "1", str(free_port()), str(tmp_path / "one"),
+                             str(tmp_path / "ckpt1")], env=env, capture_output=True, text=True, timeout=900)
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert single.returncode == 0, single.stdout + single.stderr
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)
+    one, lead, follower = (torch.load(tmp_path / name) for name in ("one.0.pt", "two.0.pt", "two.1.pt"))
+    assert (one["size"], lead["size"], follower["steps"]) == (1, 2, 3)
+    # three steps of updates close to the gradient (lr = eps = 1): the 1e-6 of one step's gradient,
+    # three times, plus the rounding of parameters of size ~0.1 (7.5e-9 each)
+    for key in ("after_two", "after_three", "loaded"):
+        assert (one[key] - lead[key]).abs().max().item() < 3e-6, key
+    assert (lead["after_three"] - lead["after_two"]).abs().max() > 1e-3      # the third step moved them
+    assert torch.equal(lead["loaded"], lead["after_two"])                    # load restored the checkpoint
+    assert torch.equal(follower["loaded"], lead["loaded"])                   # replicas stay identical
+    for m1, m2 in zip(one["metrics"], lead["metrics"]):
+        assert m2["grad_norm"] == pytest.approx(m1["grad_norm"], rel=1e-5)
+        assert m2["grad_norm"] > 0.05                                        # clipping was active
+        assert m2["loss"] == pytest.approx(m1["loss"], rel=1e-5, abs=1e-7)
