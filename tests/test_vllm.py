@@ -264,6 +264,48 @@ def test_eval_at_another_temperature_has_nan_logprobs(engine):
     assert all(math.isnan(lp) for c in comps for lp in c.logprobs)
 
 
+#: one changed value per SamplingParams field (see tests/test_sampling.py for the CPU engine)
+VARIANTS = {"max_new_tokens": 5, "temperature": 0.3, "top_p": 0.3, "interrupt": (3, 4, " so \\boxed{")}
+
+
+@needs_vllm
+@pytest.mark.parametrize("field", sorted(VARIANTS))
+def test_every_sampling_field_changes_what_is_sampled(engine, field):
+    import dataclasses
+
+    assert set(VARIANTS) == {f.name for f in dataclasses.fields(SamplingParams)}
+    base = SamplingParams(max_new_tokens=12)
+
+    def sample(params):
+        return [(c.token_ids, c.loss_mask) for c in _flat(engine.generate(PROMPTS, 3, params, seed=11))]
+
+    first = sample(base)
+    assert first == sample(base)
+    assert sample(dataclasses.replace(base, **{field: VARIANTS[field]})) != first
+
+
+@needs_vllm
+def test_a_tokenizer_without_bos(engine, tiny):
+    """The engine encodes prompts with the one prompt encoding: no BOS id for a tokenizer
+    without one (bos_token = None gave a None id before)."""
+    import copy
+
+    from scalectl.rl.model import encode_prompt
+
+    _, model, tok = tiny
+    no_bos = copy.deepcopy(tok)
+    no_bos.bos_token = None
+    engine.tokenizer = no_bos
+    try:
+        comps = _flat(engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=12), seed=3))
+    finally:
+        engine.tokenizer = tok
+    for c in comps:
+        assert c.prompt_ids == encode_prompt(no_bos, PROMPTS[c.prompt_index])
+        assert None not in c.prompt_ids and tok.bos_token_id not in c.prompt_ids
+    assert _max_diff(model, comps) < LOGPROB_TOL
+
+
 def _bf16_exact(values) -> bool:
     t = torch.tensor(values, dtype=torch.float32)
     assert len(values) >= 100 and torch.isfinite(t).all()
