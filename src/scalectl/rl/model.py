@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import contextlib
+import types
 from pathlib import Path
 
 import torch
@@ -237,17 +238,8 @@ def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
     return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
 
 
-def head_logits(model, hidden: torch.Tensor, *, head_fp32: bool, temperature: float = 1.0) -> torch.Tensor:
-    """LM head: logits W h / temperature, shape (..., V).
-
-    With ``head_fp32`` the projection runs in float32 (hidden states and weight are
-    upcast; ScaleRL, arXiv 2510.13786, Sec. 3.2); otherwise in the model dtype.
-
-    Args:
-        hidden: (..., H) final hidden states (after the last norm).
-    """
-    weight = model.lm_head.weight
-    bias = model.lm_head.bias
+def _head_forward(head, hidden: torch.Tensor, head_fp32: bool = False, temperature: float = 1.0) -> torch.Tensor:
+    weight, bias = head.weight, head.bias
     if head_fp32:
         hidden, weight = hidden.float(), weight.float()
         bias = bias.float() if bias is not None else None
@@ -255,6 +247,32 @@ def head_logits(model, hidden: torch.Tensor, *, head_fp32: bool, temperature: fl
     if temperature != 1.0:
         logits = logits / temperature
     return logits
+
+
+def route_head_through_module(model) -> None:
+    """Make :func:`head_logits` call the LM head as a module (``model.lm_head(h, head_fp32=...)``)
+    rather than read its weight: DeepSpeed ZeRO-3 partitions parameters and gathers them only
+    in the hooks of a module call (outside one, ``lm_head.weight`` is an empty partition), and
+    reduces their gradients through those hooks.  Plain calls ``lm_head(h)`` are unchanged."""
+    head = model.lm_head
+    head.forward = types.MethodType(_head_forward, head)
+    head.routed_through_module = True
+
+
+def head_logits(model, hidden: torch.Tensor, *, head_fp32: bool, temperature: float = 1.0) -> torch.Tensor:
+    """LM head: logits W h / temperature, shape (..., V).
+
+    With ``head_fp32`` the projection runs in float32 (hidden states and weight are
+    upcast; ScaleRL, arXiv 2510.13786, Sec. 3.2); otherwise in the model dtype.  Through
+    the module call when :func:`route_head_through_module` was applied (the trainer).
+
+    Args:
+        hidden: (..., H) final hidden states (after the last norm).
+    """
+    head = model.lm_head
+    if getattr(head, "routed_through_module", False):
+        return head(hidden, head_fp32=head_fp32, temperature=temperature)
+    return _head_forward(head, hidden, head_fp32, temperature)
 
 
 def head_log_softmax(model, hidden: torch.Tensor, *, head_fp32: bool, temperature: float = 1.0) -> torch.Tensor:
@@ -327,7 +345,7 @@ def head_token_logprobs(
         (logp (N, T), entropy (N, T) or None); float32 when ``head_fp32``.
     """
     N, T = targets.shape
-    V = model.lm_head.weight.shape[0]
+    V = model.lm_head.out_features          # the weight may be a ZeRO-3 partition
     step = max(1, chunk_elements // max(1, N * V))
     # one block (at most chunk_elements logits): autograd may keep it, no recomputation
     grad = T > step and torch.is_grad_enabled() and (hidden.requires_grad or any(

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import torch
 
 from scalectl.rl.losses import aggregation_weights, get_policy_loss
-from scalectl.rl.model import token_logprobs
+from scalectl.rl.model import route_head_through_module, token_logprobs
 
 
 def init_distributed_env() -> None:
@@ -132,6 +132,30 @@ def gradient_rows(batch: TrainBatch, weights: torch.Tensor) -> tuple[TrainBatch,
     ), weights[keep][:, :t_kept]
 
 
+class TokenLogprobs(torch.nn.Module):
+    """The module DeepSpeed wraps: the policy's backbone and head (the same module objects, so
+    the same parameter names and checkpoints as the causal LM), whose forward is
+    :func:`scalectl.rl.model.token_logprobs`.  Every micro-batch then runs through the
+    engine's ``forward`` (ZeRO's per-micro-batch bookkeeping, e.g. ZeRO-3 accumulating
+    rather than overwriting the gradients of earlier micro-batches, and gathering the
+    head's weight in a module call).
+
+    Args:
+        policy: a causal LM with ``.model`` and ``.lm_head``.
+    """
+
+    def __init__(self, policy):
+        super().__init__()
+        self.model, self.lm_head = policy.model, policy.lm_head
+        self.config = policy.config
+
+    def forward(self, input_ids, attention_mask, *, head_fp32: bool, temperature: float, start: int,
+                with_entropy: bool = True):
+        """(logp, entropy), each (N, L - 1 - start): see :func:`scalectl.rl.model.token_logprobs`."""
+        return token_logprobs(self, input_ids, attention_mask, head_fp32=head_fp32, temperature=temperature,
+                              start=start, with_entropy=with_entropy)
+
+
 class PolicyTrainer:
     """A DeepSpeed engine over the policy, with the recipe's loss and schedule.
 
@@ -156,6 +180,7 @@ class PolicyTrainer:
         self.head_fp32 = head_fp32
         self.temperature = temperature
         self.micro_batch_size = micro_batch_size
+        route_head_through_module(model)     # ZeRO-3 gathers the head's weight only in a module call
         optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, betas=(optim.beta1, optim.beta2),
                                       eps=optim.eps, weight_decay=optim.weight_decay)
         warmup = optim.warmup_steps
@@ -175,8 +200,8 @@ class PolicyTrainer:
         if optim.grad_clip is not None and not self.clips_itself:
             config["gradient_clipping"] = optim.grad_clip
         self.engine, _, _, self.scheduler = deepspeed.initialize(
-            model=model, optimizer=optimizer, lr_scheduler=scheduler, config=config)
-        self.model = self.engine.module
+            model=TokenLogprobs(model), optimizer=optimizer, lr_scheduler=scheduler, config=config)
+        self.model = model
 
     @property
     def steps(self) -> int:
@@ -222,9 +247,8 @@ class PolicyTrainer:
         for i, lo in enumerate(chunks):
             hi = min(lo + self.micro_batch_size, n)
             self.engine.set_gradient_accumulation_boundary(i == len(chunks) - 1)
-            logp, entropy = token_logprobs(
-                self.engine, batch.input_ids[lo:hi], batch.attention_mask[lo:hi],
-                head_fp32=self.head_fp32, temperature=self.temperature, start=batch.start)
+            logp, entropy = self.engine(batch.input_ids[lo:hi], batch.attention_mask[lo:hi],
+                                        head_fp32=self.head_fp32, temperature=self.temperature, start=batch.start)
             mask = batch.loss_mask[lo:hi]
             loss, metrics = self.loss_fn(
                 logp, batch.gen_logp[lo:hi], batch.advantages[lo:hi], mask, weights[lo:hi],
@@ -263,7 +287,7 @@ class PolicyTrainer:
 
     def state_dict(self) -> dict:
         """The policy's weights (for the rollout engine and checkpoints)."""
-        return self.engine.module.state_dict()
+        return self.model.state_dict()
 
     def save(self, folder: str) -> None:
         """Save engine, optimiser and scheduler state under ``folder``."""
