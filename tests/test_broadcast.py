@@ -47,3 +47,24 @@ def test_generators_receive_the_trainers_weights(tmp_path):
     assert got[0]["stats"] == [(n_bytes, plan.buckets)] * 2
     assert plan.buckets == len(buckets_of(list(trainer.values()), 65536)) > 1
     assert BUCKET_BYTES == 256 * 2**20
+
+
+def test_generators_load_each_version_between_decoding_steps(tmp_path):
+    worker = str(ROOT / "tests" / "receiver_worker.py")
+    out = str(tmp_path / "r")
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, worker, str(r), "3", str(port), out], env=dict(os.environ),
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(3)]
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(logs)
+    got = [torch.load(f"{out}.{r}.pt") for r in range(3)]
+    for r in (1, 2):
+        for name, t in got[0]["state"].items():
+            assert torch.equal(got[r]["state"][name], t), (r, name)   # the third version, bit for bit
+        # each completion's tokens carry non-decreasing versions (an update lands between two
+        # decoding steps), and the generator saw its first weights, then the trainer's
+        per_completion = got[r]["versions"]
+        assert all(v == sorted(v) for v in per_completion)
+        seen = {x for v in per_completion for x in v}
+        assert 0 in seen and seen <= {0, 1, 2, 3}
+        assert got[r]["stats"][0] == 4 * 1_118_080

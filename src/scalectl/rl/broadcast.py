@@ -110,3 +110,84 @@ def broadcast_weights(tensors: list[torch.Tensor], src: int, group=None,
     if tensors and tensors[0].is_cuda:
         torch.cuda.synchronize()
     return BroadcastStats(total, len(ranges), time.perf_counter() - started)
+
+
+class WeightReceiver:
+    """A generator's side of the weight broadcast, for in-flight updates between decoding steps.
+
+    The receiver keeps the broadcast of the next version posted (asynchronous
+    ``broadcast`` into flat bucket buffers); :meth:`poll`, called before every
+    forward pass (e.g. as :attr:`scalectl.rl.rollout.cpu.CPURolloutEngine.poll_weights`),
+    returns at once unless every bucket of a new version has arrived, in which
+    case it copies them into the model's tensors in place and posts the next.
+    The trainer's :func:`broadcast_weights` therefore never waits for a
+    generator to finish a batch, only for it to have taken the previous version
+    (one update in flight).
+
+    Args:
+        tensors: the generator's tensors, in the trainer's order (same shapes and dtypes).
+        src: the trainer's global rank.
+        group: the weights' process group.
+        bucket_bytes: as the trainer's.
+        on_update: called as ``on_update(version)`` after a version is loaded (e.g. to
+            tag later tokens with it); versions count from 1.
+
+    Attributes:
+        version: updates loaded so far.
+        stats: :class:`BroadcastStats` of the last update (bytes, buckets, seconds from the
+            first poll that found it complete to the end of unpacking).
+    """
+
+    def __init__(self, tensors: list[torch.Tensor], src: int, group=None, bucket_bytes: int = BUCKET_BYTES,
+                 on_update=None):
+        self.tensors, self.src, self.group = tensors, src, group
+        self.ranges = buckets_of(tensors, bucket_bytes)
+        self.buffers = [torch.empty(sum(t.numel() for t in tensors[a:b]), dtype=tensors[a].dtype,
+                                    device=tensors[a].device) for a, b in self.ranges]
+        self.on_update = on_update
+        self.version = 0
+        self.stats: BroadcastStats | None = None
+        self.works: list = []
+        self._post()
+
+    def _post(self) -> None:
+        import torch.distributed as dist
+
+        self.works = [dist.broadcast(buf, src=self.src, group=self.group, async_op=True) for buf in self.buffers]
+
+    def ready(self) -> bool:
+        """Whether every bucket of the next version has arrived."""
+        return all(w.is_completed() for w in self.works)
+
+    @torch.no_grad()
+    def poll(self, wait: bool = False) -> bool:
+        """Load the next version if it has arrived (or, with ``wait``, once it has).
+
+        Returns:
+            True when a version was loaded.
+
+        Raises:
+            RuntimeError: from torch.distributed (the trainer is gone).
+        """
+        if not wait and not self.ready():
+            return False
+        started = time.perf_counter()
+        for work in self.works:
+            work.wait()
+        total = 0
+        for (a, b), buf in zip(self.ranges, self.buffers):
+            offset = 0
+            for t in self.tensors[a:b]:
+                t.copy_(buf[offset:offset + t.numel()].view(t.shape))
+                offset += t.numel()
+            total += buf.numel() * buf.element_size()
+        self.version += 1
+        self.stats = BroadcastStats(total, len(self.ranges), time.perf_counter() - started)
+        self._post()
+        if self.on_update is not None:
+            self.on_update(self.version)
+        return True
+
+    def close(self) -> None:
+        """Stop receiving: the posted broadcast stays pending until the group is destroyed."""
+        self.works = []

@@ -1,0 +1,57 @@
+"""One rank of the in-flight weight-update check (run by tests/test_broadcast.py).
+
+``python tests/receiver_worker.py RANK WORLD PORT OUT``: rank 0 (the trainer)
+broadcasts three versions of the tiny model's weights (each step changes them);
+the other ranks (generators) hold a CPU rollout engine whose ``poll_weights``
+is a :class:`scalectl.rl.broadcast.WeightReceiver`, and generate until the
+third version has arrived. Every rank saves its final weights and, for the
+generators, the versions that tagged their tokens, to OUT.RANK.pt.
+"""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+
+import torch
+
+
+def main(rank: int, world: int, port: int, out: str) -> None:
+    import torch.distributed as dist
+
+    from scalectl.rl.broadcast import WeightReceiver, broadcast_weights, weight_group
+    from scalectl.rl.model import build_tiny_model, build_tokenizer
+    from scalectl.rl.rollout.cpu import CPURolloutEngine
+    from scalectl.rl.rollout.sampling import SamplingParams
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=timedelta(seconds=300))
+    group = weight_group(list(range(world)))
+    model = build_tiny_model(seed=0 if rank == 0 else 10 + rank)
+    tensors = list(model.state_dict().values())
+    saved = {}
+    if rank == 0:
+        for _ in range(3):
+            with torch.no_grad():                          # an optimiser step, in effect
+                for p in model.parameters():
+                    p.mul_(0.9).add_(0.01)
+            broadcast_weights(tensors, src=0, group=group, bucket_bytes=256 * 1024)
+    else:
+        engine = CPURolloutEngine(model, build_tokenizer(), head_fp32=True)
+        receiver = WeightReceiver(tensors, src=0, group=group, bucket_bytes=256 * 1024,
+                                  on_update=lambda v: engine.update_weights(None, v))
+        engine.poll_weights = receiver.poll
+        versions = []
+        while receiver.version < 3:
+            out_ = engine.generate(["1+2="], 2, SamplingParams(max_new_tokens=8), seed=receiver.version)
+            versions += [c.versions for g in out_ for c in g]
+        saved = {"versions": versions, "stats": (receiver.stats.bytes, receiver.stats.buckets)}
+    saved["state"] = model.state_dict()
+    dist.barrier()
+    torch.save(saved, f"{out}.{rank}.pt")
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
