@@ -49,13 +49,14 @@ def tracked(tmp_path_factory, policy) -> dict:
             f"budget.steps={STEPS}", "length.max_new_tokens=12", "data.difficulty=1", "data.train_size=48", f"logging.backends={json.dumps(INSTALLED)}",
             "logging.project=scalectl-test", "logging.wandb_mode=offline",
             f"logging.mlflow_tracking_uri='sqlite:///{tmp}/mlflow.db'"]
-    run_cli("run", "grpo", "--name", "tracked", "--runs-dir", str(tmp / "runs"),     # MLflow's artifacts go
+    proc = run_cli("run", "grpo", "--name", "tracked", "--runs-dir", str(tmp / "runs"),     # MLflow's artifacts go
             *[a for s in sets for a in ("--set", s)], db=db, check=True, timeout=600,  # to ./mlruns: cwd is tmp
-            env={"WANDB_SILENT": "true"}, cwd=tmp)
+            env={"WANDB_SILENT": "true", "SCALECTL_PROGRESS_INTERVAL": "0"}, cwd=tmp)
     show = json.loads(run_cli("show", "tracked", "--json", db=db, check=True).stdout)
     run_dir = tmp / "runs" / "tracked"
     steps = [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
-    return {"tmp": tmp, "run_dir": run_dir, "points": show["points"], "run": show, "steps": steps}
+    return {"tmp": tmp, "run_dir": run_dir, "points": show["points"], "run": show, "steps": steps,
+            "stderr": proc.stderr}
 
 
 def _hash(tracked) -> str:
@@ -66,6 +67,13 @@ def test_the_run_evaluated_where_expected(tracked):
     assert [p["step"] for p in tracked["points"]] == list(range(0, STEPS + 1, EVERY))
     assert all(p["pass_rate"] > 0 for p in tracked["points"])        # the comparisons below are not of zeros
     assert [s["step"] for s in tracked["steps"]] == list(range(1, STEPS + 1))
+
+
+def test_progress_off_a_terminal_is_one_plain_line_per_step(tracked):
+    """stderr is a pipe here: no progress bar, a line per step (SCALECTL_PROGRESS_INTERVAL=0)."""
+    lines = [line for line in tracked["stderr"].splitlines() if line.startswith("step ")]
+    assert [line.split()[1] for line in lines] == [f"{k}/{STEPS}" for k in range(1, STEPS + 1)]
+    assert "━" not in tracked["stderr"]
 
 
 def test_tensorboard_event_files_hold_the_store_values(tracked):

@@ -1,0 +1,77 @@
+"""Progress where people look: `scalectl status --watch`, and plain lines instead of a bar off a terminal."""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+
+from rich.console import Console
+
+from conftest import run_cli
+from scalectl.commands.progress import RichReporter
+
+
+def _simulated(tmp_path, name: str, steps: int) -> None:
+    """A detached run of the simulated backend (points from a sigmoid, 0.2 s per step)."""
+    run_cli("run", "grpo", "--detach", "--name", name, "--runs-dir", str(tmp_path / "runs"),
+            "--set", "model.path=simulated:seconds_per_step=0.2", "--set", f"budget.steps={steps}",
+            "--set", "eval.every_steps=2", db=tmp_path / "s.db", cwd=tmp_path, check=True)
+
+
+def test_status_watch_prints_each_change_until_the_runs_end(tmp_path):
+    _simulated(tmp_path, "w1", 8)
+    proc = run_cli("status", "--watch", "--interval", "0.2", db=tmp_path / "s.db", cwd=tmp_path, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines and all(line.startswith("w1: ") for line in lines)
+    assert len(lines) == len(set(lines))                       # a line only when something changed
+    assert lines[-1].startswith("w1: completed, step 8, pass rate ")
+    steps = [int(m.group(1)) for line in lines if (m := re.search(r"step (\d+)", line))]
+    assert steps == sorted(steps) and steps[-1] == 8
+    final = json.loads(run_cli("status", "w1", "--json", db=tmp_path / "s.db", check=True).stdout)[0]
+    assert lines[-1] == (f"w1: completed, step {final['last_step']}, pass rate {final['last_pass_rate']:.3f}, "
+                         "truncation -")
+    assert "\x1b[" not in proc.stdout                          # no terminal control codes in a pipe
+
+
+def test_status_watch_with_nothing_running_returns_at_once(tmp_path):
+    from scalectl.store import Store
+
+    Store.open(tmp_path / "s.db").close()                       # an empty store
+    proc = run_cli("status", "--watch", db=tmp_path / "s.db", cwd=tmp_path, check=True)
+    assert proc.stdout.strip() == "no active runs to watch"
+    proc = run_cli("status", "--watch", "--json", db=tmp_path / "s.db", cwd=tmp_path)
+    assert proc.returncode == 2 and "does not combine with --json" in proc.stderr
+
+
+class _Clock:
+    """Seconds set by the test: the reporter's steady rate is checked without waiting."""
+
+    def __init__(self):
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_off_a_terminal_progress_is_plain_lines_at_a_steady_rate():
+    buf = io.StringIO()
+    console = Console(file=buf, width=40, soft_wrap=True)      # not a terminal, and narrow
+    assert not console.is_terminal
+    clock = _Clock()
+    rep = RichReporter(console, interval=5.0, clock=clock)
+    rep.start(10, 0)
+    rep.eval(0, {"pass_rate": 0.25, "truncation_rate": 0.1, "mean_length": 12.0, "flops": 1e9, "eval_seconds": 1.0})
+    for step in range(1, 11):                                   # 2 s per step
+        clock.now += 2.0
+        rep.step(step, {"reward": 0.5})
+    rep.stop()
+    lines = buf.getvalue().splitlines()
+    steps = [line for line in lines if line.startswith("step ")]
+    # a line once 5 s have passed since the last one (steps 3, 6, 9: 6 s each), and at the last step
+    assert [s.split()[1] for s in steps] == ["3/10", "6/10", "9/10", "10/10"]
+    assert steps[0] == ("step 3/10 (30%)  pass rate 0.250  trunc 0.10  reward +0.50  2.00 s/step  "
+                        "elapsed 0:00:06  ETA 0:00:14")
+    assert steps[-1].endswith("elapsed 0:00:20  ETA 0:00:00")    # whole, not cut at 40 columns
+    assert "━" not in buf.getvalue()
