@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from scalectl.adaptive import SimBackend, fixed_design, initial_state, run_loop
-from scalectl.compare import FASTER, HIGHER, LOWER, SLOWER, UNDECIDED, compare, RunCurve
+from scalectl.compare import FASTER, HIGHER, LOWER, UNDECIDED, RunCurve, compare
 from scalectl.curve import Flag, SigmoidFit
 from scalectl.decisions import (
     CANNOT_WIN, EXTEND, HOLD, SEED, STOP, TIES, Arm, Limits, decide, extended_budget, is_true_verdict, pooled_seed_sd,

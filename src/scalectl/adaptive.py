@@ -101,9 +101,10 @@ def stage_cost(state: LoopState, backend: Backend) -> float:
 def fit_arm(curves, fit_kw: Mapping) -> tuple:
     """Pooled fit of an arm's seeds, and the A of each seed fitted alone (several seeds only).
 
-    curves: per seed (compute, pass rate).  Returns (fit, per-seed A list,
-    compute per point spacing source: (pooled x, pooled y)).  Raises
-    :class:`scalectl.curve.FitError` when the pooled points cannot be fitted.
+    curves: per seed (compute (n_s,), pass rate (n_s,)).  Returns (fit of the
+    pooled points, list of per-seed A, pooled compute (n,), pooled pass rate
+    (n,)).  Raises :class:`scalectl.curve.FitError` when the pooled points
+    cannot be fitted; a seed that cannot be fitted alone is left out of the list.
     """
     import numpy as np
 
