@@ -3,8 +3,10 @@
 ``python tests/dp_worker.py RANK WORLD PORT OUT``: trains one step of the tiny
 model on this rank's share of a fixed batch of groups, for every loss
 aggregation and advantage normalisation (and twice with one group, so that
-one of two ranks has an empty share), and (rank 0) saves the gradient of
-each step, recovered from the first AdamW update, and its metrics to OUT.
+one of two ranks has an empty share), and saves the gradient of each step,
+recovered from the first AdamW update, and its metrics to OUT.RANK.pt; then
+three steps led through :class:`scalectl.rl.data_parallel.TrainerRanks`
+(rank 0) and followed by the other ranks, with a checkpoint saved and loaded.
 
 Recovering the gradient: with lr = eps = C the first AdamW step moves each
 parameter by u = C g / (|g| + C) (bias-corrected moments m = g, sqrt(v) = |g|),
@@ -76,8 +78,39 @@ def main(rank: int, world: int, port: int, out: str) -> None:
         metrics[key] = trainer.train_step(batch)
         u = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, trainer.model.parameters())]).double()
         grads[key] = C * u / (C - u.abs())
-    if rank == 0:
-        torch.save({"grads": grads, "metrics": metrics}, out)
+    saved = {"grads": grads, "metrics": metrics, "ranks": leader_and_followers(rank, out + ".ckpt")}
+    torch.save(saved, f"{out}.{rank}.pt")
+
+
+def _flat(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
+
+
+def leader_and_followers(rank: int, ckpt: str) -> dict:
+    """Rank 0 leads three steps through TrainerRanks (a checkpoint saved after the second and
+    loaded after the third); other ranks follow."""
+    from scalectl.recipe import Loss, Optim
+    from scalectl.rl.data_parallel import TrainerRanks, follow
+    from scalectl.rl.model import build_tiny_model
+    from scalectl.rl.trainer import PolicyTrainer
+
+    # lr = eps = 1: updates close to the gradient (a wrong gradient shows); grad_clip 0.05 is below
+    # the gradients' norm here, so the global norm matters
+    trainer = PolicyTrainer(build_tiny_model(seed=0), loss=Loss(type="cispo", aggregation="prompt"),
+                            optim=Optim(lr=C, warmup_steps=0, eps=C, weight_decay=0.0, grad_clip=0.05),
+                            head_fp32=True, temperature=1.0, micro_batch_size=5)
+    if rank != 0:
+        return {"steps": follow(trainer, "batch", pad_id=0), "loaded": _flat(trainer.model)}
+    ranks = TrainerRanks(trainer, "batch", pad_id=0)
+    metrics = [ranks.step(make_groups(seed=s)) for s in (0, 1)]
+    ranks.save(ckpt)
+    after_two = _flat(trainer.model)
+    metrics.append(ranks.step(make_groups(seed=2)))
+    after_three = _flat(trainer.model)
+    ranks.load(ckpt)
+    ranks.stop()
+    return {"metrics": metrics, "after_two": after_two, "after_three": after_three,
+            "loaded": _flat(trainer.model), "size": ranks.size}
 
 
 if __name__ == "__main__":

@@ -1,11 +1,14 @@
 """One rank of the in-flight weight-update check (run by tests/test_broadcast.py).
 
 ``python tests/receiver_worker.py RANK WORLD PORT OUT``: rank 0 (the trainer)
-broadcasts three versions of the tiny model's weights (each step changes them);
-the other ranks (generators) hold a CPU rollout engine whose ``poll_weights``
-is a :class:`scalectl.rl.broadcast.WeightReceiver`, and generate until the
-third version has arrived. Every rank saves its final weights and, for the
-generators, the versions that tagged their tokens, to OUT.RANK.pt.
+holds the tiny model built with seed 0, every other rank (a generator) one
+built with another seed. First a plain broadcast in 64 KiB buckets (every rank
+saves the weights and the broadcast's stats); then rank 0 broadcasts three
+more versions (each step changes the weights) while the generators, holding a
+CPU rollout engine whose ``poll_weights`` is a
+:class:`scalectl.rl.broadcast.WeightReceiver`, generate until the third has
+arrived. Every rank saves its final weights and, for the generators, the
+versions that tagged their tokens, to OUT.RANK.pt.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ def main(rank: int, world: int, port: int, out: str) -> None:
     group = weight_group(list(range(world)))
     model = build_tiny_model(seed=0 if rank == 0 else 10 + rank)
     tensors = list(model.state_dict().values())
-    saved = {}
+    stats = broadcast_weights(tensors, src=0, group=group, bucket_bytes=64 * 1024)
+    saved = {"first": {k: v.clone() for k, v in model.state_dict().items()},
+             "first_stats": (stats.bytes, stats.buckets)}
     if rank == 0:
         for _ in range(3):
             with torch.no_grad():                          # an optimiser step, in effect
@@ -46,7 +51,7 @@ def main(rank: int, world: int, port: int, out: str) -> None:
         while receiver.version < 3:
             out_ = engine.generate(["1+2="], 2, SamplingParams(max_new_tokens=8), seed=receiver.version)
             versions += [c.versions for g in out_ for c in g]
-        saved = {"versions": versions, "stats": (receiver.stats.bytes, receiver.stats.buckets)}
+        saved.update(versions=versions, stats=(receiver.stats.bytes, receiver.stats.buckets))
     saved["state"] = model.state_dict()
     dist.barrier()
     torch.save(saved, f"{out}.{rank}.pt")
