@@ -21,7 +21,7 @@ app = typer.Typer(
 )
 
 #: Command modules, in the order their commands appear in ``--help``.
-COMMAND_MODULES = ("recipes", "presets", "train", "store", "science", "launch", "ablate")
+COMMAND_MODULES = ("recipes", "presets", "train", "store", "science", "launch", "ablate", "serve")
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"scalectl.commands.{_name}").register(app)
