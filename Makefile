@@ -6,7 +6,7 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
-RECIPE ?= recipes/scalerl.toml
+RECIPE ?= scalerl
 ARGS   ?=
 
 .PHONY: install test test-slow test-vllm run bench clean

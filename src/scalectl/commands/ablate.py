@@ -429,6 +429,9 @@ def ablate(
                          dry_run=dry_run, db=db, json_=json_)
         return
     plan = make_plan(spec, setup=setup, overrides=overrides, repeats=repeats)
+    from scalectl.trackers import check_installed
+
+    check_installed(plan.variants[0].recipe.logging)     # [logging] backends: before any run starts
     kind = launcher or plan.variants[0].recipe.launcher.type
     if kind not in LAUNCHER_TYPES:
         raise UserError(f"--launcher {kind!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
