@@ -193,11 +193,11 @@ def _wait(cond, timeout=180.0, what="it"):
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _launch(tmp_path, policy, name):
+def _launch(tmp_path, policy, name, *extra):
     db, runs = tmp_path / "s.db", tmp_path / "runs"
     env = dict(os.environ, SCALECTL_DB=str(db), COLUMNS="200")
     args = ["run", "recipes/scalerl.toml", "--name", name, "--runs-dir", str(runs),
-            "--set", f"model.path={policy}", *TINY]
+            "--set", f"model.path={policy}", *TINY, *extra]
     proc = subprocess.Popen([SCALECTL, *args], cwd=Path(__file__).resolve().parents[1], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     run_dir = runs / name
@@ -218,7 +218,8 @@ def test_killed_generator_fails_the_run(tmp_path, policy):
     """`scalectl run` of a pipeline recipe spawns a generator and a trainer process that stream
     with in-flight updates and never train on a token more than k versions old; SIGKILL on the
     generator fails the run with a message naming it, and leaves no process behind."""
-    proc, run_dir, tasks = _launch(tmp_path, policy, "pipe")
+    # a budget never reached: the generator is killed mid-run however fast the machine
+    proc, run_dir, tasks = _launch(tmp_path, policy, "pipe", "--set", "budget.steps=1000000")
     gen = next(t for t in tasks if t["role"] == "generator")
     try:
         os.kill(gen["pid"], signal.SIGKILL)
