@@ -306,6 +306,10 @@ CASES = [
     Case("status-missing-folder", _store_file("missing", "status"), ("nowhere/deeper/s.db: no store there",)),
     Case("fit-missing-folder", _store_file("missing", "fit"), ("nowhere/deeper/s.db: no store there",)),
     Case("runs-dev-null", _store_file("device", "runs"), ("/dev/null: not a regular file",)),
+    Case("file-name-is-markup", with_files(lambda tmp: ["validate", str(tmp / "[/x].toml")]),
+         ("[/x].toml: no such file",)),
+    Case("value-is-markup", override("data.source=[/oops][bold].jsonl"),
+         ("data.source = '[/oops][bold].jsonl': no such file",)),
     Case("report-empty-name", with_files(lambda tmp: ["report", "", "--db", "{store}"]), ("ABLATION is empty",)),
 ]
 

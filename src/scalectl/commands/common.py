@@ -52,6 +52,7 @@ def user_errors(fn: Callable) -> Callable:
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
+            # the message quotes user input: a '[/x]' in it is text, not rich markup
             err.print(f"[red]error:[/red] {escape(str(exc))}", markup=True, soft_wrap=True)
             raise typer.Exit(2) from None
 

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from scalectl.commands.common import JsonOption, err, out, print_json, user_errors
 from scalectl.errors import UserError
@@ -41,7 +42,7 @@ def validate(
         print_json(results if not problems else {"ok": results, "errors": problems})
     else:
         for r in results:
-            out.print(f"[bold]# {r['file']}[/bold]  hash {r['hash']}")
+            out.print(f"[bold]# {escape(r['file'])}[/bold]  hash {r['hash']}")
             for note in r["taken"]:
                 out.print(f"# taken: {note}", markup=False, soft_wrap=True)
             data = {k: v for k, v in r["recipe"].items()}

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich.markup import escape
 
 from scalectl.commands.common import DbOption, JsonOption, err, fmt, open_store, out, print_json, user_errors
 from scalectl.commands.progress import RichReporter
@@ -125,7 +126,7 @@ def run(
         import traceback
 
         (run_dir / "error.log").write_text(traceback.format_exc())
-        err.print(f"[red]run failed:[/red] {exc}\n(traceback in {run_dir / 'error.log'})", markup=True)
+        err.print(f"[red]run failed:[/red] {escape(str(exc) or type(exc).__name__)}\n(traceback in {run_dir / 'error.log'})", markup=True)
         raise typer.Exit(1) from None
     from scalectl.run_summary import summarize_run
 
