@@ -45,7 +45,7 @@ $(VLLM_STAMP): pyproject.toml
 	@touch $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
-	VLLM_CPU_KVCACHE_SPACE=1 VLLM_LOGGING_LEVEL=WARNING $(VLLM_PY) -m pytest -q -s -p no:cacheprovider tests/test_vllm.py
+	VLLM_CPU_KVCACHE_SPACE=1 VLLM_LOGGING_LEVEL=WARNING $(VLLM_PY) -m pytest -q -s -p no:cacheprovider tests/test_vllm.py tests/test_vllm_broadcast.py
 
 run: $(STAMP)
 	$(VENV)/bin/scalectl run $(RECIPE) $(ARGS)

@@ -56,6 +56,65 @@ def weight_group(ranks: list[int], device: str = "cpu"):
     return dist.new_group(ranks=sorted(ranks), backend=backend)
 
 
+class StatelessGroup:
+    """A process group for the weights outside torch.distributed's default world.
+
+    A generator whose engine owns the process's torch.distributed world (vLLM's
+    workers do), or a trainer whose default world is DeepSpeed's, joins the
+    weights' group through this instead: its own rendezvous (a ``TCPStore`` at
+    ``host:port``, served by rank 0), its own gloo or NCCL group, nothing
+    registered globally (the pattern vLLM documents for RLHF weight sync, with
+    torch's process-group classes).
+
+    Args:
+        host, port: the rendezvous; rank 0 (the trainer) listens there.
+        rank: this process's rank in the weights' group (the trainer is 0).
+        size: the group's size (1 + generators).
+        device: ``cuda`` for NCCL when a GPU is present, else gloo.
+        timeout_s: how long a collective may wait.
+    """
+
+    def __init__(self, host: str, port: int, rank: int, size: int, device: str = "cpu",
+                 timeout_s: float = 300.0):
+        import torch.distributed as dist
+        from datetime import timedelta
+
+        timeout = timedelta(seconds=timeout_s)
+        self.store = dist.TCPStore(host, port, size, rank == 0, timeout=timeout)
+        self.rank, self.size = rank, size
+        if device == "cuda" and torch.cuda.is_available():
+            self.backend = "nccl"
+            self.pg = dist.ProcessGroupNCCL(self.store, rank, size)
+        else:
+            self.backend = "gloo"
+            self.pg = dist.ProcessGroupGloo(self.store, rank, size, timeout)
+
+    def broadcast(self, tensor: torch.Tensor, src: int):
+        """Asynchronous broadcast of ``tensor`` from group rank ``src``; returns the work handle."""
+        import torch.distributed as dist
+
+        opts = dist.BroadcastOptions()
+        opts.rootRank = src
+        return self.pg.broadcast([tensor], opts)
+
+
+def _my_rank(group) -> int:
+    import torch.distributed as dist
+
+    return group.rank if isinstance(group, StatelessGroup) else dist.get_rank()
+
+
+def _broadcast(tensor: torch.Tensor, src: int, group, async_op: bool):
+    import torch.distributed as dist
+
+    if isinstance(group, StatelessGroup):
+        work = group.broadcast(tensor, src)
+        if not async_op:
+            work.wait()
+        return work
+    return dist.broadcast(tensor, src=src, group=group, async_op=async_op)
+
+
 def buckets_of(tensors: list[torch.Tensor], bucket_bytes: int = BUCKET_BYTES) -> list[tuple[int, int]]:
     """Half-open index ranges of ``tensors`` making the buckets: consecutive tensors of one
     dtype (and device), at most ``bucket_bytes`` together unless a tensor is larger alone."""
@@ -78,8 +137,10 @@ def broadcast_weights(tensors: list[torch.Tensor], src: int, group=None,
         tensors: the model's tensors in one fixed order (e.g. ``list(model.parameters())``
             or the values of a state dict); contiguous or not. On receivers they are
             overwritten in place.
-        src: the sending rank (global rank, as torch.distributed counts).
-        group: the weights' process group (:func:`weight_group`); None is the default group.
+        src: the sending rank (global rank, as torch.distributed counts; the group rank
+            for a :class:`StatelessGroup`).
+        group: the weights' process group (:func:`weight_group` or :class:`StatelessGroup`);
+            None is the default group.
         bucket_bytes: the most bytes per collective.
 
     Returns:
@@ -88,10 +149,8 @@ def broadcast_weights(tensors: list[torch.Tensor], src: int, group=None,
     Raises:
         RuntimeError: from torch.distributed (a peer gone, a timeout).
     """
-    import torch.distributed as dist
-
     started = time.perf_counter()
-    me = dist.get_rank()
+    me = _my_rank(group)
     ranges = buckets_of(tensors, bucket_bytes)
     total = 0
     for a, b in ranges:
@@ -100,7 +159,7 @@ def broadcast_weights(tensors: list[torch.Tensor], src: int, group=None,
             flat = torch.cat([t.reshape(-1) for t in part]) if b - a > 1 else part[0].reshape(-1).contiguous()
         else:
             flat = torch.empty(sum(t.numel() for t in part), dtype=part[0].dtype, device=part[0].device)
-        dist.broadcast(flat, src=src, group=group)
+        _broadcast(flat, src, group, async_op=False)
         if me != src:
             offset = 0
             for t in part:
@@ -126,8 +185,8 @@ class WeightReceiver:
 
     Args:
         tensors: the generator's tensors, in the trainer's order (same shapes and dtypes).
-        src: the trainer's global rank.
-        group: the weights' process group.
+        src: the trainer's rank (global; the group rank for a :class:`StatelessGroup`).
+        group: the weights' process group (or a :class:`StatelessGroup`).
         bucket_bytes: as the trainer's.
         on_update: called as ``on_update(version)`` after a version is loaded (e.g. to
             tag later tokens with it); versions count from 1.
@@ -151,9 +210,7 @@ class WeightReceiver:
         self._post()
 
     def _post(self) -> None:
-        import torch.distributed as dist
-
-        self.works = [dist.broadcast(buf, src=self.src, group=self.group, async_op=True) for buf in self.buffers]
+        self.works = [_broadcast(buf, self.src, self.group, async_op=True) for buf in self.buffers]
 
     def ready(self) -> bool:
         """Whether every bucket of the next version has arrived."""
