@@ -78,6 +78,33 @@ def test_the_installed_package_is_the_wheel_and_lists_its_presets(installed):
     assert sorted(os.listdir(installed["empty"])) == []          # a dry run leaves the folder empty
 
 
+def _stored(folder: Path) -> tuple[tuple, Path, list[int]]:
+    con = sqlite3.connect(folder / "scalectl.db")
+    (name, status, run_dir), = con.execute("SELECT name, status, run_dir FROM runs").fetchall()
+    steps = [s for (s,) in con.execute("SELECT step FROM eval_points ORDER BY step")]
+    con.close()
+    return (name, status), Path(run_dir), steps
+
+
+def test_the_wheel_trains_scalerl_by_name_from_an_empty_folder(installed, tmp_path):
+    """The preset and the default setup come from the installed package; the pipeline's
+    processes run the installed code.  A freshly initialised policy stands in for the warm
+    start (the slow test below builds that), so this takes a minute, not ten."""
+    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+
+    policy = save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path / "policy")
+    folder = tmp_path / "work"
+    folder.mkdir()
+    _run([installed["scalectl"], "run", "scalerl", "--set", "budget.steps=4", "--set", "eval.every_steps=2",
+          "--set", "eval.prompts=16", "--set", "eval.samples_per_prompt=2", "--set", f"model.path={policy}",
+          "--set", "batch.prompts_per_step=4", "--set", "batch.generations_per_prompt=4", "--set", "async.k=1"],
+         cwd=folder, env=installed["env"], timeout=900)
+    run, run_dir, steps = _stored(folder)
+    assert run == ("scalerl-s0", "completed") and run_dir == folder / "runs" / "scalerl-s0"
+    assert steps == [0, 2, 4]
+    assert (run_dir / "pipeline").is_dir()                     # ScaleRL's PipelineRL: generator + trainer processes
+
+
 @pytest.mark.slow
 def test_the_wheel_runs_scalerl_by_name_from_an_empty_folder(installed, tmp_path):
     """`scalectl run scalerl --set budget.steps=20` (the tiny CPU setup, found in the package)."""
@@ -85,9 +112,6 @@ def test_the_wheel_runs_scalerl_by_name_from_an_empty_folder(installed, tmp_path
     folder.mkdir()
     _run([installed["scalectl"], "run", "scalerl", "--set", "budget.steps=20", "--set", "eval.prompts=100",
           "--json"], cwd=folder, env=installed["env"], timeout=1800)
-    con = sqlite3.connect(folder / "scalectl.db")
-    (name, status, run_dir), = con.execute("SELECT name, status, run_dir FROM runs").fetchall()
-    assert (name, status) == ("scalerl-s0", "completed")
-    assert Path(run_dir) == folder / "runs" / "scalerl-s0"
-    steps = [s for (s,) in con.execute("SELECT step FROM eval_points ORDER BY step")]
+    run, run_dir, steps = _stored(folder)
+    assert run == ("scalerl-s0", "completed") and run_dir == folder / "runs" / "scalerl-s0"
     assert steps == [0, 20]
