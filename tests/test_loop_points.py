@@ -1,0 +1,133 @@
+"""``scalectl run`` gives the evaluation points recorded in ``tests/data/loop_points.json``
+for a fixed seed, in ``sync`` and in ``ppo_off_policy``.
+
+The recorded points guard the training loop's order of work (which prompts, which
+seeds, which weights sample which batch, when points are taken and what they
+carry) across changes to the loop's structure.  ``tests/data/loop_points.json``
+says how it was made; to record it again (only when the numbers are meant to
+change, e.g. a new sampler), run ``.venv/bin/python tests/test_loop_points.py``
+and say why in the commit.
+
+Tolerances:
+
+* counts and everything derived from counts are compared exactly: step, tokens,
+  samples, samples_per_prompt, correct_counts, retired_prompts, pass_rate,
+  truncation_rate, mean_length (ratios of small integers, exact in float64),
+  and flops (2N or 6N times a token count: integers below 2^53, exact);
+* train_reward is a float32 mean of rewards in {-1, +1}: exact as well;
+* entropy and logprob_mismatch are float32 means over at most
+  ``prompts x generations x max_new_tokens = 4 x 4 x 10 = 160`` tokens of values
+  computed in float32: a different (equally valid) summation order moves them
+  by at most ~160 x 2^-24 ~ 1e-5 relative, so they are compared to 2e-5
+  relative (and 1e-6 absolute, for values near 0);
+* gpu_hours and wall_seconds are wall-clock measurements: only their order is checked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from conftest import ROOT, run_cli  # noqa: E402
+
+FIXTURE = ROOT / "tests" / "data" / "loop_points.json"
+MODES = {"sync": ["async.mode=sync"], "ppo_off_policy": ["async.mode=ppo_off_policy", "async.k=2"]}
+EXACT = ("step", "tokens", "samples", "samples_per_prompt", "correct_counts", "retired_prompts", "pass_rate",
+         "truncation_rate", "mean_length", "flops", "train_reward")
+FLOAT32_MEANS = ("entropy", "logprob_mismatch")
+REL, ABS = 2e-5, 1e-6
+
+
+def build_policy(folder: Path) -> Path:
+    """The cheap policy of the recorded runs: the tiny model after a short SFT stage on 40
+    one-operation problems (it stops at the first check with held-out pass rate >= 0.05), so
+    that it has learnt some of its training prompts: rollouts are partly correct, advantages
+    are non-zero and the weights move between points."""
+    from types import SimpleNamespace as NS
+
+    import torch
+
+    from scalectl.rl.warmstart import SFTConfig, ensure_warm_start
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return ensure_warm_start(
+            model_cfg=NS(path="builtin:tiny", warm_start_target=0.05),
+            data_cfg=NS(source="synthetic:arithmetic", difficulty=1, seed=0, train_size=40),
+            max_new_tokens=10, cache_dir=folder,
+            sft=SFTConfig(check_every=10, check_prompts=16, check_samples=2, max_steps=400), log=lambda m: None)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def run_args(policy: Path, runs: Path, mode: str, name: str) -> list[str]:
+    sets = MODES[mode] + [
+        "batch.prompts_per_step=4", "batch.generations_per_prompt=4", "eval.every_steps=2", "eval.prompts=16",
+        "eval.samples_per_prompt=2", "checkpoint.every_steps=100", f"model.path={policy}", "budget.steps=6",
+        "length.max_new_tokens=10", "data.difficulty=1", "data.train_size=40", "seed=3"]
+    return ["run", "recipes/grpo.toml", "--runs-dir", str(runs), "--name", name] + [a for s in sets for a in ("--set", s)]
+
+
+def points_of(policy: Path, tmp: Path, mode: str) -> list[dict]:
+    db = tmp / f"{mode}.db"
+    run_cli(*run_args(policy, tmp / "runs", mode, mode), db=db, check=True, timeout=600)
+    points = json.loads(run_cli("show", mode, "--json", db=db, check=True).stdout)["points"]
+    keep = EXACT + FLOAT32_MEANS + ("gpu_hours",)
+    return [{k: p[k] for k in keep} for p in points]
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory) -> Path:
+    return build_policy(tmp_path_factory.mktemp("policy"))
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_run_gives_the_recorded_points(policy, tmp_path, mode):
+    recorded = json.loads(FIXTURE.read_text())["modes"][mode]
+    got = points_of(policy, tmp_path, mode)
+    assert [p["step"] for p in got] == [p["step"] for p in recorded] == [0, 2, 4, 6]
+    assert any(p["train_reward"] not in (None, -1.0) for p in recorded), "the recorded run never saw a reward"
+    for want, have in zip(recorded, got):
+        for key in EXACT:
+            assert have[key] == want[key], f"{mode} step {want['step']}: {key} {have[key]!r} != {want[key]!r}"
+        for key in FLOAT32_MEANS:
+            if want[key] is None:
+                assert have[key] is None
+            else:
+                assert math.isclose(have[key], want[key], rel_tol=REL, abs_tol=ABS), \
+                    f"{mode} step {want['step']}: {key} {have[key]!r} != {want[key]!r}"
+    hours = [p["gpu_hours"] for p in got]
+    assert hours == sorted(hours) and hours[0] == 0
+
+
+def record() -> None:
+    """Write :data:`FIXTURE` from runs of the current code."""
+    import platform
+    import tempfile
+
+    import torch
+
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        policy = build_policy(tmp / "policy")
+        modes = {mode: points_of(policy, tmp, mode) for mode in MODES}
+    for pts in modes.values():
+        for p in pts:
+            p.pop("gpu_hours")
+    FIXTURE.write_text(json.dumps({
+        "how": ("Made by `python tests/test_loop_points.py` (the function `record`): the tiny model after the "
+                "fixed SFT stage of `build_policy`, then `scalectl run` with the arguments of `run_args` for "
+                "each mode; the points as `scalectl show --json` gives them, wall-clock fields left out."),
+        "torch": torch.__version__, "python": platform.python_version(), "machine": platform.machine(),
+        "modes": modes}, indent=1) + "\n")
+    print(f"wrote {FIXTURE}")
+
+
+if __name__ == "__main__":
+    record()
