@@ -1,10 +1,9 @@
 """Throughput of the asynchrony modes: sync, PPO-off-policy-k and PipelineRL-k, side by side.
 
-All three run through the same two processes (one generator, one trainer, one
-thread each; :mod:`scalectl.rl.pipeline`), on the same recipe and setup, for
-the same number of steps; they differ only in scheduling.  With
-``--single-process`` the single-process loop's sync and PPO-off-policy runs
-are added for reference.  Every step trains on the full batch (the filters
+Each mode runs as its schedule says (:mod:`scalectl.rl.schedule`): sync and
+PPO-off-policy in one process, PipelineRL as one generator and one trainer
+process (one thread each), on the same recipe and setup, for the same number
+of steps, through the same training loop.  Every step trains on the full batch (the filters
 are switched off unless ``--keep-filters``), so each step costs the same.
 
 Printed per mode: samples/s and tokens/s (completions and completion tokens
@@ -20,7 +19,7 @@ On a shared machine the load drifts during the benchmark: ``--repeats N`` runs
 the modes N times in turn (sync, ppo, pipeline, sync, ...) and keeps each
 mode's fastest run.
 
-    .venv/bin/python benchmarks/bench_async.py [--steps 24] [--k 8] [--repeats 2] [--model DIR] [--single-process]
+    .venv/bin/python benchmarks/bench_async.py [--steps 24] [--k 8] [--repeats 2] [--model DIR]
 """
 
 from __future__ import annotations
@@ -56,12 +55,14 @@ def parallel_capacity() -> float:
     return 2 * alone / max(spin(2))
 
 
-def run_mode(mode: str, args, processes: bool, folder: Path) -> dict:
+def run_mode(mode: str, args, folder: Path) -> dict:
     """One run of ``mode``; returns throughput, idle shares and staleness."""
+    from scalectl.job import StoreSink
     from scalectl.recipe_io import load
     from scalectl.rl.data import load_prompt_sets
-    from scalectl.rl.loop import Reporter, run_training
-    from scalectl.rl.pipeline import run_pipeline
+    from scalectl.rl.loop import Reporter
+    from scalectl.rl.run import run_training
+    from scalectl.rl.schedule import schedule_for
     from scalectl.store import Store
 
     overrides = [f"async.mode={mode}", f"async.k={args.k}", f"budget.steps={args.steps}",
@@ -73,15 +74,16 @@ def run_mode(mode: str, args, processes: bool, folder: Path) -> dict:
     if not args.keep_filters:
         overrides += ["filter.zero_variance=false", "filter.retire_solved=false", "filter.dynamic_sampling=false"]
     recipe = load(args.recipe, args.setup, overrides)
-    run_dir = folder / f"{mode}-{'proc' if processes else 'loop'}"
+    processes = schedule_for(recipe.async_).multi_process
+    run_dir = folder / mode
     run_dir.mkdir(parents=True)
     store = Store.open(folder / "bench.db")
     run_id = store.create_run(run_dir.name, recipe=recipe.to_dict(), recipe_hash=recipe.content_hash, seed=recipe.seed,
                               launcher="local", hardware=recipe.hardware.name, run_dir=str(run_dir))
     train, held_out = load_prompt_sets(recipe)
-    go = run_pipeline if processes else run_training
     t0 = time.perf_counter()
-    go(recipe, run_dir, store, run_id, train_problems=train, eval_problems=held_out, reporter=Reporter())
+    run_training(recipe, run_dir, sink=StoreSink(str(folder / "bench.db"), run_id), train_problems=train,
+                 eval_problems=held_out, reporter=Reporter())
     total = time.perf_counter() - t0
     last = store.points(run_id)[-1]
     store.close()
@@ -111,23 +113,19 @@ def main() -> None:
     ap.add_argument("--generations", type=int, default=8, help="generations per prompt")
     ap.add_argument("--eval-prompts", type=int, default=16)
     ap.add_argument("--modes", nargs="+", default=["sync", "ppo_off_policy", "pipeline"])
-    ap.add_argument("--single-process", action="store_true", help="also run sync and ppo_off_policy in one process")
     ap.add_argument("--keep-filters", action="store_true")
     ap.add_argument("--repeats", type=int, default=1, help="rounds over the modes; the fastest run of each is shown")
     args = ap.parse_args()
 
     console = Console(width=150)
-    runs = [(m, True) for m in args.modes]
-    if args.single_process:
-        runs += [(m, False) for m in args.modes if m != "pipeline"]
-    runs = runs * args.repeats
+    runs = list(args.modes) * args.repeats
     capacity = parallel_capacity()
     console.print(f"parallel capacity of this machine now: {capacity:.2f} (two 1-thread workloads at once "
                   "vs one alone; 2.0 = two free cores)")
     results = []
     with tempfile.TemporaryDirectory() as tmp:
-        for i, (mode, processes) in enumerate(runs):
-            r = run_mode(mode, args, processes, Path(tmp) / str(i))
+        for i, mode in enumerate(runs):
+            r = run_mode(mode, args, Path(tmp) / str(i))
             console.print(f"{mode} ({r['path']}): {r['samples_per_s']:.1f} samples/s")
             results.append(r)
     best: dict = {}
@@ -154,12 +152,6 @@ def main() -> None:
     console.print(table)
     console.print(f"parallel capacity {capacity:.2f} before, {parallel_capacity():.2f} after; load average "
                   f"{os.getloadavg()[0]:.1f}")
-    sync = next((r for r in results if r["mode"] == "sync" and r["path"] == "2 processes"), None)
-    if sync and sync.get("trainer_idle") is not None:
-        gen, train = sync["trainer_idle"], 1 - sync["trainer_idle"]   # the trainer waits while the generator works
-        console.print(f"sync step: {gen:.0%} generation, {train:.0%} training; on two free cores an overlapped step "
-                      f"takes max of the two = {max(gen, train):.0%} of it (at most {1 / max(gen, train):.2f}x "
-                      "the sync throughput)")
 
 
 if __name__ == "__main__":

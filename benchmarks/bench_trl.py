@@ -16,7 +16,7 @@ Losses (token-level aggregation on both sides, as TRL aggregates):
   TRL ``loss_type = "dapo"``, ``epsilon = 0.2``, ``epsilon_high = 0.28``).
 
 scalectl modes: ``sync``, ``ppo_off_policy`` (k = ``--k``) through the
-single-process loop (:func:`scalectl.rl.loop.run_training`), ``pipeline``
+single-process loop (:func:`scalectl.rl.run.run_training`), ``pipeline``
 (k) through the generator and trainer processes; TRL: one generation batch
 per step (``steps_per_generation = 1``) and, matching PPO-off-policy-k, one
 generation of k batches for k steps (``steps_per_generation = k``).
@@ -117,7 +117,9 @@ def load_recipe(loss: str, mode: str, k: int, steps: int, model: str | None = No
 def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None) -> dict:
     """One scalectl training run; completions, completion tokens and seconds of its steps."""
     from scalectl.rl.data import load_prompt_sets
-    from scalectl.rl.loop import Reporter, run_training
+    from scalectl.job import StoreSink
+    from scalectl.rl.loop import Reporter
+    from scalectl.rl.run import run_training
     from scalectl.rl.warmstart import ensure_warm_start
     from scalectl.store import Store
 
@@ -128,8 +130,8 @@ def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None) ->
         store = Store.open(Path(tmp) / "bench.db")
         run_id = store.create_run("bench", recipe=recipe.to_dict(), recipe_hash=recipe.content_hash,
                                   seed=recipe.seed, run_dir=tmp)
-        run_training(recipe, Path(tmp), store, run_id, train_problems=train, eval_problems=held_out,
-                     reporter=Reporter())
+        run_training(recipe, Path(tmp), sink=StoreSink(str(Path(tmp) / "bench.db"), run_id), train_problems=train,
+                     eval_problems=held_out, reporter=Reporter())
         last = store.points(run_id)[-1]
         store.close()
     return {"completions": last["samples"], "tokens": last["tokens"], "seconds": last["wall_seconds"],

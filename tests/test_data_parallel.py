@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import ROOT
-from scalectl.launch.roles import free_port
+from scalectl.rl.roles import free_port
 from scalectl.rl.sharding import batch_std, batch_totals, split_groups
 
 WORKER = str(ROOT / "tests" / "dp_worker.py")

@@ -172,7 +172,8 @@ def _dapo(rounds: int):
 def test_collect_batch_does_exactly_max_refill_rounds(rounds):
     """11 of 16 groups kept in the first round and none in any refill: exactly ``rounds``
     refills run (rounds 1..N after round 0), then the error names the rounds done."""
-    from scalectl.rl.loop import collect_batch, new_state
+    from scalectl.rl.collect import collect_batch
+    from scalectl.rl.loop import new_state
 
     recipe = _dapo(rounds)
     assert recipe.batch.prompts_per_step == 16
@@ -189,7 +190,8 @@ def test_collect_batch_does_exactly_max_refill_rounds(rounds):
 
 
 def test_collect_batch_refill_fills_the_batch_in_the_last_allowed_round():
-    from scalectl.rl.loop import collect_batch, new_state
+    from scalectl.rl.collect import collect_batch
+    from scalectl.rl.loop import new_state
 
     recipe = _dapo(1)
     fetch, calls = _scripted_fetch([11, 5])

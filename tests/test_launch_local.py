@@ -16,7 +16,7 @@ from conftest import ROOT, run_cli
 from scalectl.errors import UserError
 from scalectl.launch.base import log_tail, reconcile
 from scalectl.launch.local import acquire_slot, pid_alive
-from scalectl.launch.roles import assign_role, detect, first_host, local_task_env, slurm_port
+from scalectl.rl.roles import assign_role, detect, first_host, local_task_env, slurm_port
 from scalectl.launch.slurm import map_state, signal_delay_s, submitit_parameters
 from scalectl.recipe_io import load
 

@@ -17,11 +17,13 @@ import torch
 
 from conftest import SCALECTL, run_cli
 from scalectl.launch.local import pid_alive
-from scalectl.launch.roles import Task, free_port
+from scalectl.rl.roles import Task, free_port
 from scalectl.rl.batch import build_train_batch
 from scalectl.rl.groups import Group
 from scalectl.rl.model import build_tiny_model, build_tokenizer, head_log_softmax, token_logprobs
-from scalectl.rl.schedule import staleness_bound, staleness_stats
+from scalectl.rl.feeder import staleness_stats
+from scalectl.recipe import Async
+from scalectl.rl.schedule import schedule_for
 from scalectl.rl.rollout.cpu import CPURolloutEngine
 from scalectl.rl.rollout.sampling import SamplingParams
 from scalectl.rl.stream import Channel, WeightSlot, flatten_weights, send_weights, weight_layout
@@ -163,7 +165,8 @@ def test_staleness_stats_and_bounds():
     st = staleness_stats(5, [[3, 3, 4], [5, 5]])
     assert st == {"staleness_max": 2, "staleness_mean": 1.0, "multi_version_share": 0.5, "tokens": 5,
                   "completions": 2}
-    assert [staleness_bound(m, 8) for m in ("pipeline", "ppo_off_policy", "sync")] == [8, 7, 0]
+    bounds = [schedule_for(Async(mode=m, k=8)).staleness_bound for m in ("pipeline", "ppo_off_policy", "sync")]
+    assert bounds == [8, 7, 0]
 
 
 # --------------------------------------------------------------------------- the processes
@@ -281,7 +284,7 @@ def test_tasks_of_a_multi_task_job_run_their_roles(tmp_path, policy):
     import sys
 
     from scalectl.job import write_job_file
-    from scalectl.launch.roles import local_task_env
+    from scalectl.rl.roles import local_task_env
     from scalectl.recipe_io import load
     from scalectl.store import Store
 

@@ -102,17 +102,17 @@ def test_bad_params_are_refused(bad, match):
 def test_training_rollouts_of_every_in_process_mode_follow_the_recipe(engine, tok, mode):
     """The loop's training batch with top_p 1.0 vs 0.3 (in-process modes): different completions,
     and each equals the engine's own output for ``SamplingParams.for_training`` of its recipe."""
-    from scalectl.rl.loop import Policy, generate_batch, new_state
+    from scalectl.rl.collect import generate_batch
+    from scalectl.rl.loop import new_state
     from scalectl.rl.tasks import train_problems
 
     problems = train_problems(8, seed=0, difficulty=2)
-    policy = Policy(engine.model, tok, engine, trainer=None, n_params=0)
     seen = []
     for top_p in (1.0, 0.3):
         recipe = _recipe(f"async.mode={mode}", f"sampling.top_p={top_p}", "batch.prompts_per_step=2",
                          "batch.generations_per_prompt=3", "filter.zero_variance=false")
         state = new_state(recipe, 0, len(problems))
-        groups, _ = generate_batch(recipe, policy, problems, state, seed=5)
+        groups, _ = generate_batch(recipe, engine, problems, state, seed=5)
         got = [c.token_ids for g in groups for c in g.completions]
         ids = new_state(recipe, 0, len(problems)).sampler.next(2)
         direct = engine.generate([problems[i].prompt for i in ids], 3, SamplingParams.for_training(recipe),
@@ -131,6 +131,6 @@ def test_evaluation_follows_the_recipe(engine, tok):
     lengths = []
     for temperature in (1.0, 0.3):
         recipe = _recipe(f"eval.temperature={temperature}", "eval.samples_per_prompt=3")
-        point = eval_point(recipe, engine, held, new_state(recipe, 0, 4), {})
-        lengths.append(point["mean_length"])
+        point, _ = eval_point(recipe, engine, held, new_state(recipe, 0, 4), {})
+        lengths.append(point.mean_length)
     assert lengths[0] != lengths[1]

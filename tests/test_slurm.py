@@ -109,7 +109,7 @@ def _scontrol(job_id) -> dict:
 
 def test_two_task_job_roles_talk_over_gloo(slurm, tmp_path):
     """Task 0 is the generator, task 1 the trainer; the trainer sends a tensor, the generator answers."""
-    from scalectl.launch.roles import exchange_check
+    from scalectl.rl.roles import exchange_check
     from scalectl.launch.slurm import submit_function, wait
 
     job = submit_function(exchange_check, 1, 1, folder=tmp_path / "roles",

@@ -3,18 +3,49 @@
 A run folder holds ``job.json`` (the store path, the run id, the normalised
 recipe) written when the run is created; :func:`run_job` needs nothing else,
 so the same call serves ``scalectl run`` in the foreground, a local
-background process and a Slurm task.  The run's status in the store follows
-the job: running, then completed, failed (with the error) or cancelled.
+background process and every task of a Slurm job.  The job body alone
+
+* works out which task of the job it is (:func:`scalectl.rl.run.job_task`):
+  a single-process schedule trains on task 0 and other tasks return at once;
+  a multi-process schedule runs every task's role, and the trainer task
+  records the run;
+* decides to resume: it does whenever the run folder holds a checkpoint;
+* writes the run's status in the store: running, then completed, failed (with
+  the error), cancelled, or what the launcher says an exception means
+  (``timed_out``, ``pending`` when requeued);
+* stores the evaluation points (:class:`StoreSink`) and sends them, with each
+  step's metrics, to the recipe's ``[logging]`` trackers (:mod:`scalectl.trackers`).
+
+A simulated run (``model.path = "simulated:..."``, :mod:`scalectl.simulated`)
+stores points drawn from a given curve instead of training.
+
+Launchers only submit, watch and cancel.
 """
 
 from __future__ import annotations
 
 import json
 import traceback
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
+
+from scalectl.points import EvalPoint
+from scalectl.recipe import Recipe
+from scalectl.rl.checkpoint import latest_checkpoint
+from scalectl.rl.data import load_prompt_sets
+from scalectl.rl.loop import Reporter
+from scalectl.rl.run import job_task, run_training
+from scalectl.rl.schedule import schedule_for
+from scalectl.simulated import run_simulated
+from scalectl.store import Store
+from scalectl.trackers import run_key, tracking
 
 JOB_FILE = "job.json"
+
+#: ``stop_status(exc)`` -> (status, error) for an exception the launcher can explain, else None.
+StopStatus = Callable[[BaseException], "tuple[str, str] | None"]
 
 
 def write_job_file(run_dir: Path, *, db: str, run_id: int, recipe: dict) -> Path:
@@ -28,6 +59,7 @@ def write_job_file(run_dir: Path, *, db: str, run_id: int, recipe: dict) -> Path
 
 
 def read_job_file(run_dir: Path) -> dict:
+    """``RUN_DIR/job.json`` as a dict (db, run_id, recipe)."""
     return json.loads((Path(run_dir) / JOB_FILE).read_text())
 
 
@@ -35,54 +67,96 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
-def run_job(run_dir: str | Path, *, resume: bool = False, reporter=None) -> dict:
+@dataclass(frozen=True)
+class StoreSink:
+    """The training loop's sink for evaluation points: the store at ``db``, run ``run_id``.
+
+    Picklable (a path and an id), so that a trainer process of its own can store
+    its points; each point is written in its own transaction before the loop goes on.
+    """
+
+    db: str
+    run_id: int
+
+    def __call__(self, point: EvalPoint) -> None:
+        with Store.open(self.db) as store:
+            store.add_point(self.run_id, point)
+
+
+def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | None = None) -> dict | None:
     """Train the run described by ``RUN_DIR/job.json`` and record its fate in the store.
 
+    Args:
+        reporter: progress (:class:`scalectl.rl.loop.Reporter`).
+        stop_status: the launcher's reading of an exception that stopped the job
+            (e.g. Slurm's time limit -> ``timed_out``); its status and error are recorded
+            instead of ``failed``.
+
     Returns:
-        The training summary (:func:`scalectl.rl.loop.run_training`).
+        The training summary (steps, first and last pass rate, compute), or None in a
+        task that does not train (a generator task, or a task other than 0 when the
+        schedule runs in one process).
 
     Raises:
         KeyboardInterrupt: re-raised after the run is checkpointed and marked cancelled.
         Exception: any training error, after the run is marked failed with it.
     """
-    from scalectl.recipe import Recipe
-    from scalectl.rl.data import load_prompt_sets
-    from scalectl.rl.loop import run_training
-    from scalectl.store import Store
-    from scalectl.trackers import run_key, tracking
-
     run_dir = Path(run_dir)
+    reporter = reporter or Reporter()
     job = read_job_file(run_dir)
     recipe = Recipe.model_validate(job["recipe"])
-    simulated = recipe.model.path.startswith("simulated:")   # scalectl.simulated: points from a given curve
-    if recipe.async_.mode == "pipeline" and not simulated:
-        from scalectl.rl.pipeline import generator_task, run_generator_task
-
-        if generator_task(recipe) is not None:    # a generator task of a multi-task job: the trainer task
-            return run_generator_task(run_dir, job, resume=resume, reporter=reporter)   # records the run
-    store = Store.open(job["db"])
     run_id = job["run_id"]
-    store.update_run(run_id, status="running", started=_now(), error=None)
+    simulated = recipe.model.path.startswith("simulated:")   # scalectl.simulated: points from a given curve
+    task = None if simulated else job_task(recipe)
+    if task is not None and task.world_size > 1 and not schedule_for(recipe.async_).multi_process \
+            and task.rank != 0:
+        reporter.log(f"the training loop runs on task 0; task {task.rank} has nothing to do")
+        return None
+    resume = latest_checkpoint(run_dir) is not None
+    if task is not None and task.role == "generator":      # the trainer task records the run
+        train, held_out = load_prompt_sets(recipe)
+        return run_training(recipe, run_dir, sink=StoreSink(job["db"], run_id), train_problems=train,
+                            eval_problems=held_out, reporter=reporter, resume=resume, task=task)
+    with Store.open(job["db"]) as store:
+        store.update_run(run_id, status="running", started=_now(), error=None)
     try:
         if simulated:
-            from scalectl.simulated import run_simulated
-
-            summary = run_simulated(recipe, store, run_id)
+            with Store.open(job["db"]) as store:
+                summary = run_simulated(recipe, store, run_id)
         else:
             train, held_out = load_prompt_sets(recipe)
             with tracking(recipe, run_dir, reporter, name=run_dir.name, resume=resume,
-                          key=run_key(run_dir.name, job["db"], run_id)) as reporter:   # [logging] backends
-                summary = run_training(recipe, run_dir, store, run_id, train_problems=train,
-                                       eval_problems=held_out, reporter=reporter, resume=resume)
-    except KeyboardInterrupt:
-        store.update_run(run_id, status="cancelled", ended=_now(), error="interrupted (resume with --resume)")
-        raise
+                          key=run_key(run_dir.name, job["db"], run_id)) as tracked:   # [logging] backends
+                summary = run_training(recipe, run_dir, sink=StoreSink(job["db"], run_id), train_problems=train,
+                                       eval_problems=held_out, reporter=tracked, resume=resume, task=task)
     except BaseException as exc:
-        store.update_run(run_id, status="failed", ended=_now(),
-                         error="".join(traceback.format_exception_only(exc)).strip())
+        explained = stop_status(exc) if stop_status else None
+        if explained is not None:
+            status, error = explained
+            _record(job, status=status, error=error, ended=None if status == "pending" else _now())
+        elif isinstance(exc, KeyboardInterrupt):
+            _record(job, status="cancelled", ended=_now(), error="interrupted (resume with --resume)")
+        else:
+            _record(job, status="failed", ended=_now(), error="".join(traceback.format_exception_only(exc)).strip())
         raise
-    else:
-        store.update_run(run_id, status="completed", ended=_now())
+    if simulated:
+        with Store.open(job["db"]) as store:
+            store.update_run(run_id, status="completed", ended=_now())
         return summary
-    finally:
-        store.close()
+    with Store.open(job["db"]) as store:
+        store.update_run(run_id, status="completed", ended=_now())
+        points = store.points(run_id)
+    first, last = (points[0]["pass_rate"], points[-1]["pass_rate"]) if points else (None, None)
+    return {"steps": summary["steps"], "first_pass_rate": first, "last_pass_rate": last,
+            **{k: v for k, v in summary.items() if k != "steps"}}
+
+
+def record_status(run_dir: str | Path, status: str, error: str | None = None) -> None:
+    """Record a status for a job that ended before :func:`run_job` started (e.g. cancelled
+    while waiting for a local slot)."""
+    _record(read_job_file(run_dir), status=status, error=error, ended=_now())
+
+
+def _record(job: dict, **fields) -> None:
+    with Store.open(job["db"]) as store:
+        store.update_run(job["run_id"], **fields)

@@ -74,7 +74,7 @@ class Slot:
 
 def role_map(generators: int, trainers: int, tasks_per_node: int) -> list[Slot]:
     """Every task's node and role: ranks fill node 0 first; the first ``generators``
-    ranks generate, the rest train (as :func:`scalectl.launch.roles.assign_role`).
+    ranks generate, the rest train (as :func:`scalectl.rl.roles.assign_role`).
 
     Raises:
         ValueError: a count below 1.

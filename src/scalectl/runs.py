@@ -81,7 +81,7 @@ def find_existing(store, recipe_hash: str, seed: int, prefer: str | None = None,
         (action, run row), or None when no run stands for it.
     """
     from scalectl.launch.base import ACTIVE, last_job
-    from scalectl.launch.base import refresh as refresh_run
+    from scalectl.launch.registry import refresh as refresh_run
 
     runs = [r for r in store.find_runs(recipe_hash=recipe_hash) if r.get("seed") == seed]
     classes: dict[str, list[dict]] = {REUSE: [], ATTACH: [], RESUME: []}

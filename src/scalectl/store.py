@@ -51,6 +51,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterable
 
 from scalectl.errors import UserError
+from scalectl.points import POINT_FIELDS, EvalPoint
 
 if TYPE_CHECKING:
     import sqlite_utils
@@ -59,12 +60,8 @@ SCHEMA_VERSION = 2
 DEFAULT_DB = "scalectl.db"
 RUN_STATES = ("created", "pending", "running", "completed", "failed", "cancelled", "timed_out")
 
-EVAL_POINT_COLUMNS: dict[str, type] = {
-    "run_id": int, "step": int, "gpu_hours": float, "flops": float, "tokens": int,
-    "samples": int, "pass_rate": float, "samples_per_prompt": int, "correct_counts": str,
-    "truncation_rate": float, "mean_length": float, "train_reward": float, "entropy": float,
-    "logprob_mismatch": float, "retired_prompts": int, "wall_seconds": float, "time": str,
-}
+#: The ``eval_points`` columns: the fields of :class:`scalectl.points.EvalPoint`, its run and the time.
+EVAL_POINT_COLUMNS: dict[str, type] = {"run_id": int, **POINT_FIELDS, "time": str}
 
 
 def _now() -> str:
@@ -426,7 +423,7 @@ class Store:
             self.db["runs"].update(run_id, {"job_ids": json.dumps(ids)})
 
     # ------------------------------------------------------------------ points
-    def add_point(self, run_id: int, point: dict) -> None:
+    def add_point(self, run_id: int, point: EvalPoint | dict) -> None:
         """Store one evaluation point; a point for an existing (run, step) replaces it.
 
         ``point`` keys are those of :data:`EVAL_POINT_COLUMNS` (``run_id`` and
@@ -438,7 +435,7 @@ class Store:
         self.add_points(run_id, [point])
 
     @_user_errors
-    def add_points(self, run_id: int, points: Iterable[dict]) -> int:
+    def add_points(self, run_id: int, points: Iterable[EvalPoint | dict]) -> int:
         """Store many points in one transaction (all or none); returns how many.
 
         One prepared ``INSERT OR REPLACE`` over every column of
@@ -605,7 +602,9 @@ def _decode_run(row: dict) -> dict:
     return row
 
 
-def _point_row(run_id: int, point: dict, now: str) -> dict:
+def _point_row(run_id: int, point: EvalPoint | dict, now: str) -> dict:
+    if isinstance(point, EvalPoint):
+        point = point.to_dict()
     unknown = set(point) - set(EVAL_POINT_COLUMNS)
     if unknown:
         raise ValueError(f"unknown eval point keys {sorted(unknown)}; allowed: {sorted(EVAL_POINT_COLUMNS)}")

@@ -162,7 +162,8 @@ def _resolve(store, plan) -> dict:
 def _launch(store, plan, actions: dict, kind: str, runs_dir: Path) -> dict[str, int]:
     """Create the new runs, then submit new and resumed ones together
     (``submit_many``: one Slurm job array).  Returns planned name -> run id."""
-    from scalectl.launch.base import RunSpec, get_launcher
+    from scalectl.launch.base import RunSpec
+    from scalectl.launch.registry import get_launcher
     from scalectl.recipe import Recipe
     from scalectl.runs import create_run, unique_name
 
@@ -173,14 +174,14 @@ def _launch(store, plan, actions: dict, kind: str, runs_dir: Path) -> dict[str, 
             name = unique_name(store, r.name)
             run_id, run_dir = create_run(store, r.recipe, name, runs_dir, launcher=kind)
             ids[r.name] = run_id
-            specs.append(RunSpec(run_id, name, run_dir, r.recipe, resume=False))
+            specs.append(RunSpec(run_id, name, run_dir, r.recipe))
         else:
             ids[r.name] = row["id"]
             if action == "resume":
                 from scalectl.job import read_job_file
 
                 recipe = Recipe.model_validate(read_job_file(Path(row["run_dir"]))["recipe"])
-                specs.append(RunSpec(row["id"], row["name"], Path(row["run_dir"]), recipe, resume=True))
+                specs.append(RunSpec(row["id"], row["name"], Path(row["run_dir"]), recipe))
     if not specs:
         return ids
     launcher = get_launcher(kind)
@@ -208,7 +209,8 @@ class _Watch:
         self.seen: dict[int, tuple] = {}
 
     def rows(self, store) -> list[dict]:
-        from scalectl.launch.base import ACTIVE, refresh
+        from scalectl.launch.base import ACTIVE
+        from scalectl.launch.registry import refresh
 
         rows = []
         for r in self.plan.runs:
@@ -294,7 +296,8 @@ def _watch(db, plan, ids: dict[str, int], poll_s: float) -> list[dict]:
 
 def _cancel_all(db, ids: dict[str, int]) -> int:
     """Cancel every live job of the ablation (each saves a checkpoint); returns how many."""
-    from scalectl.launch.base import ACTIVE, get_launcher, last_job, now_iso, refresh
+    from scalectl.launch.base import ACTIVE, last_job, now_iso
+    from scalectl.launch.registry import get_launcher, refresh
 
     n = 0
     with open_store(db) as store:
@@ -414,7 +417,7 @@ def ablate(
     report (HTML + Markdown) in --out.
     """
     from scalectl.ablation import plan as make_plan
-    from scalectl.launch.base import LAUNCHER_TYPES
+    from scalectl.launch.registry import LAUNCHER_TYPES
     from scalectl.store import default_db_path
 
     spec = _spec(file, leave_one_out, forward, base, name)

@@ -23,7 +23,8 @@ def _first_line(text: str | None, width: int = 60) -> str:
 
 def _status_rows(db, run: list[str] | None, ids: set[int] | None = None) -> list[dict]:
     """The runs (all, those named, or those with ``ids``), each refreshed with its launcher when alive."""
-    from scalectl.launch.base import ACTIVE, refresh
+    from scalectl.launch.base import ACTIVE
+    from scalectl.launch.registry import refresh
 
     rows = []
     with open_store(db) as store:
@@ -140,7 +141,8 @@ def cancel(
     A local job saves a checkpoint on SIGINT and is killed if it has not
     stopped within 60 s.  Continue later with `scalectl run --resume RUN`.
     """
-    from scalectl.launch.base import ACTIVE, get_launcher, last_job, now_iso, refresh
+    from scalectl.launch.base import ACTIVE, last_job, now_iso
+    from scalectl.launch.registry import get_launcher, refresh
 
     with open_store(db) as store:
         info = store.get_run(run)
@@ -168,7 +170,8 @@ def cancel(
 
 
 def _run_status(db, run_id: int) -> str:
-    from scalectl.launch.base import ACTIVE, refresh
+    from scalectl.launch.base import ACTIVE
+    from scalectl.launch.registry import refresh
 
     with open_store(db) as store:
         info = store.get_run(run_id)
@@ -186,7 +189,8 @@ def logs(
     db: DbOption = None,
 ) -> None:
     """Print a run's job log (stdout and stderr of its latest job)."""
-    from scalectl.launch.base import TERMINAL, get_launcher, last_job, log_tail
+    from scalectl.launch.base import TERMINAL, last_job, log_tail
+    from scalectl.launch.registry import get_launcher
 
     with open_store(db) as store:
         info = store.get_run(run)

@@ -61,7 +61,7 @@ def run(
     returns (follow with `scalectl logs RUN --follow`, `scalectl status`).
     """
     from scalectl.job import read_job_file, run_job
-    from scalectl.launch.base import LAUNCHER_TYPES
+    from scalectl.launch.registry import LAUNCHER_TYPES
     from scalectl.names import check_name
     from scalectl.recipe import Recipe
     from scalectl.recipe_io import find_default_setup, load
@@ -75,7 +75,8 @@ def run(
             info = store.get_run(resume)
             if not info.get("run_dir") or not (Path(info["run_dir"]) / "job.json").exists():
                 raise UserError(f"run {resume!r} has no run folder to resume from")
-            from scalectl.launch.base import ACTIVE, refresh
+            from scalectl.launch.base import ACTIVE
+            from scalectl.launch.registry import refresh
 
             info = refresh(store, info)
             if info["status"] in ACTIVE - {"created"}:
@@ -107,7 +108,7 @@ def run(
             run_id, run_dir = create_run(store, recipe, run_name, runs_dir, launcher=kind)
         err.print(f"run {run_name} (id {run_id}), folder {run_dir}")
     if kind == "slurm" or detach:
-        _submit(kind, run_id, run_name, run_dir, recipe, resume is not None, db, json_)
+        _submit(kind, run_id, run_name, run_dir, recipe, db, json_)
         return
     from scalectl.launch.local import LocalLauncher
 
@@ -116,7 +117,7 @@ def run(
         store.update_run(run_id, launcher="local")
         store.add_job_id(run_id, job.job_id)
     try:
-        summary = run_job(run_dir, resume=resume is not None, reporter=RichReporter())
+        summary = run_job(run_dir, reporter=RichReporter())
     except KeyboardInterrupt:
         err.print(f"stopped; continue with: scalectl run --resume {run_dir.name}")
         raise typer.Exit(130) from None
@@ -190,16 +191,17 @@ def _print_dry_run(recipe, kind: str, detach: bool, run_name: str, run_dir: Path
         print_json(data)
 
 
-def _submit(kind: str, run_id: int, run_name: str, run_dir: Path, recipe, resume: bool, db, json_: bool) -> None:
+def _submit(kind: str, run_id: int, run_name: str, run_dir: Path, recipe, db, json_: bool) -> None:
     """Hand the run to a launcher (Slurm, or a detached local process) and record the job."""
-    from scalectl.launch.base import RunSpec, get_launcher
+    from scalectl.launch.base import RunSpec
+    from scalectl.launch.registry import get_launcher
 
     launcher = get_launcher(kind)
     with open_store(db) as store:
         # pending before the job starts: the job body sets running itself
         store.update_run(run_id, status="pending", launcher=kind, error=None, ended=None)
         try:
-            job = launcher.submit(RunSpec(run_id, run_name, run_dir, recipe, resume=resume))
+            job = launcher.submit(RunSpec(run_id, run_name, run_dir, recipe))
         except BaseException as exc:
             store.update_run(run_id, status="failed", error=f"submission failed: {exc}")
             raise

@@ -27,8 +27,6 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from scalectl.errors import UserError
-
 LAUNCH_FILE = "launch.json"
 
 #: Store states a launcher can report, plus two that only say whether the job
@@ -36,7 +34,6 @@ LAUNCH_FILE = "launch.json"
 LAUNCHER_STATES = ("pending", "running", "completed", "failed", "cancelled", "timed_out", "active", "ended")
 TERMINAL = frozenset({"completed", "failed", "cancelled", "timed_out"})
 ACTIVE = frozenset({"created", "pending", "running"})
-LAUNCHER_TYPES = ("local", "slurm")
 
 
 def now_iso() -> str:
@@ -54,14 +51,14 @@ class RunSpec:
         run_dir: the run folder, holding ``job.json``.
         recipe: the validated :class:`scalectl.recipe.Recipe` (its ``launcher``
             and ``hardware`` sections size the job).
-        resume: continue from the run's latest checkpoint.
+
+    The job body resumes from the run's latest checkpoint when there is one.
     """
 
     run_id: int
     name: str
     run_dir: Path
     recipe: object
-    resume: bool = False
 
 
 @dataclass
@@ -141,23 +138,6 @@ class Launcher(ABC):
         return [Path(job.log)]
 
 
-def get_launcher(kind: str) -> Launcher:
-    """The launcher named ``kind`` (``local`` or ``slurm``).
-
-    Raises:
-        UserError: an unknown launcher type.
-    """
-    if kind == "local":
-        from scalectl.launch.local import LocalLauncher
-
-        return LocalLauncher()
-    if kind == "slurm":
-        from scalectl.launch.slurm import SlurmLauncher
-
-        return SlurmLauncher()
-    raise UserError(f"launcher {kind!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
-
-
 # --------------------------------------------------------------------------- the launch record
 
 
@@ -231,56 +211,6 @@ def log_tail(path: str | Path, lines: int = 20, max_bytes: int = 64_000) -> str:
         fh.seek(max(0, size - max_bytes))
         text = fh.read().decode("utf-8", errors="replace")
     return "\n".join(text.splitlines()[-lines:])
-
-
-_REASONS = {
-    "failed": "the job ended without recording a result",
-    "cancelled": "the job was cancelled",
-    "timed_out": "the job hit its time limit",
-}
-
-
-def refresh(store, run: dict, launcher: Launcher | None = None) -> dict:
-    """Bring one run's status in the store up to date with its launcher.
-
-    Args:
-        store: an open :class:`scalectl.store.Store`.
-        run: a row of :meth:`Store.list_runs` / :meth:`Store.get_run`.
-        launcher: the launcher to ask (default: the one recorded for the job).
-
-    Returns:
-        ``run`` with ``status`` (and ``error``, ``ended``) updated, plus
-        ``job_id``, ``launcher_state`` (the launcher's raw word) and
-        ``restarts``.
-    """
-    run = dict(run)
-    job = last_job(run.get("run_dir"))
-    run["job_id"] = job.job_id if job else None
-    run["launcher_state"] = None
-    run["restarts"] = 0
-    if job is None:
-        return run
-    try:
-        launcher = launcher or get_launcher(job.launcher)
-        seen = launcher.state(job)
-    except UserError as exc:            # e.g. Slurm not reachable from here
-        run["launcher_state"] = f"unknown ({exc})"
-        return run
-    run["launcher_state"], run["restarts"] = seen.raw, seen.restarts
-    new = reconcile(run["status"], seen.state)
-    if new is None:
-        return run
-    fields: dict = {"status": new}
-    if new in TERMINAL:
-        fields["ended"] = now_iso()
-        tail = log_tail(job.log)
-        reason = f"{_REASONS.get(new, new)} ({launcher.name} job {job.job_id}: {seen.raw})"
-        fields["error"] = reason + (f"; log tail:\n{tail}" if tail and new != "cancelled" else "")
-    elif new == "pending" and run["status"] == "running":
-        fields["error"] = f"requeued ({launcher.name} job {job.job_id}: {seen.raw}); resumes from its last checkpoint"
-    store.update_run(run["id"], **fields)
-    run.update(fields)
-    return run
 
 
 # --------------------------------------------------------------------------- progress in a log file

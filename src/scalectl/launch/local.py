@@ -92,7 +92,7 @@ class LocalLauncher(Launcher):
         slot_dir = Path(self.slot_dir) if self.slot_dir else default_slot_dir(run.run_dir)
         cmd = [self.python, "-m", "scalectl.launch.local", str(Path(run.run_dir).resolve()),
                "--slots", str(run.recipe.launcher.max_parallel), "--slot-dir", str(slot_dir)]
-        return cmd + (["--resume"] if run.resume else [])
+        return cmd
 
     def submit(self, run: RunSpec) -> JobHandle:
         run_dir = Path(run.run_dir).resolve()
@@ -195,7 +195,6 @@ def main(argv: list[str] | None = None) -> int:
     """Body of a detached local job: take a slot, then :func:`scalectl.job.run_job`."""
     parser = argparse.ArgumentParser(prog="python -m scalectl.launch.local")
     parser.add_argument("run_dir", type=Path)
-    parser.add_argument("--resume", action="store_true")
     parser.add_argument("--slots", type=int, default=1)
     parser.add_argument("--slot-dir", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -205,22 +204,19 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     reporter = LogReporter(sys.stdout)
 
-    from scalectl.job import read_job_file, run_job
-    from scalectl.store import Store
+    from scalectl.job import record_status, run_job
 
-    job = read_job_file(args.run_dir)
     slot_dir = args.slot_dir or default_slot_dir(args.run_dir)
     try:
         def waiting():
             reporter.log(f"waiting for a free slot (launcher.max_parallel = {args.slots}, {slot_dir})")
         slot = acquire_slot(slot_dir, max(1, args.slots), on_wait=waiting)
     except KeyboardInterrupt:
-        with Store.open(job["db"]) as store:
-            store.update_run(job["run_id"], status="cancelled", error="cancelled while waiting for a slot")
+        record_status(args.run_dir, "cancelled", "cancelled while waiting for a slot")
         return 130
     reporter.log(f"pid {os.getpid()} on {socket.gethostname()}, slot {Path(slot.name).name}")
     try:
-        run_job(args.run_dir, resume=args.resume, reporter=reporter)
+        run_job(args.run_dir, reporter=reporter)
     except KeyboardInterrupt:
         reporter.log("cancelled: checkpoint saved; continue with `scalectl run --resume "
                      f"{Path(args.run_dir).name}`")

@@ -10,10 +10,9 @@ its files by job id).
 Preemption and time limits: the job is a submitit ``Checkpointable``
 (:class:`SlurmRunJob`).  Slurm sends SIGUSR2 ``signal_delay_s`` seconds
 before the end; submitit then calls :meth:`SlurmRunJob.checkpoint`, which
-resubmits the job with ``resume=True``, and requeues it.  A job requeued any
-other way (``scontrol requeue``, a preemption that kills it) restarts with its
-original arguments and resumes too, because it always continues from the
-run's latest checkpoint when one exists.  Work since that checkpoint is
+resubmits the job, and requeues it.  However a job is requeued (``scontrol
+requeue``, a preemption that kills it), the job body resumes it from the
+run's latest checkpoint.  Work since that checkpoint is
 redone; evaluation points of redone steps replace the earlier ones (the
 store keeps one point per (run, step)), so none is duplicated or lost.
 
@@ -37,7 +36,7 @@ from pathlib import Path
 
 from scalectl.errors import UserError
 from scalectl.launch.base import (
-    TERMINAL, JobHandle, JobState, Launcher, LogReporter, RunSpec, log_tail, now_iso, read_record, record_job,
+    TERMINAL, JobHandle, JobState, Launcher, LogReporter, RunSpec, log_tail, read_record, record_job,
 )
 from scalectl.names import check_name
 
@@ -216,62 +215,44 @@ def query_state(job_id: str) -> JobState:
 
 
 class SlurmRunJob:
-    """The callable a Slurm job runs: :func:`scalectl.job.run_job` on the run folder.
+    """The callable every task of a Slurm job runs: :func:`scalectl.job.run_job` on the run folder.
 
     Checkpointable in submitit's sense (it has :meth:`checkpoint`): on
-    pre-emption or time limit the job is resubmitted with ``resume=True``.
-    Every task of a multi-task job knows its role (:mod:`scalectl.launch.roles`);
-    modes ``sync`` and ``ppo_off_policy`` run the training loop in one
-    process, on task 0, and other tasks report their role and exit; in
-    ``pipeline`` mode every task runs its role (:mod:`scalectl.rl.pipeline`).
+    pre-emption or time limit the job is resubmitted and resumes from its last
+    checkpoint.  Which task trains, whether to resume and every status are the
+    job body's decisions; this class only says what Slurm's exceptions mean.
     """
 
     def __init__(self):
         self._requeued = False
 
-    def __call__(self, run_dir: str, resume: bool = False) -> dict | None:
-        from scalectl.job import read_job_file, run_job
-        from scalectl.launch.roles import detect
-        from scalectl.rl.checkpoint import latest_checkpoint
-        from scalectl.store import Store
+    def stop_status(self, exc: BaseException) -> tuple[str, str] | None:
+        """(status, error) for a stop Slurm explains: the time limit, or a requeue."""
+        from submitit.core.utils import UncompletedJobError
+
+        if isinstance(exc, UncompletedJobError):
+            return "timed_out", f"{exc} (resume with `scalectl run --resume`)"
+        if self._requeued:
+            return "pending", "requeued after pre-emption or time limit; resumes from its last checkpoint"
+        return None
+
+    def __call__(self, run_dir: str) -> dict | None:
+        from scalectl.job import run_job
 
         reporter = LogReporter(sys.stdout)
-        job = read_job_file(run_dir)
-        hw = job["recipe"]["hardware"]
-        task = detect(hw["generators"], hw["trainers"], strict=False)
         env = os.environ
         job_id = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if env.get("SLURM_ARRAY_JOB_ID")
                   else env.get("SLURM_JOB_ID"))
-        reporter.log(f"Slurm job {job_id} task {task.rank}/{task.world_size} "
-                     f"({task.role}) on {os.uname().nodename}, restart "
-                     f"{os.environ.get('SLURM_RESTART_COUNT', '0')}")
-        pipeline = job["recipe"]["async"]["mode"] == "pipeline"
-        if task.rank != 0 and not pipeline:   # pipeline: every task runs its role (generator or trainer)
-            reporter.log("the training loop runs on task 0; this task has nothing to do")
-            return None
-        resume = resume or latest_checkpoint(Path(run_dir)) is not None
-        try:
-            return run_job(run_dir, resume=resume, reporter=reporter)
-        except BaseException as exc:
-            from submitit.core.utils import UncompletedJobError
+        reporter.log(f"Slurm job {job_id} task {env.get('SLURM_PROCID', '0')}/{env.get('SLURM_NTASKS', '1')} "
+                     f"on {os.uname().nodename}, restart {env.get('SLURM_RESTART_COUNT', '0')}")
+        return run_job(run_dir, reporter=reporter, stop_status=self.stop_status)
 
-            status = None
-            if isinstance(exc, UncompletedJobError):
-                status, error = "timed_out", f"{exc} (resume with `scalectl run --resume`)"
-            elif self._requeued:
-                status, error = "pending", "requeued after pre-emption or time limit; resumes from its last checkpoint"
-            if status:
-                with Store.open(job["db"]) as store:
-                    store.update_run(job["run_id"], status=status, error=error,
-                                     ended=now_iso() if status == "timed_out" else None)
-            raise
-
-    def checkpoint(self, run_dir: str, resume: bool = False):
-        """Called by submitit on SIGUSR2: the same run, resumed, in the requeued job."""
+    def checkpoint(self, run_dir: str):
+        """Called by submitit on SIGUSR2: the same run in the requeued job (it resumes)."""
         from submitit.helpers import DelayedSubmission
 
         self._requeued = True
-        return DelayedSubmission(SlurmRunJob(), run_dir, resume=True)
+        return DelayedSubmission(SlurmRunJob(), run_dir)
 
 
 # --------------------------------------------------------------------------- the launcher
@@ -299,11 +280,11 @@ class SlurmLauncher(Launcher):
 
         try:
             if len(runs) == 1:
-                return [executor.submit(SlurmRunJob(), str(Path(runs[0].run_dir).resolve()), runs[0].resume)]
+                return [executor.submit(SlurmRunJob(), str(Path(runs[0].run_dir).resolve()))]
             jobs = []
             with executor.batch():
                 for r in runs:
-                    jobs.append(executor.submit(SlurmRunJob(), str(Path(r.run_dir).resolve()), r.resume))
+                    jobs.append(executor.submit(SlurmRunJob(), str(Path(r.run_dir).resolve())))
             return jobs
         except (FailedJobError, FailedSubmissionError, subprocess.CalledProcessError) as exc:
             raise UserError(f"sbatch refused the job: {str(exc).strip()}") from None

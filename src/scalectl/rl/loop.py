@@ -1,15 +1,12 @@
 """The RL loop: prompts -> rollouts -> rewards -> advantages -> loss -> optimiser step.
 
-One process generates and trains (modes ``sync`` and ``ppo_off_policy``;
-the streaming ``pipeline`` mode runs generator and trainer as separate
-processes, :mod:`scalectl.rl.pipeline`).  Every ``eval.every_steps`` steps,
-and before the first, the held-out prompts are evaluated and the point lands
-in the store with the compute spent so far.
-
-* ``sync``: one batch generated with policy version v, one step.
-* ``ppo_off_policy`` (k): k batches generated with version v, then k steps on
-  them; batch j is trained by version v + j, so the importance ratio
-  pi_train / pi_gen corrects up to k - 1 versions of staleness.
+One loop (:func:`train`) for every ``async.mode``: the mode's schedule
+(:mod:`scalectl.rl.schedule`) supplies each batch, generated in this process
+(``sync``, ``ppo_off_policy``) or streamed by generator processes
+(``pipeline``, :mod:`scalectl.rl.pipeline`).  Every ``eval.every_steps``
+steps, and before the first, the held-out prompts are evaluated and the
+point (:class:`~scalectl.points.EvalPoint`) goes to the run's sink with the
+compute spent so far.  :mod:`scalectl.rl.run` starts a run.
 """
 
 from __future__ import annotations
@@ -21,13 +18,12 @@ from pathlib import Path
 
 import torch
 
+from scalectl.points import EvalPoint
 from scalectl.rl.accounting import ComputeMeter
-from scalectl.rl.batch import build_train_batch, keep_groups
-from scalectl.rl.cores import set_cpu_threads
+from scalectl.rl.batch import build_train_batch
 from scalectl.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from scalectl.rl.evaluate import evaluate
-from scalectl.rl.filters import PromptHistory, PromptSampler, groups_to_refill
-from scalectl.rl.groups import rollout_stats, score_groups
+from scalectl.rl.filters import PromptHistory, PromptSampler
 from scalectl.rl.model import pad_token_id
 from scalectl.rl.rollout.sampling import SamplingParams
 
@@ -98,68 +94,6 @@ def build_policy(recipe, reporter: Reporter) -> Policy:
     return Policy(trainer.model, tokenizer, engine, trainer, n_params(trainer.model))
 
 
-def collect_batch(recipe, fetch, state: LoopState) -> tuple[list, dict]:
-    """One training batch of scored groups, filtered, with dynamic-sampling refills.
-
-    Args:
-        fetch: ``fetch(want, refill_round)`` returns ``want`` more scored groups and
-            has counted them (compute meter, prompt history).
-
-    Returns:
-        (kept groups, rollout statistics over every fetched group).
-
-    Raises:
-        DynamicSamplingExhausted: dynamic sampling used every refill round.
-    """
-    P, filt = recipe.batch.prompts_per_step, recipe.filter
-    kept, generated, want, rounds_done = [], [], P, 0
-    while True:
-        groups = fetch(want, rounds_done)      # round 0 is the step's own; 1.. are refills
-        generated += groups
-        kept += keep_groups(groups, filt.zero_variance or filt.dynamic_sampling)
-        if not filt.dynamic_sampling:
-            break
-        want = groups_to_refill(len(kept), P, rounds_done, filt.max_refill_rounds,
-                                keep_rate=len(kept) / len(generated))
-        if want == 0:
-            break
-        rounds_done += 1
-    if filt.dynamic_sampling:
-        kept = kept[:P]
-    stats = rollout_stats(generated)
-    stats["groups_kept"] = len(kept)
-    stats["retired_prompts"] = len(state.history.retired)
-    return kept, stats
-
-
-def count_groups(recipe, groups: list, state: LoopState) -> None:
-    """Add generated groups to the compute meter and (when retiring solved prompts) the prompt history."""
-    G = recipe.batch.generations_per_prompt
-    state.meter.add_generation(sum(len(c.prompt_ids) for g in groups for c in g.completions),
-                               sum(len(c.token_ids) for g in groups for c in g.completions),
-                               sum(len(g.completions) for g in groups))
-    if recipe.filter.retire_solved:
-        for g in groups:
-            state.history.update(g.prompt_id, g.n_correct, G)
-
-
-def generate_batch(recipe, policy: Policy, problems: list, state: LoopState, seed: int) -> tuple[list, dict]:
-    """One training batch of scored, filtered groups (dynamic-sampling refills included),
-    generated here with the engine's current weights; see :func:`collect_batch`."""
-    G, params = recipe.batch.generations_per_prompt, SamplingParams.for_training(recipe)
-
-    def fetch(want: int, refill_round: int) -> list:
-        retired = state.history.retired if recipe.filter.retire_solved else frozenset()
-        ids = state.sampler.next(want, retired)
-        raw = policy.engine.generate([problems[i].prompt for i in ids], G, params,
-                                     seed=seed * 1009 + refill_round)
-        groups = score_groups(raw, problems, ids, recipe.length)
-        count_groups(recipe, groups, state)
-        return groups
-
-    return collect_batch(recipe, fetch, state)
-
-
 def new_state(recipe, n_params: int, n_train: int) -> LoopState:
     """A run's state before its first step."""
     return LoopState(step=0, meter=ComputeMeter(devices=recipe.hardware.devices, n_params=n_params),
@@ -210,17 +144,20 @@ def train_on_groups(recipe, policy: Policy, groups: list, stats: dict, meter: Co
     return metrics
 
 
-def eval_point(recipe, engine, eval_problems: list, state: LoopState, last_metrics: dict) -> dict:
-    """Evaluate the engine's current weights on the held-out prompts: the store's point for
-    ``state.step`` with the compute spent so far (and ``eval_seconds``, not stored)."""
+def eval_point(recipe, engine, eval_problems: list, state: LoopState, last_metrics: dict) -> tuple[EvalPoint, float]:
+    """Evaluate the engine's current weights on the held-out prompts.
+
+    Returns:
+        (the point for ``state.step`` with the compute spent so far, seconds the evaluation took).
+    """
     t0 = time.perf_counter()
     result = evaluate(engine, eval_problems, SamplingParams.for_evaluation(recipe),
                       samples_per_prompt=recipe.eval.samples_per_prompt, seed=recipe.seed * 7919 + 17)
-    point = {"step": state.step, "gpu_hours": state.meter.gpu_hours, "flops": state.meter.flops,
-             "tokens": state.meter.tokens, "samples": state.meter.samples,
-             "retired_prompts": len(state.history.retired), "wall_seconds": state.meter.seconds,
-             **result, **last_metrics}
-    return {**point, "eval_seconds": time.perf_counter() - t0}
+    point = EvalPoint(step=state.step, gpu_hours=state.meter.gpu_hours, flops=state.meter.flops,
+                      tokens=state.meter.tokens, samples=state.meter.samples,
+                      retired_prompts=len(state.history.retired), wall_seconds=state.meter.seconds,
+                      **result, **last_metrics)
+    return point, time.perf_counter() - t0
 
 
 def append_step(run_dir: Path, metrics: dict) -> dict:
@@ -231,45 +168,53 @@ def append_step(run_dir: Path, metrics: dict) -> dict:
             "logprob_mismatch": metrics.get("logprob_gap")}
 
 
-def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: list, eval_problems: list,
-                 reporter: Reporter | None = None, resume: bool = False) -> dict:
-    """Train until the budget is spent, storing evaluation points as they come.
+def prepare(recipe, run_dir: Path, n_train: int, reporter: Reporter, resume: bool) -> tuple[Policy, LoopState]:
+    """The policy and loop state a run starts from: seeded, built, restored from the latest
+    checkpoint of ``run_dir`` when ``resume``, the engine at the trainer's version."""
+    torch.manual_seed(recipe.seed)
+    policy = build_policy(recipe, reporter)
+    state = new_state(recipe, policy.n_params, n_train)
+    if resume:
+        restore_state(run_dir, policy.trainer, state, reporter)
+    policy.engine.update_weights(None, state.step)
+    return policy, state
+
+
+def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, eval_problems: list,
+          sink, reporter: Reporter, stop=None) -> dict:
+    """The RL loop, the same for every async mode: train until the budget is spent.
+
+    Each step takes the next batch from ``source`` (the schedule's
+    :class:`~scalectl.rl.schedule.BatchSource`), takes one optimiser step, brings the
+    engine to the new version and tells the source.  Every ``eval.every_steps`` steps,
+    at the end, and at the start when the point is missing, the held-out prompts are
+    evaluated and the point goes to ``sink``; every ``checkpoint.every_steps`` steps
+    (and when interrupted) a checkpoint is saved.
 
     Args:
         recipe: the validated :class:`~scalectl.recipe.Recipe`.
+        policy, state: from :func:`prepare`.
         run_dir: the run folder (checkpoints, ``steps.jsonl``).
-        store: an open :class:`~scalectl.store.Store`; points go to ``run_id``.
-        train_problems, eval_problems: disjoint prompt sets.
-        reporter: progress sink.
-        resume: continue from the latest checkpoint in ``run_dir``.
+        eval_problems: the held-out prompts.
+        sink: ``sink(point)`` receives each :class:`~scalectl.points.EvalPoint` (e.g. the store).
+        reporter: progress.
+        stop: a flag (``is_set()``) checked before each step; set, the loop stops as if interrupted.
 
     Returns:
-        A summary: steps, first and last pass rate, compute.
+        steps, gpu_hours, flops, retired_prompts at the end.
 
     Raises:
         KeyboardInterrupt: after saving a checkpoint, when interrupted.
     """
-    if recipe.async_.mode == "pipeline":
-        from scalectl.rl.pipeline import run_pipeline
-
-        return run_pipeline(recipe, run_dir, store, run_id, train_problems=train_problems,
-                            eval_problems=eval_problems, reporter=reporter, resume=resume)
-    reporter = reporter or Reporter()
-    set_cpu_threads(recipe.hardware, processes=1)   # one process generates and trains: every core
-    torch.manual_seed(recipe.seed)
-    policy = build_policy(recipe, reporter)
-    state = new_state(recipe, policy.n_params, len(train_problems))
-    if resume:
-        restore_state(run_dir, policy.trainer, state, reporter)
-    policy.engine.update_weights(None, state.step)
-
-    k = recipe.async_.k if recipe.async_.mode == "ppo_off_policy" else 1
-
     def do_eval() -> None:
-        point = eval_point(recipe, policy.engine, eval_problems, state, state.last_metrics)
-        store.add_point(run_id, {k: v for k, v in point.items() if k != "eval_seconds"})
+        point, seconds = eval_point(recipe, policy.engine, eval_problems, state, state.last_metrics)
+        sink(point)
         state.evaluated.append(state.step)
-        reporter.eval(state.step, point)
+        reporter.eval(state.step, {**point.to_dict(), "eval_seconds": seconds})
+
+    def checkpoint() -> None:
+        saved = {**state.to_dict(), **source.checkpoint_fields()}
+        save_checkpoint(run_dir, state.step, policy.trainer, saved, recipe.checkpoint.keep)
 
     def done() -> bool:
         return budget_spent(recipe.budget, state)
@@ -279,35 +224,28 @@ def run_training(recipe, run_dir: Path, store, run_id: int, *, train_problems: l
         if eval_due_on_start(recipe, state):
             do_eval()
         while not done():
+            if stop is not None and stop.is_set():
+                raise KeyboardInterrupt
             with state.meter.timer():
-                if not state.pending:
-                    state.pending = [generate_batch(recipe, policy, train_problems, state,
-                                                    seed=recipe.seed * 100003 + state.step + j)
-                                     for j in range(k)]
-                groups, stats = state.pending.pop(0)
+                groups, stats = source.next_batch(state.step)
                 metrics = train_on_groups(recipe, policy, groups, stats, state.meter)
                 state.step += 1
                 policy.engine.update_weights(None, state.step)
+                source.after_step(state.step)
+            metrics.update(source.step_metrics(state.step))
             metrics.update(step=state.step, gpu_hours=state.meter.gpu_hours, flops=state.meter.flops)
             state.last_metrics = append_step(run_dir, metrics)
             reporter.step(state.step, metrics)
             if state.step % recipe.eval.every_steps == 0 or done():
                 do_eval()
             if state.step % recipe.checkpoint.every_steps == 0 and not done():
-                save_checkpoint(run_dir, state.step, policy.trainer, state.to_dict(), recipe.checkpoint.keep)
+                checkpoint()
     except KeyboardInterrupt:
         reporter.log(f"interrupted at step {state.step}: saving a checkpoint")
-        save_checkpoint(run_dir, state.step, policy.trainer, state.to_dict(), recipe.checkpoint.keep)
+        checkpoint()
         raise
     finally:
+        source.close()
         reporter.stop()
-    return summary(store, run_id, state)
-
-
-def summary(store, run_id: int, state: LoopState) -> dict:
-    """What :func:`run_training` returns: steps, first and last pass rate, compute."""
-    points = store.points(run_id)
-    return {"steps": state.step, "first_pass_rate": points[0]["pass_rate"] if points else None,
-            "last_pass_rate": points[-1]["pass_rate"] if points else None,
-            "gpu_hours": state.meter.gpu_hours, "flops": state.meter.flops,
+    return {"steps": state.step, "gpu_hours": state.meter.gpu_hours, "flops": state.meter.flops,
             "retired_prompts": len(state.history.retired)}

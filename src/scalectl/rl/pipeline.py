@@ -9,10 +9,10 @@ the KV cache computed by older weights is kept).  Every token carries the
 version that sampled it and its generator log-prob, which the importance
 ratio uses.
 
-The trainer owns the prompt order and requests groups from the generators
-on a schedule that keeps every trained token at most k versions old
-(:mod:`scalectl.rl.schedule`; ``sync`` and ``ppo_off_policy`` run through
-the same processes with their own schedules).
+The trainer runs the one RL loop (:func:`scalectl.rl.loop.train`); its batch
+source is the ``pipeline`` schedule's :class:`~scalectl.rl.feeder.Feeder`,
+which owns the prompt order and requests groups from the generators so that
+every trained token is at most k versions old.
 
 Evaluation runs in the trainer on its current weights (exactly version v)
 while generators keep filling the stream; compute is the trainer's
@@ -34,14 +34,15 @@ from pathlib import Path
 
 import torch
 
-from scalectl.rl.checkpoint import save_checkpoint
+from scalectl.recipe import Hardware, Recipe
 from scalectl.rl.groups import score_groups
-from scalectl.rl.loop import (
-    Reporter, append_step, budget_spent, build_policy, eval_due_on_start, collect_batch, eval_point, load_model,
-    new_state, restore_state, summary, train_on_groups,
-)
+from scalectl.rl.cores import set_cpu_threads
+from scalectl.rl.feeder import StreamLink
+from scalectl.rl.loop import Reporter, load_model, prepare, train
+from scalectl.rl.roles import free_port
+from scalectl.rl.rollout import make_engine
 from scalectl.rl.rollout.sampling import SamplingParams
-from scalectl.rl.schedule import Feeder
+from scalectl.rl.schedule import schedule_for
 from scalectl.rl.stream import BYE, STOP, Channel, Inbox, PeerLost, WeightSlot, send_object, weight_layout
 
 
@@ -51,8 +52,7 @@ class PipelineSpec:
 
     recipe: dict
     run_dir: str
-    db: str
-    run_id: int
+    sink: object            # picklable ``sink(point)``; it runs in the trainer process
     resume: bool
     train_problems: list
     eval_problems: list
@@ -94,79 +94,30 @@ class StopFlag:
 
 def _trainer_world_env() -> None:
     """DeepSpeed's world is the trainers alone (one here): its own rendezvous, apart from the job's."""
-    from scalectl.launch.roles import free_port
-
     os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
                        "MASTER_PORT": str(free_port())})
 
 
 def run_trainer(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) -> dict:
-    """The trainer task: consume groups, take optimiser steps, push weights, evaluate, checkpoint.
+    """The trainer task: the RL loop (:func:`scalectl.rl.loop.train`) on batches streamed by
+    the generators (:class:`scalectl.rl.feeder.Feeder`), pushing weights after every step.
 
     Returns:
-        The run summary (as :func:`scalectl.rl.loop.run_training`).
+        The loop's summary.
 
     Raises:
         KeyboardInterrupt: stopped by a signal (or an interrupted generator), after a checkpoint.
-        PeerLost: a generator died.  StalenessError: see the module docstring.
+        PeerLost: a generator died.  StalenessError: a token older than the schedule allows.
     """
-    from scalectl.recipe import Recipe
-    from scalectl.store import Store
-
     recipe, run_dir = Recipe.model_validate(spec.recipe), Path(spec.run_dir)
-    torch.manual_seed(recipe.seed)
     _trainer_world_env()
-    policy = build_policy(recipe, reporter)
-    state = new_state(recipe, policy.n_params, len(spec.train_problems))
-    if spec.resume:
-        restore_state(run_dir, policy.trainer, state, reporter)
-    policy.engine.update_weights(None, state.step)
+    policy, state = prepare(recipe, run_dir, len(spec.train_problems), reporter, spec.resume)
     channel = Channel.connect(task)
     gens = [r for r in range(task.world_size) if r != channel.trainer]
-    feeder = Feeder(recipe, state, channel, gens, Inbox(channel.groups["rollouts"], gens, "rollouts"), stop)
-    store = Store.open(spec.db)
-
-    def checkpoint() -> None:
-        saved = state.to_dict()
-        saved["sampler"] = feeder.consumed_sampler   # as of the last consumed group
-        save_checkpoint(run_dir, state.step, policy.trainer, saved, recipe.checkpoint.keep)
-
-    def do_eval() -> None:
-        point = eval_point(recipe, policy.engine, spec.eval_problems, state, state.last_metrics)
-        store.add_point(spec.run_id, {k: v for k, v in point.items() if k != "eval_seconds"})
-        state.evaluated.append(state.step)
-        reporter.eval(state.step, point)
-
-    reporter.start(recipe.budget.steps, state.step)
-    try:
-        if eval_due_on_start(recipe, state):
-            do_eval()
-        while not budget_spent(recipe.budget, state):
-            if stop.is_set():
-                raise KeyboardInterrupt
-            with state.meter.timer():
-                feeder.start_step(policy.model, state.step)
-                groups, stats = collect_batch(recipe, feeder.fetch(policy.model, state.step), state)
-                metrics = train_on_groups(recipe, policy, groups, stats, state.meter)
-                state.step += 1
-                policy.engine.update_weights(None, state.step)
-                feeder.after_step(policy.model, state.step)
-            metrics.update(feeder.step_metrics(state.step))
-            metrics.update(step=state.step, gpu_hours=state.meter.gpu_hours, flops=state.meter.flops)
-            state.last_metrics = append_step(run_dir, metrics)
-            reporter.step(state.step, metrics)
-            if state.step % recipe.eval.every_steps == 0 or budget_spent(recipe.budget, state):
-                do_eval()
-            if state.step % recipe.checkpoint.every_steps == 0 and not budget_spent(recipe.budget, state):
-                checkpoint()
-        return summary(store, spec.run_id, state)
-    except KeyboardInterrupt:
-        reporter.log(f"interrupted at step {state.step}: saving a checkpoint")
-        checkpoint()
-        raise
-    finally:
-        feeder.close()
-        store.close()
+    link = StreamLink(channel, gens, Inbox(channel.groups["rollouts"], gens, "rollouts"), stop)
+    source = schedule_for(recipe.async_).batches(recipe, policy, state, spec.train_problems, link=link)
+    return train(recipe, policy, state, source, run_dir=run_dir, eval_problems=spec.eval_problems,
+                 sink=spec.sink, reporter=reporter, stop=stop)
 
 
 # --------------------------------------------------------------------------- a generator
@@ -181,9 +132,6 @@ def run_generator(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) 
     Raises:
         PeerLost: the trainer died.
     """
-    from scalectl.recipe import Recipe
-    from scalectl.rl.rollout import make_engine
-
     recipe = Recipe.model_validate(spec.recipe)
     torch.manual_seed(recipe.seed + 1 + task.rank)
     model, tokenizer = load_model(recipe, reporter)
@@ -252,53 +200,9 @@ def run_generator(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) 
     return reason
 
 
-def _task(recipe):
-    from scalectl.errors import UserError
-    from scalectl.launch.roles import detect
-
-    hw = recipe.hardware
-    if hw.trainers != 1:
-        raise UserError(f"async.mode = pipeline runs one trainer process; hardware.trainers = {hw.trainers} "
-                        "(set it to 1)")
-    return detect(hw.generators, hw.trainers)
-
-
-def run_pipeline(recipe, run_dir: Path, store, run_id: int, *, train_problems: list, eval_problems: list,
-                 reporter: Reporter | None = None, resume: bool = False) -> dict | None:
-    """Train ``recipe`` with generator and trainer processes (any ``async.mode``; :func:`run_training`
-    sends ``pipeline`` here).  Arguments and result as :func:`scalectl.rl.loop.run_training`.
-
-    In a multi-task job (Slurm, or environment ``RANK``/``WORLD_SIZE``) this process is
-    the task :mod:`scalectl.launch.roles` names (a generator returns None); otherwise the
-    generators and the trainer are spawned here and supervised
-    (:func:`scalectl.rl.processes.supervise`).
-
-    Raises:
-        KeyboardInterrupt: interrupted, after the trainer checkpointed.
-        scalectl.rl.processes.PipelineFailed: a process failed (the message names it and its error).
-        UserError: ``hardware.trainers`` is not 1, or the job's tasks do not match ``hardware``.
-    """
-    from scalectl.rl.processes import supervise
-
-    reporter = reporter or Reporter()
-    spec = PipelineSpec(recipe.to_dict(), str(Path(run_dir).resolve()), str(store.path), run_id, resume,
-                        train_problems, eval_problems)
-    task = _task(recipe)
-    if task.world_size > 1:
-        return run_role(spec, task, reporter)
-    if recipe.model.path.startswith("builtin:"):      # build the warm start once, before the processes
-        from scalectl.rl.warmstart import ensure_warm_start
-
-        ensure_warm_start(recipe, log=reporter.log)
-    return supervise(spec, recipe.hardware.generators, reporter)
-
-
 def run_role(spec: PipelineSpec, task, reporter: Reporter) -> dict | None:
     """Be ``task`` of a pipeline job (its share of the node's cores as torch threads,
     :func:`scalectl.rl.cores.set_cpu_threads`); stop on SIGINT/SIGTERM/SIGUSR2."""
-    from scalectl.recipe import Hardware
-    from scalectl.rl.cores import set_cpu_threads
-
     set_cpu_threads(Hardware(**spec.recipe["hardware"]), processes=task.world_size)
     stop = StopFlag().install()
     try:
@@ -309,28 +213,3 @@ def run_role(spec: PipelineSpec, task, reporter: Reporter) -> dict | None:
         return None
     finally:
         stop.chain()
-
-
-def generator_task(recipe):
-    """This process's task when it is a generator of a multi-task pipeline job, else None."""
-    if recipe.async_.mode != "pipeline":
-        return None
-    task = _task(recipe)
-    return task if task.world_size > 1 and task.role == "generator" else None
-
-
-def run_generator_task(run_dir: Path, job: dict, *, resume: bool = False, reporter: Reporter | None = None) -> None:
-    """A generator task of a multi-task job (e.g. Slurm task 0): generate until the trainer
-    stops; the run's status is the trainer task's to record.
-
-    Raises:
-        KeyboardInterrupt: stopped by a signal.
-    """
-    from scalectl.recipe import Recipe
-    from scalectl.rl.data import load_prompt_sets
-
-    recipe = Recipe.model_validate(job["recipe"])
-    train, held_out = load_prompt_sets(recipe)
-    spec = PipelineSpec(job["recipe"], str(Path(run_dir).resolve()), job["db"], job["run_id"], resume,
-                        train, held_out)
-    run_role(spec, _task(recipe), reporter or Reporter())

@@ -2,7 +2,7 @@
 
 :func:`supervise` starts ``generators`` generator processes and one trainer
 process (``python -m scalectl.rl.processes SPEC``, with the environment
-:func:`scalectl.launch.roles.local_task_env` gives task ``rank``), each with
+:func:`scalectl.rl.roles.local_task_env` gives task ``rank``), each with
 one thread, its output in ``RUN_DIR/logs/pipeline-ROLE-RANK.log`` and its
 progress (steps, evaluation points, messages) sent back as JSON lines on a
 pipe and handed to the run's reporter.  ``RUN_DIR/pipeline/tasks.json`` lists
@@ -36,6 +36,12 @@ import threading
 import time
 import traceback
 from pathlib import Path
+
+from scalectl.recipe import Async
+from scalectl.rl.pipeline import run_role
+from scalectl.rl.roles import detect, free_port, local_task_env
+from scalectl.rl.schedule import schedule_for
+from scalectl.rl.stream import PeerLost
 
 
 class PipelineFailed(RuntimeError):
@@ -88,10 +94,6 @@ def child_main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     _die_with_parent(int(os.environ.get("SCALECTL_PARENT_PID", os.getppid())))
     reporter = EventReporter(args.events_fd)
-    from scalectl.launch.roles import detect
-    from scalectl.rl.pipeline import run_role
-    from scalectl.rl.stream import PeerLost
-
     spec = pickle.loads(args.spec.read_bytes())
     hw = spec.recipe["hardware"]
     task = detect(hw["generators"], hw["trainers"])
@@ -121,8 +123,7 @@ def _read_events(rank: int, fd: int, events: queue.Queue) -> None:
 
 def recipe_mode(spec) -> str:
     """``async.mode`` and k of a spec's recipe, as one word (``pipeline-8``)."""
-    a = spec.recipe["async"]
-    return a["mode"] + ("" if a["mode"] == "sync" else f"-{a['k']}")
+    return schedule_for(Async.model_validate(spec.recipe["async"])).describe()
 
 
 def _describe(task: dict, rc: int, error: dict | None) -> str:
@@ -142,8 +143,6 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0) -> dict:
     Raises:
         PipelineFailed: a process failed; KeyboardInterrupt: interrupted (the trainer checkpointed).
     """
-    from scalectl.launch.roles import free_port, local_task_env
-
     run_dir = Path(spec.run_dir)
     folder, logs = run_dir / "pipeline", run_dir / "logs"
     folder.mkdir(parents=True, exist_ok=True)

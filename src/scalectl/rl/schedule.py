@@ -1,220 +1,207 @@
-"""The trainer's end of the rollout stream: when to request prompts and push weights, per async mode.
+"""Async modes as schedules: when batches are generated, by which weights, and where.
 
-The trainer owns the prompt order: it draws prompts (sampler, retired
-prompts) and sends them to the generators as requests tagged with the oldest
-policy version allowed to sample them (the weights it last pushed); groups
-come back and are consumed in request order.  Modes differ only in this
-schedule (v = trainer version, P = prompts per step, c_v = groups consumed
-before step v):
+The training loop (:func:`scalectl.rl.loop.train`) is the same for every
+``async.mode``; what differs is the :class:`Schedule` chosen by name from
+:data:`SCHEDULES`.  A schedule declares
 
-* ``pipeline`` (PipelineRL-k): requests are issued up to c_v + (k + 1) P,
-  and weights are pushed after every step.  Each step consumes at least P
-  groups, so a group requested at version v is consumed by step v + k at the
-  latest: staleness = trainer version - token version <= k.  Generators wait
-  when no request is open (the stream is full).
-* ``ppo_off_policy`` (k): when every request is consumed, push weights v and
-  request k P groups; staleness <= k - 1.
-* ``sync``: the same with k = 1; staleness 0.
+* its staleness bound: the most policy versions a trained token may lag the
+  trainer (every consumed token is checked against it);
+* whether it runs in several processes (generators apart from the trainer);
+* how the loop fetches the next batch: :meth:`Schedule.batches` returns a
+  :class:`BatchSource`.
 
-Every consumed token is checked against the bound (:class:`StalenessError`).
+Schedules (v = trainer version, P = prompts per step):
+
+* ``sync``: one batch generated with version v, one step; staleness 0.
+* ``ppo_off_policy`` (k): k batches generated with version v, then k steps on
+  them; batch j is trained by version v + j, so the importance ratio
+  pi_train / pi_gen corrects up to k - 1 versions of staleness.
+* ``pipeline`` (PipelineRL-k, Piche et al. 2025, as run by ScaleRL, Khatri et
+  al. 2025, arXiv 2510.13786, section 3.1): generator processes stream groups,
+  the trainer pushes weights after every step; staleness <= k
+  (:class:`scalectl.rl.feeder.Feeder`).
+
+A new mode is a new :class:`Schedule` subclass decorated with :func:`register`
+(and its name added to ``async.mode`` in :mod:`scalectl.recipe`; a test checks
+that the two agree).
 """
 
 from __future__ import annotations
 
-import queue
-import time
-from collections import deque
-from dataclasses import dataclass, field
+from abc import ABC, abstractmethod
+from typing import ClassVar, Protocol
 
-from scalectl.rl.loop import count_groups
-from scalectl.rl.stream import BYE, STOP, Channel, Inbox, PeerLost, end_weights, flatten_weights, send_object, send_weights
-
-
-class StalenessError(RuntimeError):
-    """A token older than the mode allows reached the trainer (a scheduling bug, never expected)."""
+from scalectl.errors import UserError
+from scalectl.rl.collect import generate_batch
+from scalectl.rl.feeder import Feeder
 
 
-def staleness_bound(mode: str, k: int) -> int:
-    """Most versions a trained token may lag the trainer: k (pipeline), k - 1 (ppo_off_policy), 0 (sync)."""
-    return {"pipeline": k, "ppo_off_policy": k - 1, "sync": 0}[mode]
+class BatchSource(Protocol):
+    """Where the loop's batches come from, for one run (built by :meth:`Schedule.batches`)."""
 
+    def next_batch(self, version: int) -> tuple[list, dict]:
+        """The groups to train version ``version`` on, and their rollout statistics
+        (:func:`scalectl.rl.collect.collect_batch`); counted in the loop state."""
 
-def staleness_stats(trainer_version: int, versions: list[list[int]]) -> dict:
-    """Per-token staleness of completions consumed by ``trainer_version``.
-
-    Args:
-        versions: one list of token versions per completion.
-
-    Returns:
-        staleness_max, staleness_mean (versions behind, over tokens), multi_version_share
-        (share of completions whose tokens span more than one version), tokens, completions.
-    """
-    lags = [trainer_version - v for vs in versions for v in vs]
-    spans = [len(set(vs)) > 1 for vs in versions]
-    return {"staleness_max": max(lags, default=0), "staleness_mean": sum(lags) / len(lags) if lags else 0.0,
-            "multi_version_share": sum(spans) / len(spans) if spans else 0.0,
-            "tokens": len(lags), "completions": len(spans)}
-
-
-@dataclass
-class _Ticket:
-    req_id: int
-    prompt_id: int
-    min_version: int
-    sampler_state: dict
-
-
-@dataclass
-class Feeder:
-    """The trainer's end of the stream: issues requests by the mode's schedule, consumes groups in order."""
-
-    recipe: object
-    state: object
-    channel: Channel
-    generators: list[int]
-    inbox: Inbox
-    stop: object            # a StopFlag (``is_set``, ``event``)
-    tickets: deque = field(default_factory=deque)
-    received: dict = field(default_factory=dict)
-    next_req: int = 0
-    next_gen: int = 0
-    consumed: int = 0
-    pushed: int = -1
-    gen_info: dict = field(default_factory=dict)
-    byes: dict = field(default_factory=dict)
-
-    def __post_init__(self):
-        a = self.recipe.async_
-        self.mode, self.P = a.mode, self.recipe.batch.prompts_per_step
-        self.k = a.k if a.mode != "sync" else 1
-        self.bound = staleness_bound(a.mode, self.k)
-        self.consumed_sampler = self.state.sampler.state_dict()
-        self._step = {}
-        self._gen_prev = (0.0, 0.0)
-
-    # -- scheduling
-    def push(self, model, version: int) -> None:
-        """Send weights ``version`` to every generator."""
-        flat = flatten_weights(model)
-        for g in self.generators:
-            for w in send_weights(self.channel.groups["weights"], flat, version, g):
-                w.wait()
-        self.pushed = version
-
-    def dispatch(self, n: int) -> None:
-        """Draw ``n`` prompts and send them as requests (chunks of P prompts, generators in turn)."""
-        retired = self.state.history.retired if self.recipe.filter.retire_solved else frozenset()
-        new = []
-        for _ in range(n):
-            pid = self.state.sampler.next(1, retired)[0]
-            new.append(_Ticket(self.next_req, pid, self.pushed, self.state.sampler.state_dict()))
-            self.next_req += 1
-        self.tickets.extend(new)
-        for lo in range(0, len(new), self.P):
-            chunk = [(t.req_id, t.prompt_id, t.min_version) for t in new[lo:lo + self.P]]
-            g = self.generators[self.next_gen % len(self.generators)]
-            self.next_gen += 1
-            for w in send_object(self.channel.groups["control"], ("requests", chunk), g):
-                w.wait()
-
-    def start_step(self, model, version: int) -> None:
-        """Before step ``version``: pipeline requests fill the window c_v + (k + 1) P."""
-        self._step = {"idle": 0.0, "versions": [], "t0": time.perf_counter()}
-        if self.mode == "pipeline":
-            if self.pushed < version:
-                self.push(model, version)
-            self.dispatch((self.k + 1) * self.P - len(self.tickets))
-
-    def after_step(self, model, version: int) -> None:
-        """After the step that made ``version``: pipeline pushes the weights at once."""
-        if self.mode == "pipeline":
-            self.push(model, version)
-
-    def _ensure(self, n: int, model, version: int) -> None:
-        if len(self.tickets) >= n:
-            return
-        if self.mode != "pipeline" and not self.tickets:   # a new round: k P groups with weights v
-            if self.pushed < version:
-                self.push(model, version)
-            self.dispatch(max(n, self.k * self.P))
-        else:
-            self.dispatch(n - len(self.tickets))
-
-    # -- consuming
-    def _pull(self, timeout: float) -> None:
-        try:
-            src, msg = self.inbox.get(timeout=timeout)
-        except queue.Empty:
-            return
-        if isinstance(msg, PeerLost):
-            raise PeerLost(f"generator rank {src} stopped: {msg}")
-        if msg[0] == BYE:
-            self.byes[src] = msg[1]
-            if msg[1] != "stopped":
-                self.stop.event.set()     # a generator was interrupted: the job stops
-            return
-        _, items, info = msg
-        self.received.update(items)
-        self.gen_info[src] = info
-
-    def next_group(self, version: int):
-        """The next group in request order (waits for it); checks its staleness."""
-        ticket = self.tickets.popleft()
-        t0 = time.perf_counter()
-        while ticket.req_id not in self.received:
-            if self.stop.is_set():
-                raise KeyboardInterrupt
-            self._pull(0.2)
-        self._step["idle"] += time.perf_counter() - t0
-        group = self.received.pop(ticket.req_id)
-        versions = [c.versions for c in group.completions]
-        oldest = min((v for vs in versions for v in vs), default=version)
-        if version - oldest > self.bound:
-            raise StalenessError(f"a token of prompt {ticket.prompt_id} is {version - oldest} versions behind "
-                                 f"trainer version {version} (async.mode = {self.mode}, at most {self.bound})")
-        if oldest < ticket.min_version:
-            raise StalenessError(f"a token of prompt {ticket.prompt_id} has version {oldest}, older than the "
-                                 f"weights {ticket.min_version} its request asked for")
-        self._step["versions"] += versions
-        self.consumed += 1
-        self.consumed_sampler = ticket.sampler_state
-        return group
-
-    def fetch(self, model, version: int):
-        """``fetch(want, refill_round)`` for :func:`scalectl.rl.loop.collect_batch`."""
-        def fetch(want: int, refill_round: int) -> list:
-            self._ensure(want, model, version)
-            groups = [self.next_group(version) for _ in range(want)]
-            count_groups(self.recipe, groups, self.state)
-            return groups
-        return fetch
+    def after_step(self, version: int) -> None:
+        """The step that made ``version`` is taken (its weights are in the policy)."""
 
     def step_metrics(self, version: int) -> dict:
-        """Staleness, idle times and throughput of the step just taken (consumed by ``version - 1``)."""
-        wall = time.perf_counter() - self._step["t0"]
-        st = staleness_stats(version - 1, self._step["versions"])
-        idle = sum(i["idle_s"] for i in self.gen_info.values())
-        gwall = sum(i["wall_s"] for i in self.gen_info.values())
-        prev, self._gen_prev = self._gen_prev, (idle, gwall)
-        gen_share = (idle - prev[0]) / (gwall - prev[1]) if gwall > prev[1] else None
-        return {"staleness_max": st["staleness_max"], "staleness_mean": st["staleness_mean"],
-                "multi_version_share": st["multi_version_share"], "step_seconds": wall,
-                "trainer_idle_s": self._step["idle"], "trainer_idle_share": self._step["idle"] / wall,
-                "generator_idle_share": gen_share, "generator_idle_s": idle, "generator_wall_s": gwall,
-                "samples_per_s": st["completions"] / wall, "tokens_per_s": st["tokens"] / wall}
+        """Extra metrics of the step just taken (staleness, idle times), or {}."""
 
-    def close(self, timeout_s: float = 60.0) -> None:
-        """Tell every generator to stop, end the flows to it, and wait for its last word."""
-        for g in self.generators:
-            try:
-                for w in (send_object(self.channel.groups["control"], (STOP,), g)
-                          + end_weights(self.channel.groups["weights"], g)):
-                    w.wait()
-            except Exception:  # noqa: BLE001 - a dead generator has nothing to stop
-                self.byes.setdefault(g, "lost")
-        deadline = time.monotonic() + timeout_s
-        while len(self.byes) < len(self.generators) and time.monotonic() < deadline:
-            try:
-                self._pull(0.2)
-            except PeerLost:
-                break
+    def checkpoint_fields(self) -> dict:
+        """Loop-state fields a checkpoint must take from the source, not the state."""
+
+    def close(self) -> None:
+        """Release what the source holds (processes, connections)."""
+
+
+class Schedule(ABC):
+    """One async mode.
+
+    Attributes:
+        name: the ``async.mode`` value.
+        multi_process: True when generators run as processes of their own.
+        k: the recipe's ``async.k`` as this schedule uses it.
+    """
+
+    name: ClassVar[str] = ""
+    multi_process: ClassVar[bool] = False
+
+    def __init__(self, k: int):
+        self.k = k
+
+    @property
+    @abstractmethod
+    def staleness_bound(self) -> int:
+        """Most versions a trained token may lag the trainer."""
+
+    def check(self, recipe) -> None:
+        """Raise :class:`UserError` when the recipe's hardware cannot run this schedule."""
+
+    @abstractmethod
+    def batches(self, recipe, policy, state, problems: list, link=None) -> BatchSource:
+        """The run's batch source.
+
+        Args:
+            policy: the loop's :class:`~scalectl.rl.loop.Policy`; state: its
+                :class:`~scalectl.rl.loop.LoopState`; problems: the training prompts.
+            link: for a multi-process schedule, the trainer's
+                :class:`~scalectl.rl.feeder.StreamLink` to the generators.
+        """
+
+    def describe(self) -> str:
+        """One word for logs: ``sync``, ``ppo_off_policy-8``."""
+        return self.name if self.name == "sync" else f"{self.name}-{self.k}"
+
+
+#: ``async.mode`` -> its schedule class.
+SCHEDULES: dict[str, type[Schedule]] = {}
+
+
+def register(cls: type[Schedule]) -> type[Schedule]:
+    """Class decorator: make ``cls`` the schedule of ``async.mode = cls.name``."""
+    SCHEDULES[cls.name] = cls
+    return cls
+
+
+def schedule_for(async_) -> Schedule:
+    """The schedule of a recipe's ``async`` section (``mode``, ``k``).
+
+    Raises:
+        UserError: an unknown mode (names the allowed ones).
+    """
+    try:
+        cls = SCHEDULES[async_.mode]
+    except KeyError:
+        raise UserError(f"async.mode = {async_.mode!r} is not one of: {', '.join(SCHEDULES)}") from None
+    return cls(async_.k)
+
+
+# --------------------------------------------------------------------------- in one process
+
+
+class LocalBatches:
+    """Batches generated by the run's own engine, ``rounds`` at a time with the same weights.
+
+    The batches not yet trained are kept in ``state.pending`` (so a checkpoint holds them);
+    batch j of a round (generated at step v) is sampled with seed ``seed * 100003 + v + j``.
+    """
+
+    def __init__(self, recipe, policy, state, problems: list, rounds: int):
+        self.recipe, self.policy, self.state, self.problems, self.rounds = recipe, policy, state, problems, rounds
+
+    def next_batch(self, version: int) -> tuple[list, dict]:
+        state = self.state
+        if not state.pending:
+            state.pending = [generate_batch(self.recipe, self.policy.engine, self.problems, state,
+                                            seed=self.recipe.seed * 100003 + state.step + j)
+                             for j in range(self.rounds)]
+        return state.pending.pop(0)
+
+    def after_step(self, version: int) -> None:
+        pass
+
+    def step_metrics(self, version: int) -> dict:
+        return {}
+
+    def checkpoint_fields(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
+@register
+class Sync(Schedule):
+    """On-policy: one batch generated with the current weights, one step."""
+
+    name = "sync"
+
+    def __init__(self, k: int = 1):
+        super().__init__(1)
+
+    @property
+    def staleness_bound(self) -> int:
+        return 0
+
+    def batches(self, recipe, policy, state, problems, link=None) -> BatchSource:
+        return LocalBatches(recipe, policy, state, problems, rounds=1)
+
+
+@register
+class PPOOffPolicy(Schedule):
+    """k batches generated with one policy, then k optimiser steps on them."""
+
+    name = "ppo_off_policy"
+
+    @property
+    def staleness_bound(self) -> int:
+        return self.k - 1
+
+    def batches(self, recipe, policy, state, problems, link=None) -> BatchSource:
+        return LocalBatches(recipe, policy, state, problems, rounds=self.k)
+
+
+@register
+class Pipeline(Schedule):
+    """PipelineRL-k: generator processes stream, weights pushed after every step, the
+    request window c_v + (k + 1) P keeps every trained token at most k versions old."""
+
+    name = "pipeline"
+    multi_process = True
+
+    @property
+    def staleness_bound(self) -> int:
+        return self.k
+
+    def check(self, recipe) -> None:
+        if recipe.hardware.trainers != 1:
+            raise UserError(f"async.mode = pipeline runs one trainer process; hardware.trainers = "
+                            f"{recipe.hardware.trainers} (set it to 1)")
+
+    def batches(self, recipe, policy, state, problems, link=None) -> BatchSource:
+        if link is None:
+            raise ValueError("the pipeline schedule needs the trainer's link to its generators")
+        return Feeder(recipe, state, policy.model, link, bound=self.staleness_bound,
+                      window=(self.k + 1) * recipe.batch.prompts_per_step)

@@ -1,7 +1,7 @@
 """The transport between generator and trainer processes, on torch.distributed.
 
 A pipeline job has ``G`` generator tasks (global ranks ``0 .. G-1``) and one
-trainer task (rank ``G``), as :mod:`scalectl.launch.roles` numbers them.  They
+trainer task (rank ``G``), as :mod:`scalectl.rl.roles` numbers them.  They
 meet at a ``TCPStore`` on the job's rendezvous address (hosted by rank 0) and
 build three point-to-point gloo process groups on it, one per flow:
 
@@ -64,7 +64,7 @@ class Channel:
 
     @classmethod
     def connect(cls, task, timeout_s: float = 600.0, idle_timeout_s: float = 7 * 24 * 3600.0) -> "Channel":
-        """Join the job's rendezvous as ``task`` (a :class:`scalectl.launch.roles.Task`).
+        """Join the job's rendezvous as ``task`` (a :class:`scalectl.rl.roles.Task`).
 
         Args:
             timeout_s: how long to wait for every task to join.

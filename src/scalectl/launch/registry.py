@@ -1,0 +1,80 @@
+"""Launchers by name: ``launcher.type`` in a setup, ``--launcher`` on the command line.
+
+A new launcher is a :class:`~scalectl.launch.base.Launcher` subclass in a module
+of its own and one entry in :data:`LAUNCHERS`.  :func:`refresh` keeps a run's
+status in the store in step with its job (a job that died without recording
+its end is marked failed here, with the tail of its log).
+"""
+
+from __future__ import annotations
+
+from scalectl.errors import UserError
+from scalectl.launch.base import ACTIVE, TERMINAL, Launcher, last_job, log_tail, now_iso, reconcile
+from scalectl.launch.local import LocalLauncher
+from scalectl.launch.slurm import SlurmLauncher
+
+#: Launcher name -> class.
+LAUNCHERS: dict[str, type[Launcher]] = {"local": LocalLauncher, "slurm": SlurmLauncher}
+LAUNCHER_TYPES = tuple(LAUNCHERS)
+
+
+def get_launcher(kind: str) -> Launcher:
+    """The launcher named ``kind``.
+
+    Raises:
+        UserError: an unknown name (names the allowed ones).
+    """
+    try:
+        return LAUNCHERS[kind]()
+    except KeyError:
+        raise UserError(f"launcher {kind!r} is not one of: {', '.join(LAUNCHERS)}") from None
+
+
+_REASONS = {
+    "failed": "the job ended without recording a result",
+    "cancelled": "the job was cancelled",
+    "timed_out": "the job hit its time limit",
+}
+
+
+def refresh(store, run: dict, launcher: Launcher | None = None) -> dict:
+    """Bring one run's status in the store up to date with its launcher.
+
+    Args:
+        store: an open :class:`scalectl.store.Store`.
+        run: a row of :meth:`Store.list_runs` / :meth:`Store.get_run`.
+        launcher: the launcher to ask (default: the one recorded for the job).
+
+    Returns:
+        ``run`` with ``status`` (and ``error``, ``ended``) updated, plus
+        ``job_id``, ``launcher_state`` (the launcher's raw word) and
+        ``restarts``.
+    """
+    run = dict(run)
+    job = last_job(run.get("run_dir"))
+    run["job_id"] = job.job_id if job else None
+    run["launcher_state"] = None
+    run["restarts"] = 0
+    if job is None:
+        return run
+    try:
+        launcher = launcher or get_launcher(job.launcher)
+        seen = launcher.state(job)
+    except UserError as exc:            # e.g. Slurm not reachable from here
+        run["launcher_state"] = f"unknown ({exc})"
+        return run
+    run["launcher_state"], run["restarts"] = seen.raw, seen.restarts
+    new = reconcile(run["status"], seen.state)
+    if new is None:
+        return run
+    fields: dict = {"status": new}
+    if new in TERMINAL:
+        fields["ended"] = now_iso()
+        tail = log_tail(job.log)
+        reason = f"{_REASONS.get(new, new)} ({launcher.name} job {job.job_id}: {seen.raw})"
+        fields["error"] = reason + (f"; log tail:\n{tail}" if tail and new != "cancelled" else "")
+    elif new == "pending" and run["status"] == "running":
+        fields["error"] = f"requeued ({launcher.name} job {job.job_id}: {seen.raw}); resumes from its last checkpoint"
+    store.update_run(run["id"], **fields)
+    run.update(fields)
+    return run

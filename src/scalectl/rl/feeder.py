@@ -1,0 +1,221 @@
+"""The trainer's end of the rollout stream (``pipeline`` schedule): requests out, groups in.
+
+The trainer owns the prompt order: it draws prompts (sampler, retired
+prompts) and sends them to the generators as requests tagged with the oldest
+policy version allowed to sample them (the weights it last pushed); groups
+come back and are consumed in request order.  With trainer version v, P
+prompts per step and c_v groups consumed before step v, requests are issued
+up to c_v + (k + 1) P and weights are pushed after every step.  Each step
+consumes at least P groups, so a group requested at version v is consumed by
+step v + k at the latest: staleness = trainer version - token version <= k.
+Generators wait when no request is open (the stream is full).  Every consumed
+token is checked against the bound (:class:`StalenessError`).
+"""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from scalectl.rl.collect import collect_batch, count_groups
+from scalectl.rl.stream import BYE, STOP, Channel, Inbox, PeerLost, end_weights, flatten_weights, send_object, send_weights
+
+
+class StalenessError(RuntimeError):
+    """A token older than the schedule allows reached the trainer (a scheduling bug, never expected)."""
+
+
+def staleness_stats(trainer_version: int, versions: list[list[int]]) -> dict:
+    """Per-token staleness of completions consumed by ``trainer_version``.
+
+    Args:
+        versions: one list of token versions per completion.
+
+    Returns:
+        staleness_max, staleness_mean (versions behind, over tokens), multi_version_share
+        (share of completions whose tokens span more than one version), tokens, completions.
+    """
+    lags = [trainer_version - v for vs in versions for v in vs]
+    spans = [len(set(vs)) > 1 for vs in versions]
+    return {"staleness_max": max(lags, default=0), "staleness_mean": sum(lags) / len(lags) if lags else 0.0,
+            "multi_version_share": sum(spans) / len(spans) if spans else 0.0,
+            "tokens": len(lags), "completions": len(spans)}
+
+
+@dataclass
+class StreamLink:
+    """The trainer's connection to its generators.
+
+    Attributes:
+        channel: the job's :class:`~scalectl.rl.stream.Channel`; generators: their ranks;
+        inbox: the ``rollouts`` flow from them; stop: a stop flag (``is_set``, ``event``).
+    """
+
+    channel: Channel
+    generators: list[int]
+    inbox: Inbox
+    stop: object
+
+
+@dataclass
+class _Ticket:
+    req_id: int
+    prompt_id: int
+    min_version: int
+    sampler_state: dict
+
+
+@dataclass
+class Feeder:
+    """A :class:`~scalectl.rl.schedule.BatchSource` fed by generator processes.
+
+    Args:
+        model: the trainer's model (its weights are pushed).
+        bound: the schedule's staleness bound; window: requests kept open ahead of consumption.
+    """
+
+    recipe: object
+    state: object
+    model: object
+    link: StreamLink
+    bound: int
+    window: int
+    tickets: deque = field(default_factory=deque)
+    received: dict = field(default_factory=dict)
+    next_req: int = 0
+    next_gen: int = 0
+    consumed: int = 0
+    pushed: int = -1
+    gen_info: dict = field(default_factory=dict)
+    byes: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        self.P = self.recipe.batch.prompts_per_step
+        self.channel, self.generators = self.link.channel, self.link.generators
+        self.inbox, self.stop = self.link.inbox, self.link.stop
+        self.consumed_sampler = self.state.sampler.state_dict()
+        self._step = {}
+        self._gen_prev = (0.0, 0.0)
+
+    # -- scheduling
+    def push(self, version: int) -> None:
+        """Send weights ``version`` to every generator."""
+        flat = flatten_weights(self.model)
+        for g in self.generators:
+            for w in send_weights(self.channel.groups["weights"], flat, version, g):
+                w.wait()
+        self.pushed = version
+
+    def dispatch(self, n: int) -> None:
+        """Draw ``n`` prompts and send them as requests (chunks of P prompts, generators in turn)."""
+        retired = self.state.history.retired if self.recipe.filter.retire_solved else frozenset()
+        new = []
+        for _ in range(n):
+            pid = self.state.sampler.next(1, retired)[0]
+            new.append(_Ticket(self.next_req, pid, self.pushed, self.state.sampler.state_dict()))
+            self.next_req += 1
+        self.tickets.extend(new)
+        for lo in range(0, len(new), self.P):
+            chunk = [(t.req_id, t.prompt_id, t.min_version) for t in new[lo:lo + self.P]]
+            g = self.generators[self.next_gen % len(self.generators)]
+            self.next_gen += 1
+            for w in send_object(self.channel.groups["control"], ("requests", chunk), g):
+                w.wait()
+
+    def next_batch(self, version: int) -> tuple[list, dict]:
+        """Before step ``version``: fill the request window, then consume one batch."""
+        self._step = {"idle": 0.0, "versions": [], "t0": time.perf_counter()}
+        if self.pushed < version:
+            self.push(version)
+        self.dispatch(self.window - len(self.tickets))
+        return collect_batch(self.recipe, self._fetch(version), self.state)
+
+    def after_step(self, version: int) -> None:
+        """After the step that made ``version``: push its weights at once."""
+        self.push(version)
+
+    def checkpoint_fields(self) -> dict:
+        """The sampler as of the last consumed group (requests in flight are drawn again on resume)."""
+        return {"sampler": self.consumed_sampler}
+
+    # -- consuming
+    def _pull(self, timeout: float) -> None:
+        try:
+            src, msg = self.inbox.get(timeout=timeout)
+        except queue.Empty:
+            return
+        if isinstance(msg, PeerLost):
+            raise PeerLost(f"generator rank {src} stopped: {msg}")
+        if msg[0] == BYE:
+            self.byes[src] = msg[1]
+            if msg[1] != "stopped":
+                self.stop.event.set()     # a generator was interrupted: the job stops
+            return
+        _, items, info = msg
+        self.received.update(items)
+        self.gen_info[src] = info
+
+    def next_group(self, version: int):
+        """The next group in request order (waits for it); checks its staleness."""
+        ticket = self.tickets.popleft()
+        t0 = time.perf_counter()
+        while ticket.req_id not in self.received:
+            if self.stop.is_set():
+                raise KeyboardInterrupt
+            self._pull(0.2)
+        self._step["idle"] += time.perf_counter() - t0
+        group = self.received.pop(ticket.req_id)
+        versions = [c.versions for c in group.completions]
+        oldest = min((v for vs in versions for v in vs), default=version)
+        if version - oldest > self.bound:
+            raise StalenessError(f"a token of prompt {ticket.prompt_id} is {version - oldest} versions behind "
+                                 f"trainer version {version} (at most {self.bound})")
+        if oldest < ticket.min_version:
+            raise StalenessError(f"a token of prompt {ticket.prompt_id} has version {oldest}, older than the "
+                                 f"weights {ticket.min_version} its request asked for")
+        self._step["versions"] += versions
+        self.consumed += 1
+        self.consumed_sampler = ticket.sampler_state
+        return group
+
+    def _fetch(self, version: int):
+        """``fetch(want, refill_round)`` for :func:`scalectl.rl.collect.collect_batch`."""
+        def fetch(want: int, refill_round: int) -> list:
+            if len(self.tickets) < want:
+                self.dispatch(want - len(self.tickets))
+            groups = [self.next_group(version) for _ in range(want)]
+            count_groups(self.recipe, groups, self.state)
+            return groups
+        return fetch
+
+    def step_metrics(self, version: int) -> dict:
+        """Staleness, idle times and throughput of the step just taken (consumed by ``version - 1``)."""
+        wall = time.perf_counter() - self._step["t0"]
+        st = staleness_stats(version - 1, self._step["versions"])
+        idle = sum(i["idle_s"] for i in self.gen_info.values())
+        gwall = sum(i["wall_s"] for i in self.gen_info.values())
+        prev, self._gen_prev = self._gen_prev, (idle, gwall)
+        gen_share = (idle - prev[0]) / (gwall - prev[1]) if gwall > prev[1] else None
+        return {"staleness_max": st["staleness_max"], "staleness_mean": st["staleness_mean"],
+                "multi_version_share": st["multi_version_share"], "step_seconds": wall,
+                "trainer_idle_s": self._step["idle"], "trainer_idle_share": self._step["idle"] / wall,
+                "generator_idle_share": gen_share, "generator_idle_s": idle, "generator_wall_s": gwall,
+                "samples_per_s": st["completions"] / wall, "tokens_per_s": st["tokens"] / wall}
+
+    def close(self, timeout_s: float = 60.0) -> None:
+        """Tell every generator to stop, end the flows to it, and wait for its last word."""
+        for g in self.generators:
+            try:
+                for w in (send_object(self.channel.groups["control"], (STOP,), g)
+                          + end_weights(self.channel.groups["weights"], g)):
+                    w.wait()
+            except Exception:  # noqa: BLE001 - a dead generator has nothing to stop
+                self.byes.setdefault(g, "lost")
+        deadline = time.monotonic() + timeout_s
+        while len(self.byes) < len(self.generators) and time.monotonic() < deadline:
+            try:
+                self._pull(0.2)
+            except PeerLost:
+                break

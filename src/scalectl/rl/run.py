@@ -1,0 +1,78 @@
+"""Start one run's training: the schedule of ``async.mode`` decides how.
+
+* a single-process schedule (``sync``, ``ppo_off_policy``): the RL loop runs
+  here, generating its own batches;
+* a multi-process schedule (``pipeline``): in a multi-task job (Slurm, or
+  ``RANK``/``WORLD_SIZE`` in the environment) this process is the task
+  :func:`scalectl.rl.roles.detect` names; otherwise the generators and the
+  trainer are spawned here and supervised (:func:`scalectl.rl.processes.supervise`).
+
+Evaluation points leave through ``sink``; nothing here knows where they are stored.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scalectl.rl.cores import set_cpu_threads
+from scalectl.rl.loop import Reporter, prepare, train
+from scalectl.rl.pipeline import PipelineSpec, run_role
+from scalectl.rl.processes import supervise
+from scalectl.rl.roles import Task, detect
+from scalectl.rl.schedule import schedule_for
+from scalectl.rl.warmstart import ensure_warm_start
+
+
+def job_task(recipe) -> Task:
+    """This process's task in its job (role, rank), checked against ``hardware`` when the
+    schedule runs several processes.
+
+    Raises:
+        UserError: the schedule cannot run on the recipe's hardware, or the job's
+            tasks do not match it.
+    """
+    schedule = schedule_for(recipe.async_)
+    schedule.check(recipe)
+    hw = recipe.hardware
+    return detect(hw.generators, hw.trainers, strict=schedule.multi_process)
+
+
+def run_training(recipe, run_dir: Path, *, sink, train_problems: list, eval_problems: list,
+                 reporter: Reporter | None = None, resume: bool = False, task: Task | None = None) -> dict | None:
+    """Train ``recipe`` until its budget is spent.
+
+    Args:
+        recipe: the validated :class:`~scalectl.recipe.Recipe`.
+        run_dir: the run folder (checkpoints, ``steps.jsonl``, process logs).
+        sink: ``sink(point)`` stores each :class:`~scalectl.points.EvalPoint`; with a
+            multi-process schedule it runs in the trainer process, so it must pickle.
+        train_problems, eval_problems: disjoint prompt sets.
+        reporter: progress.
+        resume: continue from the latest checkpoint in ``run_dir``.
+        task: this process's task (default: :func:`job_task`).
+
+    Returns:
+        The loop's summary (steps, gpu_hours, flops, retired_prompts); None in a
+        generator task of a multi-task job.
+
+    Raises:
+        KeyboardInterrupt: interrupted, after a checkpoint.
+        scalectl.rl.processes.PipelineFailed: a process of a multi-process schedule failed.
+        UserError: see :func:`job_task`.
+    """
+    reporter = reporter or Reporter()
+    schedule = schedule_for(recipe.async_)
+    task = task or job_task(recipe)
+    run_dir = Path(run_dir)
+    if not schedule.multi_process:
+        set_cpu_threads(recipe.hardware, processes=1)   # one process generates and trains: every core
+        policy, state = prepare(recipe, run_dir, len(train_problems), reporter, resume)
+        source = schedule.batches(recipe, policy, state, train_problems)
+        return train(recipe, policy, state, source, run_dir=run_dir, eval_problems=eval_problems,
+                     sink=sink, reporter=reporter)
+    spec = PipelineSpec(recipe.to_dict(), str(run_dir.resolve()), sink, resume, train_problems, eval_problems)
+    if task.world_size > 1:
+        return run_role(spec, task, reporter)
+    if recipe.model.path.startswith("builtin:"):      # build the warm start once, before the processes
+        ensure_warm_start(recipe, log=reporter.log)
+    return supervise(spec, recipe.hardware.generators, reporter)
