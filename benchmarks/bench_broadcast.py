@@ -59,7 +59,7 @@ def _rank(rank: int, world: int, port: int, n_params: int, repeats: int, out) ->
 
 def measure(n_params: int, generators: int, repeats: int) -> tuple[float, int, int]:
     """(median seconds, bytes, buckets) of a broadcast from 1 sender to ``generators`` receivers."""
-    from scalectl.launch.roles import free_port
+    from scalectl.rl.roles import free_port
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()

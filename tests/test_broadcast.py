@@ -10,7 +10,7 @@ import sys
 import torch
 
 from conftest import ROOT
-from scalectl.launch.roles import free_port
+from scalectl.rl.roles import free_port
 from scalectl.rl.broadcast import buckets_of
 from scalectl.weight_sync import weight_sync_plan
 
