@@ -61,8 +61,9 @@ class StoreBackend:
     # ---------------------------------------------------------------- the Backend protocol
     def ensure(self, targets) -> None:
         """Create, extend or resume the runs so that each variant has (budget, seeds); wait for them."""
-        from scalectl.job import JOB_FILE, write_job_file
-        from scalectl.launch.base import ACTIVE, RunSpec, get_launcher
+        from scalectl.job import write_job_file
+        from scalectl.launch.base import ACTIVE, RunSpec
+        from scalectl.launch.registry import get_launcher
         from scalectl.runs import create_run
 
         specs, ids = [], []
@@ -91,8 +92,7 @@ class StoreBackend:
                                        recipe=recipe.to_dict())
                         store.update_run(row["id"], recipe=json.dumps(recipe.to_dict(), sort_keys=True),
                                          recipe_hash=recipe.content_hash)
-                    resume = bool(pts) and (Path(row["run_dir"]) / JOB_FILE).exists()
-                    specs.append(RunSpec(row["id"], row["name"], Path(row["run_dir"]), recipe, resume=resume))
+                    specs.append(RunSpec(row["id"], row["name"], Path(row["run_dir"]), recipe))   # the job resumes
             if specs:
                 launcher = get_launcher(self.kind)
                 for s in specs:
@@ -110,7 +110,8 @@ class StoreBackend:
 
     def _wait(self, ids: list[int]) -> None:
         """Until no run in ``ids`` is alive; raises UserError naming a run that did not complete."""
-        from scalectl.launch.base import ACTIVE, refresh
+        from scalectl.launch.base import ACTIVE
+        from scalectl.launch.registry import refresh
 
         seen: dict[int, tuple] = {}
         while True:
@@ -185,7 +186,8 @@ class StoreBackend:
 
     def cancel_all(self) -> int:
         """Cancel the live jobs of the runs launched last (each checkpoints); returns how many."""
-        from scalectl.launch.base import ACTIVE, get_launcher, last_job, now_iso, refresh
+        from scalectl.launch.base import ACTIVE, last_job, now_iso
+        from scalectl.launch.registry import get_launcher, refresh
 
         n = 0
         with open_store(self.db) as store:
@@ -511,7 +513,7 @@ def adaptive_command(spec, *, setup, overrides, launcher, runs_dir: Path, out_di
     """
     from scalectl.ablation import plan as make_plan
     from scalectl.decisions import Limits
-    from scalectl.launch.base import LAUNCHER_TYPES
+    from scalectl.launch.registry import LAUNCHER_TYPES
     from scalectl.store import default_db_path
 
     if max_seeds < 1:
