@@ -66,7 +66,7 @@ def test_ppo_clip_value_metrics_and_gradient():
     assert m["ratio_mean"] == pytest.approx((1.5 + 1.1 + 0.5 + 1.5 + 0.9 + 0.5) / 6)
     assert m["ratio_max"] == pytest.approx(1.5)
     # |log rho|: ln 1.5 = 0.4054651, ln 1.1 = 0.0953102, ln 2 = 0.6931472, |ln 0.9| = 0.1053605
-    assert m["logp_gap"] == pytest.approx((2 * 0.4054651 + 0.0953102 + 2 * 0.6931472 + 0.1053605) / 6, abs=1e-7)
+    assert m["logprob_mismatch"] == pytest.approx((2 * 0.4054651 + 0.0953102 + 2 * 0.6931472 + 0.1053605) / 6, abs=1e-7)
     assert m["tokens"] == 6.0
     loss.backward()
     # d loss / d logp = -w * rho * A where the unclipped term is taken, 0 where the clip is active
@@ -108,7 +108,7 @@ def test_gspo_sequence_ratio_value_and_gradient():
     assert m["clip_fraction"] == pytest.approx(2 / 5)  # row 1's two tokens of 5
     assert m["ratio_mean"] == pytest.approx((3 * 1.0020020 + 2 * 1.0070246) / 5, abs=1e-7)
     assert m["ratio_max"] == pytest.approx(1.0070246, abs=1e-7)
-    assert m["logp_gap"] == pytest.approx((0.001 + 0.002 + 0.003 + 0.004 + 0.010) / 5)
+    assert m["logprob_mismatch"] == pytest.approx((0.001 + 0.002 + 0.003 + 0.004 + 0.010) / 5)
     loss.backward()
     # row 0: -(sum_t w) * A * s0 / |y0| = -(1/2) * 1.0020020 / 3 on each token; row 1 clipped: 0
     expected = [[-0.1670003] * 3, [0.0, 0.0, 0.0]]
@@ -143,7 +143,7 @@ def test_cispo_padding_with_minus_infinity_gives_finite_loss_and_zero_gradient()
     loss.backward()
     assert float(loss.detach()) == pytest.approx(-(1.0 * 3.0 * -0.5))  # rho = 1, weight 1
     assert logp.grad.tolist() == [[-3.0, 0.0]]
-    assert m["tokens"] == 1.0 and m["logp_gap"] == 0.0
+    assert m["tokens"] == 1.0 and m["logprob_mismatch"] == 0.0
 
 
 # -- gradient accumulation ---------------------------------------------------------------------

@@ -13,7 +13,8 @@ from conftest import run_cli
 from scalectl.compare import FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, UNDECIDED, RunCurve, Row
 from scalectl.curve import SigmoidFit
 from scalectl.importer import import_points
-from scalectl.report import VariantResult, md_escape, sentence
+from scalectl.ablation.analysis import VariantResult, sentence
+from scalectl.report import md_escape
 from scalectl.store import Store
 
 
@@ -147,9 +148,9 @@ def test_report_of_an_ablation_file(imported):
 
 def test_report_by_name_without_manifest(imported):
     """Runs found by their names alone (no manifest, no file): the variant called base is the baseline."""
-    from scalectl.commands.ablate import find_manifest
+    from scalectl.ablation.campaign import find_manifest
     from scalectl.errors import UserError
-    from scalectl.report import gather
+    from scalectl.ablation.analysis import gather
 
     tmp, db = imported
     with Store.open(db) as store:
@@ -168,7 +169,7 @@ def test_report_by_name_without_manifest(imported):
 def test_seeds_of_a_variant_are_pooled(tmp_path):
     """Two seeds per variant: one fit on the pooled points for the verdict, and the
     per-seed fits for the spread of A."""
-    from scalectl.report import gather
+    from scalectl.ablation.analysis import gather
 
     db = tmp_path / "s.db"
     manifest = {"name": "two", "kind": "forward", "baseline": "base", "margin": 0.02, "variants": []}

@@ -27,6 +27,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
+from scalectl.defaults import TRUNCATION_THRESHOLD
 from scalectl.loss_choices import LOSS_CHOICES
 
 # --------------------------------------------------------------------------- bounds
@@ -239,7 +240,7 @@ class Fit(_Section):
 
     min_compute: float = Field(default=1500.0, ge=0, le=COMPUTE_MAX, description="in units of `axis`")
     axis: Literal["gpu_hours", "flops", "tokens", "step"] = "gpu_hours"
-    truncation_threshold: float = Field(default=0.10, gt=0, le=1)
+    truncation_threshold: float = Field(default=TRUNCATION_THRESHOLD, gt=0, le=1)
 
 
 class Checkpoint(_Section):

@@ -10,6 +10,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
+from scalectl.defaults import TRUNCATION_THRESHOLD
 from scalectl.errors import UserError
 
 AXES = ("gpu_hours", "flops", "tokens", "step")
@@ -85,6 +86,26 @@ def r0_standard_error(store, run: dict, axis: str) -> float | None:
     return None if not ses else (sum(s * s for s in ses) / len(ses)) ** 0.5   # per evaluation
 
 
+def fit_window(section: dict, axis: str, compute, override: float | None = None) -> float:
+    """Where a run's fit window starts, in ``axis`` units: the rule every fit of stored points uses.
+
+    ``override`` (``--min-compute``) when given; else the recipe's ``fit.min_compute`` when its
+    ``fit.axis`` is ``axis`` (a bound in other units means nothing here); else
+    :func:`scalectl.curve.default_min_compute` of the points' ``compute``.
+
+    Args:
+        section: the run's recipe ``fit`` section (a dict, possibly empty).
+        compute: the points' compute on ``axis``.
+    """
+    from scalectl.curve import default_min_compute
+
+    if override is not None:
+        return float(override)
+    if "min_compute" in section and section.get("axis", "gpu_hours") == axis:
+        return float(section["min_compute"])
+    return default_min_compute(compute, axis)
+
+
 def fit_run(store, run: dict, opts: FitOptions, refit: bool = False) -> tuple[Any, bool, str]:
     """Fit a stored run (or reuse its stored fit when its points are unchanged).
 
@@ -92,20 +113,15 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False) -> tuple[An
     input that cannot be fitted, naming the run.
     """
     from scalectl.compare import RunCurve
-    from scalectl.curve import FitError, SigmoidFit, default_min_compute, fit_sigmoid
+    from scalectl.curve import FitError, SigmoidFit, fit_sigmoid
 
     if opts.method not in ("vp", "grid"):
         raise UserError(f"--method {opts.method!r} is not one of: vp, grid")
     axis = resolve_axis(run, opts)
     x, y, trunc = load_points(store, run, axis)
     section = fit_section(run)
-    if opts.min_compute is not None:
-        min_c = opts.min_compute
-    elif "min_compute" in section and section.get("axis", "gpu_hours") == axis:
-        min_c = float(section["min_compute"])
-    else:
-        min_c = default_min_compute(x, axis)
-    threshold = float(section.get("truncation_threshold", 0.10))
+    min_c = fit_window(section, axis, x, opts.min_compute)
+    threshold = float(section.get("truncation_threshold", TRUNCATION_THRESHOLD))
     key = (f"{axis}/{opts.method}/min={min_c:g}/r0={opts.r0}/boot={opts.bootstrap}"
            f"/level={opts.level:g}/seed={opts.seed}/trunc={threshold:g}")
     digest = store.points_digest(run["id"])

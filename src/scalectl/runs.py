@@ -3,7 +3,8 @@
 A run is a row in the store plus a run folder holding ``job.json`` (the store
 path, the run id and the normalised recipe): everything a launcher needs to
 train it, here or on a Slurm node.  ``scalectl run`` and ``scalectl ablate``
-create runs through :func:`create_run`.
+create runs through :func:`create_run`, hand them to a launcher with
+:func:`submit`, and stop them with :func:`cancel`.
 
 Two runs with the same recipe content hash and seed train the same thing
 (:attr:`scalectl.recipe.Recipe.content_hash` leaves out the name, seed,
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from scalectl.errors import UserError
 from scalectl.names import check_name
 
 #: What to do with a planned run, given the store.
@@ -52,6 +54,109 @@ def create_run(store, recipe, name: str, runs_dir: str | Path, launcher: str = "
                               run_dir=str(run_dir))
     write_job_file(run_dir, db=store.path, run_id=run_id, recipe=recipe.to_dict())
     return run_id, run_dir
+
+
+def submit(store, runs: list, kind: str, *, array: bool = False) -> list:
+    """Hand runs already in the store to the launcher named ``kind`` and record their jobs.
+
+    Each run is marked ``pending`` first (the job body marks it ``running`` itself).
+
+    Args:
+        runs: :class:`scalectl.launch.base.RunSpec` of each run.
+        array: submit them together (:meth:`~scalectl.launch.base.Launcher.submit_many`:
+            one Slurm job array); else one by one.
+
+    Returns:
+        The :class:`~scalectl.launch.base.JobHandle` of each run, in order.
+
+    Raises:
+        UserError: an unknown launcher, or a refused submission (the runs are then
+            marked failed with the reason).
+    """
+    from scalectl.launch.registry import get_launcher
+
+    launcher = get_launcher(kind)
+    for r in runs:
+        store.update_run(r.run_id, status="pending", launcher=kind, error=None, ended=None)
+    try:
+        jobs = launcher.submit_many(runs) if array else [launcher.submit(r) for r in runs]
+    except BaseException as exc:
+        for r in runs:
+            store.update_run(r.run_id, status="failed", error=f"submission failed: {exc}")
+        raise
+    for r, job in zip(runs, jobs):
+        store.add_job_id(r.run_id, job.job_id)
+    return jobs
+
+
+def cancel(store, ref, *, reason: str = "cancelled by scalectl cancel", log=lambda message: None):
+    """Stop a run's job (local: SIGINT, then SIGKILL; Slurm: scancel); the job saves a checkpoint.
+
+    A run whose job never started is marked cancelled at once; one whose job ends
+    without recording it is marked cancelled here, with ``reason``.
+
+    Returns:
+        (the run's row afterwards, its last job or None, whether it was alive).
+
+    Raises:
+        UserError: no such run.
+    """
+    from scalectl.launch.base import ACTIVE, last_job, now_iso
+    from scalectl.launch.registry import get_launcher, refresh
+
+    info = store.get_run(ref)
+    job = last_job(info.get("run_dir"))
+    if info["status"] not in ACTIVE:
+        return info, job, False
+    if job is None:
+        store.update_run(info["id"], status="cancelled", ended=now_iso(), error="cancelled before it started")
+        return store.get_run(info["id"]), None, True
+    launcher = get_launcher(job.launcher)
+    log(f"cancelling {job.launcher} job {job.job_id} of run {info['name']}")
+    launcher.cancel(job)
+    info = refresh(store, store.get_run(info["id"]), launcher)
+    if info["status"] in ACTIVE:
+        store.update_run(info["id"], status="cancelled", ended=now_iso(),
+                         error=f"{reason} ({job.launcher} job {job.job_id})")
+    return store.get_run(info["id"]), job, True
+
+
+def start_here(store, run_id: int, run_dir: Path, kind: str) -> None:
+    """Record the calling process as the job of a run it trains in the foreground (so that
+    ``scalectl status`` notices if it dies).
+
+    Raises:
+        UserError: the launcher ``kind`` cannot train in this process (e.g. slurm).
+    """
+    from scalectl.launch.registry import get_launcher
+
+    launcher = get_launcher(kind)
+    if not launcher.runs_here:
+        raise UserError(f"the {kind} launcher cannot train a run in this process: submit it instead")
+    job = launcher.foreground_job(run_dir)
+    store.update_run(run_id, launcher=kind)
+    store.add_job_id(run_id, job.job_id)
+
+
+def resumable(store, ref) -> tuple[dict, object]:
+    """A stored run that can be continued, and its recipe (from its ``job.json``).
+
+    Raises:
+        UserError: no such run, no run folder, or a job still alive (cancel it first).
+    """
+    from scalectl.job import read_job_file
+    from scalectl.launch.base import ACTIVE
+    from scalectl.launch.registry import refresh
+    from scalectl.recipe import Recipe
+
+    info = store.get_run(ref)
+    if not has_job_file(info):
+        raise UserError(f"run {ref!r} has no run folder to resume from")
+    info = refresh(store, info)
+    if info["status"] in ACTIVE - {"created"}:
+        raise UserError(f"run {info['name']} is {info['status']} (job {info.get('job_id')}); "
+                        f"cancel it first (scalectl cancel {info['name']})")
+    return info, Recipe.model_validate(read_job_file(Path(info["run_dir"]))["recipe"])
 
 
 def has_job_file(run: dict) -> bool:

@@ -1,26 +1,20 @@
 """``scalectl ablate`` and ``scalectl report``: compare recipes at a small budget.
 
-``ablate`` plans the variants (:mod:`scalectl.ablation`), prints the plan
-(each variant's changes from the base, the runs, the estimated cost), reuses
-stored runs that already train the same recipe hash and seed (completed ones
-as they are, interrupted ones resumed from their checkpoints), launches the
-rest through the launcher (local detached processes, at most
-``launcher.max_parallel`` at once; Slurm: one job array), shows a live table
-while they train, and ends with the verdicts against the base and the report
-(:mod:`scalectl.report`).  Ctrl-C cancels the ablation's jobs (each saves a
-checkpoint); the same command again continues where it stopped.
-
-The runs an ablation uses are recorded in ``RUNS_DIR/.ablations/NAME.json``
-(its manifest: the plan, with the stored run standing for each planned run);
-runs it creates are named ``<ablation>--<variant>--s<seed>``.
+``ablate`` plans the variants (:mod:`scalectl.ablation.planner`), prints the
+plan (each variant's changes from the base, the runs, the estimated cost),
+reuses stored runs that already train the same recipe hash and seed,
+launches the rest (:mod:`scalectl.ablation.campaign`), shows a live table
+while they train, and ends with the verdicts against the base
+(:mod:`scalectl.ablation.analysis`) and the report (:mod:`scalectl.report`).
+Ctrl-C cancels the ablation's jobs (each saves a checkpoint); the same
+command again continues where it stopped.  This module only reads arguments
+and prints.
 """
 
 from __future__ import annotations
 
-import json
-import statistics
-from dataclasses import replace
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
 
@@ -29,63 +23,8 @@ from rich.markup import escape
 from rich.table import Table
 
 from scalectl.commands.common import DbOption, JsonOption, err, fmt, open_store, out, print_json, user_errors
+from scalectl.defaults import MARGIN
 from scalectl.errors import UserError
-
-MANIFEST_DIR = ".ablations"
-
-
-def manifest_path(runs_dir: str | Path, name: str) -> Path:
-    """Where the manifest of ablation ``name`` lives: ``RUNS_DIR/.ablations/NAME.json``."""
-    return Path(runs_dir) / MANIFEST_DIR / f"{name}.json"
-
-
-def _write_manifest(path: Path, data: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".json.tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    tmp.replace(path)
-
-
-# --------------------------------------------------------------------------- plan and cost
-
-
-def measured_rate(store, recipe) -> tuple[float, int] | None:
-    """Device-hours per optimiser step measured on completed runs of this store
-    that share the recipe's hardware class, model, batch and generation budget:
-    (median of last-point GPU-hours / last step, number of runs), or None.
-    Evaluation time is not in GPU-hours (:mod:`scalectl.rl.accounting`)."""
-    key = (recipe.hardware.name, recipe.model.path, recipe.batch.prompts_per_step,
-           recipe.batch.generations_per_prompt, recipe.length.max_new_tokens)
-    rates = []
-    for r in store.list_runs():
-        rec = r.get("recipe") or {}
-        if r["status"] != "completed" or not rec or not r.get("last_step") or not r.get("last_gpu_hours"):
-            continue
-        k = (rec["hardware"]["name"], rec["model"]["path"], rec["batch"]["prompts_per_step"],
-             rec["batch"]["generations_per_prompt"], rec["length"]["max_new_tokens"])
-        if k == key:
-            rates.append(r["last_gpu_hours"] / r["last_step"])
-    return (statistics.median(rates), len(rates)) if rates else None
-
-
-def _cost(plan, actions: dict, rate: tuple[float, str] | None) -> dict:
-    """Steps and device-hours still to train: full budget for new runs, the
-    remainder for resumed ones, nothing for reused or attached ones."""
-    steps, unknown, gpu_budget = 0, 0, 0.0
-    for r in plan.runs:
-        action, row = actions.get(r.name, ("new", None))
-        if action in ("reuse", "attach"):
-            continue
-        b = r.recipe.budget
-        done = (row or {}).get("last_step") or 0
-        if b.steps is not None:
-            steps += max(0, b.steps - done)
-        else:
-            unknown += 1
-            gpu_budget += b.gpu_hours or 0.0
-    hours = None if rate is None else steps * rate[0] + gpu_budget
-    return {"steps": steps, "runs_without_step_budget": unknown, "device_hours": hours,
-            "rate": None if rate is None else rate[0], "rate_source": None if rate is None else rate[1]}
 
 
 def _print_plan(plan, actions: dict, cost: dict, counts: dict) -> None:
@@ -141,139 +80,24 @@ def _spec(file, leave_one_out: bool, forward: list[str], base: Path | None, name
     return ab.forward_spec([ab.parse_forward(f) for f in forward], base, name=name)
 
 
-def _resolve(store, plan) -> dict:
-    """Planned run name -> (action, stored run or None)."""
-    from scalectl.runs import find_existing
-
-    actions = {}
-    for r in plan.runs:
-        found = find_existing(store, r.recipe_hash, r.seed, prefer=r.name)
-        if found is None:
-            actions[r.name] = ("new", None)
-            continue
-        pts = store.points(found[1]["id"])
-        actions[r.name] = (found[0], dict(found[1], last_step=pts[-1]["step"] if pts else None))
-    return actions
+def _table(rows: list[dict]) -> Table:
+    table = Table(title="ablation runs")
+    for col in ("variant", "run", "status", "step", "compute", "pass rate", "fitted A"):
+        table.add_column(col, justify="right" if col in ("step", "compute", "pass rate", "fitted A") else "left")
+    for r in rows:
+        step = "-" if r["step"] is None else f"{r['step']}/{r['budget'] or '?'}"
+        table.add_row(r["variant"], r["name"], r["status"], step, fmt(r["compute"]), fmt(r["pass_rate"]), fmt(r["A"]))
+    return table
 
 
-# --------------------------------------------------------------------------- launching and watching
-
-
-def _launch(store, plan, actions: dict, kind: str, runs_dir: Path) -> dict[str, int]:
-    """Create the new runs, then submit new and resumed ones together
-    (``submit_many``: one Slurm job array).  Returns planned name -> run id."""
-    from scalectl.launch.base import RunSpec
-    from scalectl.launch.registry import get_launcher
-    from scalectl.recipe import Recipe
-    from scalectl.runs import create_run, unique_name
-
-    ids, specs = {}, []
-    for r in plan.runs:
-        action, row = actions[r.name]
-        if action == "new":
-            name = unique_name(store, r.name)
-            run_id, run_dir = create_run(store, r.recipe, name, runs_dir, launcher=kind)
-            ids[r.name] = run_id
-            specs.append(RunSpec(run_id, name, run_dir, r.recipe))
-        else:
-            ids[r.name] = row["id"]
-            if action == "resume":
-                from scalectl.job import read_job_file
-
-                recipe = Recipe.model_validate(read_job_file(Path(row["run_dir"]))["recipe"])
-                specs.append(RunSpec(row["id"], row["name"], Path(row["run_dir"]), recipe))
-    if not specs:
-        return ids
-    launcher = get_launcher(kind)
-    for s in specs:
-        store.update_run(s.run_id, status="pending", launcher=kind, error=None, ended=None)
-    try:
-        jobs = launcher.submit_many(specs)
-    except BaseException as exc:
-        for s in specs:
-            store.update_run(s.run_id, status="failed", error=f"submission failed: {exc}")
-        raise
-    for s, job in zip(specs, jobs):
-        store.add_job_id(s.run_id, job.job_id)
-    err.print(f"launched {len(specs)} run(s) on {kind}"
-              + (f" (at most {specs[0].recipe.launcher.max_parallel} at once)" if kind == "local" else ""))
-    return ids
-
-
-class _Watch:
-    """Polls the store for the ablation's runs and renders the live table."""
-
-    def __init__(self, plan, ids: dict[str, int]):
-        self.plan, self.ids = plan, ids
-        self.fits: dict[int, tuple[int, float | None]] = {}
-        self.seen: dict[int, tuple] = {}
-
-    def rows(self, store) -> list[dict]:
-        from scalectl.launch.base import ACTIVE
-        from scalectl.launch.registry import refresh
-
-        rows = []
-        for r in self.plan.runs:
-            info = store.get_run(self.ids[r.name])
-            if info["status"] in ACTIVE:
-                info = refresh(store, info)
-            pts = store.points(info["id"])
-            axis = r.recipe.fit.axis
-            last = pts[-1] if pts else {}
-            rows.append({"variant": r.variant, "name": info["name"], "status": info["status"],
-                         "step": last.get("step"), "budget": r.recipe.budget.steps, "axis": axis,
-                         "compute": last.get(axis), "pass_rate": last.get("pass_rate"),
-                         "A": self._fit_A(info["id"], pts, axis), "error": info.get("error")})
-        return rows
-
-    def _fit_A(self, run_id: int, pts: list[dict], axis: str) -> float | None:
-        """The ceiling fitted to the points so far (no bootstrap), refitted when points arrive."""
-        from scalectl.curve import FitError, fit_sigmoid
-
-        cached = self.fits.get(run_id)
-        if cached is not None and cached[0] == len(pts):
-            return cached[1]
-        A = None
-        have = [p for p in pts if p.get(axis) is not None]
-        if len(have) >= 4:
-            try:
-                A = fit_sigmoid([p[axis] for p in have], [p["pass_rate"] for p in have], bootstrap=0,
-                                axis=axis).A
-            except (FitError, ValueError):
-                A = None
-        self.fits[run_id] = (len(pts), A)
-        return A
-
-    @staticmethod
-    def table(rows: list[dict]) -> Table:
-        table = Table(title="ablation runs")
-        for col in ("variant", "run", "status", "step", "compute", "pass rate", "fitted A"):
-            table.add_column(col, justify="right" if col in ("step", "compute", "pass rate", "fitted A") else "left")
-        for r in rows:
-            step = "-" if r["step"] is None else f"{r['step']}/{r['budget'] or '?'}"
-            table.add_row(r["variant"], r["name"], r["status"], step, fmt(r["compute"]),
-                          fmt(r["pass_rate"]), fmt(r["A"]))
-        return table
-
-    def lines(self, rows: list[dict]) -> list[str]:
-        """Rows whose status or step changed since the last call, as log lines."""
-        changed = []
-        for r in rows:
-            key = (r["status"], r["step"])
-            if self.seen.get(r["name"]) != key:
-                self.seen[r["name"]] = key
-                changed.append(f"{r['name']}: {r['status']}, step {fmt(r['step'])}, pass rate "
-                               f"{fmt(r['pass_rate'])}, fitted A {fmt(r['A'])}")
-        return changed
-
-
-def _watch(db, plan, ids: dict[str, int], poll_s: float) -> list[dict]:
-    """Wait until every run of the plan has ended; return the last rows."""
+def _watch(db, watch, poll_s: float) -> list[dict]:
+    """Show the runs until every one has ended (a live table on a terminal, else a line per
+    change); return the last rows."""
     from rich.live import Live
 
     from scalectl.launch.base import ACTIVE
 
-    watch = _Watch(plan, ids)
+    seen: dict[str, tuple] = {}
     live = Live(console=err, auto_refresh=False, transient=False) if err.is_terminal else None
     if live:
         live.start()
@@ -282,10 +106,13 @@ def _watch(db, plan, ids: dict[str, int], poll_s: float) -> list[dict]:
             with open_store(db) as store:
                 rows = watch.rows(store)
             if live:
-                live.update(watch.table(rows), refresh=True)
+                live.update(_table(rows), refresh=True)
             else:
-                for line in watch.lines(rows):
-                    err.print(line, highlight=False)
+                for r in rows:
+                    if seen.get(r["name"]) != (r["status"], r["step"]):
+                        seen[r["name"]] = (r["status"], r["step"])
+                        err.print(f"{r['name']}: {r['status']}, step {fmt(r['step'])}, pass rate "
+                                  f"{fmt(r['pass_rate'])}, fitted A {fmt(r['A'])}", highlight=False)
             if not any(r["status"] in ACTIVE for r in rows):
                 return rows
             time.sleep(poll_s)
@@ -294,35 +121,11 @@ def _watch(db, plan, ids: dict[str, int], poll_s: float) -> list[dict]:
             live.stop()
 
 
-def _cancel_all(db, ids: dict[str, int]) -> int:
-    """Cancel every live job of the ablation (each saves a checkpoint); returns how many."""
-    from scalectl.launch.base import ACTIVE, last_job, now_iso
-    from scalectl.launch.registry import get_launcher, refresh
-
-    n = 0
-    with open_store(db) as store:
-        for run_id in ids.values():
-            info = store.get_run(run_id)
-            job = last_job(info.get("run_dir"))
-            if info["status"] not in ACTIVE or job is None:
-                continue
-            err.print(f"cancelling {info['name']} ({job.launcher} job {job.job_id})")
-            launcher = get_launcher(job.launcher)
-            launcher.cancel(job)
-            info = refresh(store, store.get_run(run_id), launcher)
-            if info["status"] in ACTIVE:
-                store.update_run(run_id, status="cancelled", ended=now_iso(),
-                                 error=f"cancelled with its ablation ({job.launcher} job {job.job_id})")
-            n += 1
-    return n
-
-
-# --------------------------------------------------------------------------- the end: verdicts and report
-
-
 def _finish(db, manifest: dict, out_dir: Path, bootstrap: int, margin: float | None, json_: bool,
             extra: dict | None = None) -> None:
-    from scalectl.report import gather, write_report
+    from scalectl.ablation.analysis import gather
+    from scalectl.display import format_estimate
+    from scalectl.report import write_report
 
     with open_store(db) as store:
         result = gather(store, manifest, bootstrap=bootstrap, margin=margin)
@@ -337,14 +140,10 @@ def _finish(db, manifest: dict, out_dir: Path, bootstrap: int, margin: float | N
         if v.curve is None:
             table.add_row(v.name, "-", "-", "-", "-", f"not fitted: {v.error}")
             continue
-        from scalectl.display import format_estimate
-
         f = v.curve.fit
         row = result.comparison.row(v.name) if result.comparison else None
-        if row is None:
-            d, verdict = "-", "-"
-        elif row.verdict == "baseline":
-            d, verdict = "-", "baseline"
+        if row is None or row.verdict == "baseline":
+            d, verdict = "-", "-" if row is None else "baseline"
         else:
             lo, hi = row.delta_A_interval
             d, verdict = f"{row.delta_A:+.3f} [{lo:+.3f}, {hi:+.3f}]", row.verdict
@@ -355,17 +154,6 @@ def _finish(db, manifest: dict, out_dir: Path, bootstrap: int, margin: float | N
     for note in result.notes:
         out.print(f"note: {note}", soft_wrap=True)
     err.print(f"wrote {paths['html']} and {paths['markdown']}")
-
-
-def _manifest(plan, ids_or_names: dict[str, str], db: str) -> dict:
-    data = plan.to_dict()
-    for v in data["variants"]:
-        v["runs"] = [ids_or_names.get(n, n) for n in v["runs"]]
-    data["db"] = str(Path(db).resolve())
-    return data
-
-
-# --------------------------------------------------------------------------- commands
 
 
 @user_errors
@@ -386,7 +174,7 @@ def ablate(
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the plan; create and launch nothing.")] = False,
     runs_dir: Annotated[Path, typer.Option(help="Where run folders (and ablation manifests) go.")] = Path("runs"),
     out_dir: Annotated[Path | None, typer.Option("--out", help="Report folder (default reports/NAME).")] = None,
-    margin: Annotated[float | None, typer.Option(help="Noise margin on A (default: the ablation's, 0.02).")] = None,
+    margin: Annotated[float | None, typer.Option(help=f"Noise margin on A (default: the ablation's, {MARGIN}).")] = None,
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples per fit (0: none).")] = 1000,
     rate: Annotated[float | None, typer.Option(help="Device-hours per step for the cost estimate.")] = None,
     poll: Annotated[float, typer.Option(help="Seconds between looks at the runs.")] = 2.0,
@@ -416,6 +204,7 @@ def ablate(
     (run the same command again to continue); ends with the verdicts and a
     report (HTML + Markdown) in --out.
     """
+    from scalectl.ablation import campaign
     from scalectl.ablation import plan as make_plan
     from scalectl.launch.registry import LAUNCHER_TYPES
     from scalectl.store import default_db_path
@@ -439,26 +228,12 @@ def ablate(
     if kind not in LAUNCHER_TYPES:
         raise UserError(f"--launcher {kind!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
     db = db or default_db_path()
-    have_store = db == ":memory:" or Path(db).exists()
-    actions: dict = {}
-    measured = None
-    if have_store:
+    actions, measured = {}, None
+    if db == ":memory:" or Path(db).exists():
         with open_store(db) as store:
-            actions = _resolve(store, plan)
-            measured = measured_rate(store, plan.variants[0].recipe)
-    counts: dict[str, int] = {}
-    for r in plan.runs:
-        a = actions.get(r.name, ("new", None))[0]
-        counts[a] = counts.get(a, 0) + 1
-    if rate is not None:
-        rate_src = (rate, "given with --rate")
-    elif measured is not None:
-        rate_src = (measured[0], f"measured on {measured[1]} completed run(s) in {db}")
-    elif spec.device_hours_per_step is not None:
-        rate_src = (spec.device_hours_per_step, "configured in the ablation file")
-    else:
-        rate_src = None
-    cost = _cost(plan, actions, rate_src)
+            actions = campaign.resolve(store, plan)
+            measured = campaign.measured_rate(store, plan.variants[0].recipe)
+    cost = campaign.cost(plan, actions, campaign.cost_rate(rate, measured, spec.device_hours_per_step, db))
     plan_json = {"plan": plan.to_dict(), "cost": cost, "launcher": kind,
                  "actions": {n: {"action": a, "run": None if row is None else row["name"]}
                              for n, (a, row) in ((r.name, actions.get(r.name, ("new", None))) for r in plan.runs)}}
@@ -466,98 +241,32 @@ def ablate(
         print_json(plan_json)
         return
     if not json_:
-        _print_plan(plan, actions, cost, counts)
+        _print_plan(plan, actions, cost, campaign.action_counts(plan, actions))
     if dry_run:
         return
     with open_store(db, create=True) as store:
-        actions = _resolve(store, plan)      # again: the store may have moved since the plan
-        ids = _launch(store, plan, actions, kind, runs_dir)
+        actions = campaign.resolve(store, plan)      # again: the store may have moved since the plan
+        ids, launched = campaign.launch(store, plan, actions, kind, runs_dir)
         names = {n: store.get_run(i)["name"] for n, i in ids.items()}
-    manifest = _manifest(plan, names, db)
-    _write_manifest(manifest_path(runs_dir, spec.name), manifest)
+    if launched:
+        err.print(f"launched {launched} run(s) on {kind}"
+                  + (f" (at most {plan.runs[0].recipe.launcher.max_parallel} at once)" if kind == "local" else ""))
+    manifest = campaign.manifest(plan, names, db)
+    campaign.write_manifest(campaign.manifest_path(runs_dir, spec.name), manifest)
     try:
-        rows = _watch(db, plan, ids, poll)
+        rows = _watch(db, campaign.Watch(plan, ids), poll)
     except KeyboardInterrupt:
         err.print("interrupted: cancelling the ablation's jobs (each saves a checkpoint)")
-        n = _cancel_all(db, ids)
+        with open_store(db) as store:
+            n = campaign.cancel_all(store, ids, log=lambda m: err.print(m, highlight=False))
         err.print(f"cancelled {n} run(s); run the same command again to continue where it stopped")
         raise typer.Exit(130) from None
-    failed = [r for r in rows if r["status"] != "completed"]
-    for r in failed:
-        err.print(f"[red]{r['name']}[/red] ended {r['status']}: {(r['error'] or '').splitlines()[0] if r['error'] else ''}",
-                  markup=True)
+    for r in rows:
+        if r["status"] != "completed":
+            first = (r["error"] or "").splitlines()[0] if r["error"] else ""
+            err.print(f"[red]{escape(r['name'])}[/red] ended {r['status']}: {escape(first)}", markup=True)
     _finish(db, manifest, out_dir or Path("reports") / spec.name, bootstrap, margin, json_,
             extra={**plan_json, "runs": {r["name"]: r["status"] for r in rows}})
-
-
-def _manifest_from_store(store, name: str) -> dict:
-    """An ablation's manifest rebuilt from run names ``NAME--VARIANT--sSEED``
-    (e.g. imported curves): variants in order of their first run; the baseline
-    is ``base`` when there is one, else the first variant."""
-    from scalectl.ablation import BASE, diff, parse_run_name
-    from scalectl.recipe import Recipe
-
-    groups: dict[str, list[dict]] = {}
-    for r in store.find_runs(name_prefix=f"{name}--"):
-        parsed = parse_run_name(r["name"])
-        if parsed and parsed[0] == name:
-            groups.setdefault(parsed[1], []).append(r)
-    if not groups:
-        raise UserError(f"no ablation {name!r}: no manifest and no run named {name}--VARIANT--sSEED in {store.path}")
-    baseline = BASE if BASE in groups else next(iter(groups))
-
-    def recipe(runs):
-        try:
-            return Recipe.model_validate(runs[0]["recipe"]) if runs[0].get("recipe") else None
-        except ValueError:
-            return None
-
-    base_recipe = recipe(groups[baseline])
-    variants = []
-    for v, runs in groups.items():
-        rec = recipe(runs)
-        changes = [] if v == baseline or rec is None or base_recipe is None else \
-            [[c.key, c.old, c.new] for c in diff(base_recipe, rec)]
-        variants.append({"name": v, "is_base": v == baseline, "lead": "", "changes": changes,
-                         "runs": [r["name"] for r in runs]})
-    variants.sort(key=lambda v: not v["is_base"])
-    return {"name": name, "kind": "unknown", "baseline": baseline, "variants": variants,
-            "notes": [f"no manifest: runs found by their names {name}--VARIANT--sSEED"]}
-
-
-def find_manifest(store, ref: str, runs_dir: str | Path = "runs") -> dict:
-    """The manifest of ``ref``: an ablation file or name (see :func:`report`).
-
-    Raises:
-        UserError: an invalid file, or a name with neither a manifest nor runs.
-    """
-    from scalectl.ablation import plan as make_plan
-    from scalectl.ablation import read_ablation
-    from scalectl.names import check_name
-    from scalectl.runs import find_existing
-
-    if not ref.strip():
-        raise UserError("ABLATION is empty: give an ablation name or an ablation file (ablations/*.toml)")
-    path, runs_dir = Path(ref), Path(runs_dir)
-    if path.suffix == ".toml" or path.exists():
-        spec = read_ablation(path)
-        saved = manifest_path(runs_dir, spec.name)
-        if saved.exists():
-            return json.loads(saved.read_text())
-        plan = make_plan(spec)
-        names = {}
-        for r in plan.runs:
-            try:
-                names[r.name] = store.get_run(r.name)["name"]
-            except UserError:
-                found = find_existing(store, r.recipe_hash, r.seed, refresh=False)
-                names[r.name] = found[1]["name"] if found else r.name
-        return _manifest(plan, names, store.path)
-    check_name(ref, "ablation name")
-    saved = manifest_path(runs_dir, ref)
-    if saved.exists():
-        return json.loads(saved.read_text())
-    return _manifest_from_store(store, ref)
 
 
 @user_errors
@@ -565,7 +274,7 @@ def report(
     ablation: Annotated[str, typer.Argument(metavar="ABLATION", help="Ablation name or file (ablations/*.toml).")],
     out_dir: Annotated[Path | None, typer.Option("--out", help="Report folder (default reports/NAME).")] = None,
     runs_dir: Annotated[Path, typer.Option(help="Where ablation manifests are (RUNS_DIR/.ablations).")] = Path("runs"),
-    margin: Annotated[float | None, typer.Option(help="Noise margin on A (default: the ablation's, 0.02).")] = None,
+    margin: Annotated[float | None, typer.Option(help=f"Noise margin on A (default: the ablation's, {MARGIN}).")] = None,
     bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples per fit (0: none).")] = 1000,
     db: DbOption = None,
     json_: JsonOption = False,
@@ -576,6 +285,8 @@ def report(
     RUNS_DIR/.ablations) or an ablation file; without a manifest the runs are
     found by their names NAME--VARIANT--sSEED (imported curves too).
     """
+    from scalectl.ablation.campaign import find_manifest
+
     with open_store(db) as store:
         manifest = find_manifest(store, ablation, runs_dir)
         path = store.path

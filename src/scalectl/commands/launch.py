@@ -141,28 +141,17 @@ def cancel(
     A local job saves a checkpoint on SIGINT and is killed if it has not
     stopped within 60 s.  Continue later with `scalectl run --resume RUN`.
     """
-    from scalectl.launch.base import ACTIVE, last_job, now_iso
-    from scalectl.launch.registry import get_launcher, refresh
+    from scalectl.runs import cancel as cancel_run
 
     with open_store(db) as store:
-        info = store.get_run(run)
-        job = last_job(info.get("run_dir"))
-        if info["status"] not in ACTIVE:
-            msg = f"run {info['name']} is already {info['status']}"
-        elif job is None:
-            store.update_run(info["id"], status="cancelled", ended=now_iso(), error="cancelled before it started")
-            msg = f"run {info['name']} cancelled (no job had started)"
-        else:
-            launcher = get_launcher(job.launcher)
-            err.print(f"cancelling {job.launcher} job {job.job_id} of run {info['name']}")
-            launcher.cancel(job)
-            info = refresh(store, store.get_run(info["id"]), launcher)
-            if info["status"] in ACTIVE:
-                store.update_run(info["id"], status="cancelled", ended=now_iso(),
-                                 error=f"cancelled by scalectl cancel ({job.launcher} job {job.job_id})")
-            msg = f"run {info['name']} cancelled ({job.launcher} job {job.job_id}); " \
-                  f"continue with: scalectl run --resume {info['name']}"
-        final = store.get_run(info["id"])
+        final, job, alive = cancel_run(store, run, log=lambda m: err.print(m, highlight=False))
+    if not alive:
+        msg = f"run {final['name']} is already {final['status']}"
+    elif job is None:
+        msg = f"run {final['name']} cancelled (no job had started)"
+    else:
+        msg = (f"run {final['name']} cancelled ({job.launcher} job {job.job_id}); "
+               f"continue with: scalectl run --resume {final['name']}")
     if json_:
         print_json({"run": final["name"], "status": final["status"], "job_id": job.job_id if job else None})
     else:

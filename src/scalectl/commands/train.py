@@ -60,31 +60,20 @@ def run(
     and stops) unless --detach; Slurm runs are submitted and the command
     returns (follow with `scalectl logs RUN --follow`, `scalectl status`).
     """
-    from scalectl.job import read_job_file, run_job
-    from scalectl.launch.registry import LAUNCHER_TYPES
+    from scalectl.job import run_job
+    from scalectl.launch.registry import LAUNCHER_TYPES, get_launcher
     from scalectl.names import check_name
-    from scalectl.recipe import Recipe
     from scalectl.recipe_io import find_default_setup, load
-    from scalectl.runs import create_run, unique_name
+    from scalectl.runs import create_run, resumable, start_here, unique_name
     from scalectl.trackers import check_installed
 
     if launcher is not None and launcher not in LAUNCHER_TYPES:
         raise UserError(f"--launcher {launcher!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
     if resume is not None:
         with open_store(db) as store:
-            info = store.get_run(resume)
-            if not info.get("run_dir") or not (Path(info["run_dir"]) / "job.json").exists():
-                raise UserError(f"run {resume!r} has no run folder to resume from")
-            from scalectl.launch.base import ACTIVE
-            from scalectl.launch.registry import refresh
-
-            info = refresh(store, info)
-            if info["status"] in ACTIVE - {"created"}:
-                raise UserError(f"run {info['name']} is {info['status']} (job {info.get('job_id')}); "
-                                f"cancel it first (scalectl cancel {info['name']})")
+            info, recipe = resumable(store, resume)
         run_dir = Path(info["run_dir"])
         run_id, run_name = info["id"], info["name"]
-        recipe = Recipe.model_validate(read_job_file(run_dir)["recipe"])
         kind = launcher or info.get("launcher") or recipe.launcher.type
         err.print(f"resuming run {run_name} from {run_dir}")
     else:
@@ -107,15 +96,11 @@ def run(
                 unique_name(store, f"{recipe.name}-s{recipe.seed}"), "run name (from the recipe's name)")
             run_id, run_dir = create_run(store, recipe, run_name, runs_dir, launcher=kind)
         err.print(f"run {run_name} (id {run_id}), folder {run_dir}")
-    if kind == "slurm" or detach:
+    if detach or not get_launcher(kind).runs_here:
         _submit(kind, run_id, run_name, run_dir, recipe, db, json_)
         return
-    from scalectl.launch.local import LocalLauncher
-
-    job = LocalLauncher.foreground_job(run_dir)
     with open_store(db) as store:
-        store.update_run(run_id, launcher="local")
-        store.add_job_id(run_id, job.job_id)
+        start_here(store, run_id, run_dir, kind)
     try:
         summary = run_job(run_dir, reporter=RichReporter())
     except KeyboardInterrupt:
@@ -164,7 +149,7 @@ def _check_layout(recipe, kind: str, describe: bool):
 
 def _print_dry_run(recipe, kind: str, detach: bool, run_name: str, run_dir: Path, json_: bool,
                    layout=None) -> None:
-    """What would be launched: the layout, and for Slurm the submitit parameters and the sbatch script."""
+    """What would be launched: the layout, and what the launcher would submit (:meth:`Launcher.dry_run`)."""
     data: dict = {"recipe": recipe.to_dict(), "hash": recipe.content_hash, "launcher": kind,
                   "run_name": run_name, "run_dir": str(run_dir)}
     if layout is not None:
@@ -173,39 +158,25 @@ def _print_dry_run(recipe, kind: str, detach: bool, run_name: str, run_dir: Path
         data["layout"] = {"lines": layout.lines,
                           "memory": asdict(layout.memory) | {"total": layout.memory.total} if layout.memory else None,
                           "weight_sync": asdict(layout.weight_sync) if layout.weight_sync else None}
-    if kind == "slurm":
-        from scalectl.launch.slurm import check_slurm_path, sbatch_script, submitit_parameters
+    from scalectl.launch.registry import get_launcher
 
-        folder = run_dir / "slurm" / "00"
-        check_slurm_path(folder)
-        data["submitit_parameters"] = submitit_parameters(recipe, run_name)
-        data["sbatch_script"] = sbatch_script(recipe, run_name, folder)
-        if not json_:
-            err.print(f"launcher slurm: submitit SlurmExecutor parameters {data['submitit_parameters']}",
-                      highlight=False)
-            sys.stdout.write(data["sbatch_script"])   # verbatim: no wrapping
-    elif not json_:
-        err.print("launcher local: " + ("a background process (--detach)" if detach else
-                                        "in this process, in the foreground"), highlight=False)
+    described = get_launcher(kind).dry_run(recipe, run_name, run_dir, detach=detach)
+    data.update(described.data)
+    if not json_:
+        err.print(described.summary, highlight=False)
+        if described.script is not None:
+            sys.stdout.write(described.script)   # verbatim: no wrapping
     if json_:
         print_json(data)
 
 
 def _submit(kind: str, run_id: int, run_name: str, run_dir: Path, recipe, db, json_: bool) -> None:
-    """Hand the run to a launcher (Slurm, or a detached local process) and record the job."""
+    """Hand the run to its launcher (:func:`scalectl.runs.submit`) and say where it went."""
     from scalectl.launch.base import RunSpec
-    from scalectl.launch.registry import get_launcher
+    from scalectl.runs import submit
 
-    launcher = get_launcher(kind)
     with open_store(db) as store:
-        # pending before the job starts: the job body sets running itself
-        store.update_run(run_id, status="pending", launcher=kind, error=None, ended=None)
-        try:
-            job = launcher.submit(RunSpec(run_id, run_name, run_dir, recipe))
-        except BaseException as exc:
-            store.update_run(run_id, status="failed", error=f"submission failed: {exc}")
-            raise
-        store.add_job_id(run_id, job.job_id)
+        job = submit(store, [RunSpec(run_id, run_name, run_dir, recipe)], kind)[0]
     if json_:
         print_json({"run": run_name, "run_id": run_id, "launcher": kind, "job_id": job.job_id,
                     "run_dir": str(run_dir), "log": job.log})

@@ -486,7 +486,7 @@ def run_until_decided(*, db: str, plan, kind: str, runs_dir: Path, out_dir: Path
 
 def _write_manifest(db, plan, runs_dir: Path) -> None:
     """The ablation's manifest with the runs that exist, so ``scalectl report NAME`` finds them."""
-    from scalectl.commands.ablate import _manifest, _write_manifest as write, manifest_path
+    from scalectl.ablation.campaign import manifest, manifest_path, write_manifest as write
 
     names = {}
     with open_store(db) as store:
@@ -495,7 +495,7 @@ def _write_manifest(db, plan, runs_dir: Path) -> None:
                 names[r.name] = store.get_run(r.name)["name"]
             except UserError:
                 pass
-    data = _manifest(plan, names, db)
+    data = manifest(plan, names, db)
     for v in data["variants"]:
         v["runs"] = [n for n in v["runs"] if n in names.values()]
     data["adaptive"] = True
@@ -544,7 +544,7 @@ def adaptive_command(spec, *, setup, overrides, launcher, runs_dir: Path, out_di
         if rate is None and is_simulated(first.model.path):
             rate = parse_spec(first.model.path).hours_per_step
         if rate is None and Path(db).exists():
-            from scalectl.commands.ablate import measured_rate
+            from scalectl.ablation.campaign import measured_rate
 
             with open_store(db) as store:
                 m = measured_rate(store, first)

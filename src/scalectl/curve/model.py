@@ -35,7 +35,7 @@ MIN_REACH_PAST_MIDPOINT = 1.5
 MIN_POINTS_BEFORE_MIDPOINT = 2
 #: Fewer window points than this get a "too_few_points" flag.
 MIN_POINTS = 6
-TRUNCATION_THRESHOLD = 0.10
+from scalectl.defaults import TRUNCATION_THRESHOLD  # noqa: E402 - re-exported here
 
 
 class FitError(ValueError):

@@ -107,11 +107,33 @@ class JobState:
     restarts: int = 0
 
 
+@dataclass(frozen=True)
+class DryRun:
+    """What a launcher would do with a run, submitting nothing.
+
+    Attributes:
+        summary: one line for people.
+        data: JSON-ready details (Slurm: the submitit parameters and the sbatch script).
+        script: a file the launcher would write (the sbatch script), to print verbatim, or None.
+    """
+
+    summary: str
+    data: dict = field(default_factory=dict)
+    script: str | None = None
+
+
 class Launcher(ABC):
     """Where jobs run.  Implementations: :class:`scalectl.launch.local.LocalLauncher`,
-    :class:`scalectl.launch.slurm.SlurmLauncher`."""
+    :class:`scalectl.launch.slurm.SlurmLauncher`; found by name in :mod:`scalectl.launch.registry`.
+
+    Attributes:
+        name: the launcher's name (``launcher.type``).
+        runs_here: True when a run can also train in the calling process, in the
+            foreground (``scalectl run`` without ``--detach``).
+    """
 
     name: str = ""
+    runs_here: bool = False
 
     @abstractmethod
     def submit(self, run: RunSpec) -> JobHandle:
@@ -136,6 +158,19 @@ class Launcher(ABC):
     def log_paths(self, job: JobHandle) -> list[Path]:
         """The job's log files, task 0 first."""
         return [Path(job.log)]
+
+    def foreground_job(self, run_dir: str | Path) -> JobHandle:
+        """Record the calling process as the job of a run trained in the foreground
+        (only where :attr:`runs_here`)."""
+        raise NotImplementedError(f"the {self.name} launcher cannot train a run in this process")
+
+    @abstractmethod
+    def dry_run(self, recipe, run_name: str, run_dir: Path, *, detach: bool = False) -> DryRun:
+        """What :meth:`submit` would do for a run named ``run_name`` in ``run_dir``.
+
+        Raises:
+            UserError: the run could not be submitted as set up (e.g. an unsafe path).
+        """
 
 
 # --------------------------------------------------------------------------- the launch record

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 from scalectl.errors import UserError
-from scalectl.launch.base import JobHandle, JobState, Launcher, LogReporter, RunSpec, read_record, record_job
+from scalectl.launch.base import DryRun, JobHandle, JobState, Launcher, LogReporter, RunSpec, read_record, record_job
 
 #: Popen objects of children started by this process (polled to reap them).
 _CHILDREN: dict[int, subprocess.Popen] = {}
@@ -82,6 +82,7 @@ class LocalLauncher(Launcher):
     """
 
     name = "local"
+    runs_here = True
 
     def __init__(self, python: str | None = None, slot_dir: str | Path | None = None):
         self.python = python or sys.executable
@@ -110,8 +111,11 @@ class LocalLauncher(Launcher):
         record_job(run_dir, job)
         return job
 
-    @staticmethod
-    def foreground_job(run_dir: str | Path) -> JobHandle:
+    def dry_run(self, recipe, run_name: str, run_dir: Path, *, detach: bool = False) -> DryRun:
+        return DryRun("launcher local: " + ("a background process (--detach)" if detach else
+                                            "in this process, in the foreground"))
+
+    def foreground_job(self, run_dir: str | Path) -> JobHandle:
         """Record this very process as the job of a run trained in the foreground
         (so that ``scalectl status`` notices if it dies)."""
         pid = os.getpid()

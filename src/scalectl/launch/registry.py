@@ -9,7 +9,7 @@ its end is marked failed here, with the tail of its log).
 from __future__ import annotations
 
 from scalectl.errors import UserError
-from scalectl.launch.base import ACTIVE, TERMINAL, Launcher, last_job, log_tail, now_iso, reconcile
+from scalectl.launch.base import TERMINAL, Launcher, last_job, log_tail, now_iso, reconcile
 from scalectl.launch.local import LocalLauncher
 from scalectl.launch.slurm import SlurmLauncher
 

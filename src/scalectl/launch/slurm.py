@@ -36,7 +36,7 @@ from pathlib import Path
 
 from scalectl.errors import UserError
 from scalectl.launch.base import (
-    TERMINAL, JobHandle, JobState, Launcher, LogReporter, RunSpec, log_tail, read_record, record_job,
+    TERMINAL, DryRun, JobHandle, JobState, Launcher, LogReporter, RunSpec, log_tail, read_record, record_job,
 )
 from scalectl.names import check_name
 
@@ -288,6 +288,15 @@ class SlurmLauncher(Launcher):
             return jobs
         except (FailedJobError, FailedSubmissionError, subprocess.CalledProcessError) as exc:
             raise UserError(f"sbatch refused the job: {str(exc).strip()}") from None
+
+    def dry_run(self, recipe, run_name: str, run_dir: Path, *, detach: bool = False) -> DryRun:
+        """The submitit parameters and the sbatch script of the run's first submission."""
+        folder = Path(run_dir) / "slurm" / "00"
+        check_slurm_path(folder)
+        params = submitit_parameters(recipe, run_name)
+        script = sbatch_script(recipe, run_name, folder)
+        return DryRun(f"launcher slurm: submitit SlurmExecutor parameters {params}",
+                      {"submitit_parameters": params, "sbatch_script": script}, script)
 
     def submit(self, run: RunSpec) -> JobHandle:
         run_dir = Path(run.run_dir).resolve()

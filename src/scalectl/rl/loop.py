@@ -165,7 +165,7 @@ def append_step(run_dir: Path, metrics: dict) -> dict:
     with (Path(run_dir) / "steps.jsonl").open("a") as fh:
         fh.write(json.dumps(metrics) + "\n")
     return {"train_reward": metrics["reward"], "entropy": metrics.get("entropy"),
-            "logprob_mismatch": metrics.get("logprob_gap")}
+            "logprob_mismatch": metrics.get("logprob_mismatch")}
 
 
 def prepare(recipe, run_dir: Path, n_train: int, reporter: Reporter, resume: bool) -> tuple[Policy, LoopState]:

@@ -170,7 +170,7 @@ def _finish(J, clipped, ratio, logp, gen_logp, mask, weights):
             "clip_fraction": float((clipped & on).sum() / denom),
             "ratio_mean": float(torch.where(on, ratio, 0).sum() / denom),
             "ratio_max": float(ratio[on].max()) if n > 0 else 0.0,
-            "logp_gap": float(torch.where(on, (logp - gen_logp).abs(), 0).sum() / denom),
+            "logprob_mismatch": float(torch.where(on, (logp - gen_logp).abs(), 0).sum() / denom),
             "tokens": float(n),
         }
     return loss, metrics
@@ -207,7 +207,7 @@ def ppo_clip(
     Returns:
         (loss, metrics): scalar loss = -sum(weights * J); metrics ``clip_fraction`` (share of
         completion tokens whose clipped term is active, i.e. zero gradient), ``ratio_mean``,
-        ``ratio_max`` (of rho over completion tokens), ``logp_gap`` (mean |logp - gen_logp|, the
+        ``ratio_max`` (of rho over completion tokens), ``logprob_mismatch`` (mean |logp - gen_logp|, the
         train/generator log-prob gap), ``tokens`` (completion tokens in this call).
     """
     adv = _check(logp, gen_logp, advantages, mask, weights)

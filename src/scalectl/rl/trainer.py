@@ -221,7 +221,7 @@ class PolicyTrainer:
 
         Returns:
             loss, clip_fraction, entropy (mean over trained tokens of the completions that
-            went through the pass, nats), logprob_gap (mean |log pi_train - log pi_gen|, same
+            went through the pass, nats), logprob_mismatch (mean |log pi_train - log pi_gen|, same
             tokens), max_ratio, lr (the learning rate this step applied), grad_norm (the
             global L2 norm of the gradient before clipping: the norm ``optim.grad_clip`` is
             compared with), rows and columns (the completions and token columns the passes
@@ -236,7 +236,7 @@ class PolicyTrainer:
         # whole batch's normalisers, so the batch gradient is the ranks' SUM: undo the average.
         ranks = self.engine.dp_world_size
         n = batch.input_ids.shape[0]
-        totals = {"loss": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "logprob_gap": 0.0}
+        totals = {"loss": 0.0, "clip_fraction": 0.0, "entropy": 0.0, "logprob_mismatch": 0.0}
         max_ratio = 0.0
         tokens_total = max(batch.n_tokens, 1)
         chunks = list(range(0, n, self.micro_batch_size))
@@ -257,7 +257,7 @@ class PolicyTrainer:
             share = float(mask.sum()) / tokens_total
             totals["loss"] += float(loss.detach())
             totals["clip_fraction"] += metrics["clip_fraction"] * share
-            totals["logprob_gap"] += metrics["logp_gap"] * share
+            totals["logprob_mismatch"] += metrics["logprob_mismatch"] * share
             totals["entropy"] += float((entropy.detach() * mask).sum()) / tokens_total
             max_ratio = max(max_ratio, metrics["ratio_max"])
         # read before step(): the scheduler advances inside it, to the next step's rate

@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from scalectl import presets
+from scalectl.defaults import MARGIN
 from scalectl.errors import UserError
 from scalectl.names import check_name
 from scalectl.recipe import UNHASHED_KEYS, Recipe
@@ -62,7 +63,7 @@ KINDS = ("forward", "leave_one_out", "variants")
 BASE = "base"
 #: Separator of the parts of a run name: ``<ablation>--<variant>--s<seed>``.
 SEP = "--"
-DEFAULT_MARGIN = 0.02
+DEFAULT_MARGIN = MARGIN
 #: A preset name (scalectl.presets.resolve): ./recipes/scalerl.toml, else the packaged one.
 DEFAULT_BASE_RECIPE = presets.DEFAULT_RECIPE
 _FILE_KEYS = {"name", "kind", "description", "base", "setup", "repeats", "set", "margin",
