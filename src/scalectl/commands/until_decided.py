@@ -63,8 +63,7 @@ class StoreBackend:
         """Create, extend or resume the runs so that each variant has (budget, seeds); wait for them."""
         from scalectl.job import write_job_file
         from scalectl.launch.base import ACTIVE, RunSpec
-        from scalectl.launch.registry import get_launcher
-        from scalectl.runs import create_run
+        from scalectl.runs import create_run, submit
 
         specs, ids = [], []
         with open_store(self.db) as store:
@@ -94,17 +93,7 @@ class StoreBackend:
                                          recipe_hash=recipe.content_hash)
                     specs.append(RunSpec(row["id"], row["name"], Path(row["run_dir"]), recipe))   # the job resumes
             if specs:
-                launcher = get_launcher(self.kind)
-                for s in specs:
-                    store.update_run(s.run_id, status="pending", launcher=self.kind, error=None, ended=None)
-                try:
-                    jobs = launcher.submit_many(specs)
-                except BaseException as exc:
-                    for s in specs:
-                        store.update_run(s.run_id, status="failed", error=f"submission failed: {exc}")
-                    raise
-                for s, job in zip(specs, jobs):
-                    store.add_job_id(s.run_id, job.job_id)
+                submit(store, specs, self.kind, array=True)
         self.launched = ids
         self._wait(ids)
 
@@ -186,24 +175,10 @@ class StoreBackend:
 
     def cancel_all(self) -> int:
         """Cancel the live jobs of the runs launched last (each checkpoints); returns how many."""
-        from scalectl.launch.base import ACTIVE, last_job, now_iso
-        from scalectl.launch.registry import get_launcher, refresh
+        from scalectl.ablation.campaign import cancel_all
 
-        n = 0
         with open_store(self.db) as store:
-            for run_id in self.launched:
-                info = store.get_run(run_id)
-                job = last_job(info.get("run_dir"))
-                if info["status"] not in ACTIVE or job is None:
-                    continue
-                launcher = get_launcher(job.launcher)
-                launcher.cancel(job)
-                info = refresh(store, store.get_run(run_id), launcher)
-                if info["status"] in ACTIVE:
-                    store.update_run(run_id, status="cancelled", ended=now_iso(),
-                                     error=f"cancelled with its ablation ({job.launcher} job {job.job_id})")
-                n += 1
-        return n
+            return cancel_all(store, dict(enumerate(self.launched)))
 
 
 # --------------------------------------------------------------------------- state from the stages table
