@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from conftest import ROOT
-from scalectl.launch.roles import free_port
+from scalectl.rl.roles import free_port
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vllm is not installed (make test-vllm)")
