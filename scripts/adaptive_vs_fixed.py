@@ -18,7 +18,7 @@ import time
 from dataclasses import replace
 
 from scalectl.adaptive import SimBackend, fixed_design, initial_state, run_loop
-from scalectl.decisions import Limits, is_true_verdict
+from scalectl.decisions import CLAIM, MIN_REACH, Limits, is_true_verdict
 from scalectl.simulated import SimCurve
 
 OFFSETS = (-0.08, -0.07, -0.06, -0.05, -0.045, -0.04, -0.035, -0.03, -0.01, -0.005,
@@ -43,15 +43,15 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--noise-seed", type=int, default=0)
     p.add_argument("--initial", type=int, default=100, help="stage-0 budget (steps)")
-    p.add_argument("--max-budget", type=int, default=800)
-    p.add_argument("--max-seeds", type=int, default=8)
+    p.add_argument("--max-budget", type=int, default=1600)
+    p.add_argument("--max-seeds", type=int, default=6)
     p.add_argument("--bootstrap", type=int, default=400)
     p.add_argument("--level", type=float, default=0.99)
     p.add_argument("--budgets", default="400,600,800,1200")
-    p.add_argument("--seeds", default="1,2,3,4,6,8")
+    p.add_argument("--seeds", default="1,2,3,4,6")
     p.add_argument("--no-fixed", action="store_true")
-    p.add_argument("--min-reach", type=float, default=5.0)
-    p.add_argument("--claim", type=float, default=0.5)
+    p.add_argument("--min-reach", type=float, default=MIN_REACH)
+    p.add_argument("--claim", type=float, default=CLAIM)
     a = p.parse_args()
     spec = arms()
     curves = {n: c for n, (c, _) in spec.items()}
