@@ -10,15 +10,15 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from scalectl.adaptive import SimBackend, fixed_design, initial_state, run_loop
+from scalectl.ablation.adaptive import SimBackend, fixed_design, initial_state, run_loop
 from scalectl.compare import FASTER, HIGHER, LOWER, UNDECIDED, RunCurve, compare
 from scalectl.curve import Flag, SigmoidFit
-from scalectl.decisions import (
+from scalectl.ablation.decisions import (
     CANNOT_WIN, EXTEND, HOLD, SEED, STOP, TIES, Arm, Limits, decide, extended_budget, is_true_verdict, pooled_seed_sd,
     widen_for_seeds,
 )
 from scalectl.errors import UserError
-from scalectl.power import delta_half_width, plan_power, seeds_needed
+from scalectl.ablation.power import delta_half_width, plan_power, seeds_needed
 from scalectl.simulated import SimCurve, draw_points, eval_steps, parse_spec
 from scalectl.store import SCHEMA_VERSION, Store
 

@@ -2,7 +2,9 @@
 
 * :mod:`.planner`: ablation files and specs, variants, companions, the plan of runs (pure);
 * :mod:`.campaign`: the manifest, the cost, reuse of stored runs, launching, watching, cancelling;
-* :mod:`.analysis`: fits, verdicts against the baseline and a sentence per variant.
+* :mod:`.analysis`: fits, verdicts against the baseline and a sentence per variant;
+* :mod:`.decisions`, :mod:`.adaptive`, :mod:`.power`: an adaptive ablation's rules after
+  each stage, its decision loop (in-process backends included), and power planning.
 
 The planner's names are available here too (``from scalectl.ablation import plan``).
 """

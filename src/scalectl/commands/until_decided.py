@@ -1,6 +1,6 @@
 """``scalectl ablate --until-decided`` and ``--plan``: spend compute until the verdicts are decided.
 
-The decision loop (:mod:`scalectl.adaptive`, rules in :mod:`scalectl.decisions`)
+The decision loop (:mod:`scalectl.ablation.adaptive`, rules in :mod:`scalectl.ablation.decisions`)
 runs over a :class:`StoreBackend`: the runs of the ablation are created,
 extended (the same run resumed with a larger ``budget.steps``), seeded (a new
 run at the next seed) and launched through the launcher like every other run,
@@ -186,8 +186,8 @@ class StoreBackend:
 
 def state_from_stages(rows: list[dict], baseline: str, names: list[str], initial: int):
     """The loop state after the last recorded stage (a fresh stage 0 without rows)."""
-    from scalectl.adaptive import ArmState, LoopState, initial_state
-    from scalectl.decisions import STOP
+    from scalectl.ablation.adaptive import ArmState, LoopState, initial_state
+    from scalectl.ablation.decisions import STOP
 
     if not rows:
         return initial_state(names, baseline, initial)
@@ -280,7 +280,7 @@ def _needs(state, backend) -> list[str]:
 
 
 def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], level: float) -> dict:
-    """Budget, seeds and cost to resolve a difference of the margin (:mod:`scalectl.power`).
+    """Budget, seeds and cost to resolve a difference of the margin (:mod:`scalectl.ablation.power`).
 
     The base's numbers come from ``assume`` (C_mid, compute_per_step, s_fit,
     s_seed), else from the largest completed stored run of the base recipe
@@ -289,7 +289,7 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
     """
     from statistics import NormalDist
 
-    from scalectl.power import plan_power
+    from scalectl.ablation.power import plan_power
     from scalectl.simulated import is_simulated, parse_spec
 
     base = plan.variants[0].recipe
@@ -399,7 +399,7 @@ def run_until_decided(*, db: str, plan, kind: str, runs_dir: Path, out_dir: Path
     """The adaptive loop over the store; records stages, resumes from them, writes the report."""
     import typer
 
-    from scalectl.adaptive import run_loop
+    from scalectl.ablation.adaptive import run_loop
 
     name = plan.spec.name
     names = [v.name for v in plan.variants]
@@ -487,7 +487,7 @@ def adaptive_command(spec, *, setup, overrides, launcher, runs_dir: Path, out_di
             plan that does not load.
     """
     from scalectl.ablation import plan as make_plan
-    from scalectl.decisions import Limits
+    from scalectl.ablation.decisions import Limits
     from scalectl.launch.registry import LAUNCHER_TYPES
     from scalectl.store import default_db_path
 

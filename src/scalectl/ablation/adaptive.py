@@ -4,7 +4,7 @@ Stage 0 trains every arm (the base and each variant) to an initial budget with
 one seed (or ``initial_seeds``).  After each stage every running arm's seeds are
 pooled and fitted, the A intervals are widened by the seed-to-seed spread,
 every variant is compared with the base (:func:`scalectl.compare.compare`),
-and :func:`scalectl.decisions.decide` says per arm: stop, extend, add a seed,
+and :func:`scalectl.ablation.decisions.decide` says per arm: stop, extend, add a seed,
 or hold.  The loop ends when nothing runs any more or the next stage would
 pass ``total_budget`` (device-hours).
 
@@ -21,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Callable, Mapping, Protocol, Sequence
 
-from scalectl.decisions import DECIDED, EXTEND, HOLD, SEED, STOP, Arm, Decision, Limits, decide, pooled_seed_sd, widen_for_seeds
+from scalectl.ablation.decisions import (
+    DECIDED, EXTEND, HOLD, SEED, STOP, Arm, Decision, Limits, decide, pooled_seed_sd, widen_for_seeds,
+)
 
 
 class Backend(Protocol):
