@@ -1,12 +1,14 @@
-"""RL step throughput of scalectl against TRL's ``GRPOTrainer`` on the same tiny model and task.
+"""RL step throughput of scalectl against TRL's ``GRPOTrainer`` on the same tiny model and task,
+at equal explicit thread counts and at each side's best, against this machine's FLOP limit.
 
 Both sides train the tiny setup's warm start (``recipes/minimax.toml`` +
 ``setups/tiny-cpu.toml``) on the same synthetic arithmetic prompts (the setup's
 difficulty), 16 prompts x 8 generations per step, at most ``length.max_new_tokens``
 new tokens, temperature 1, the same learning rate, Adam betas and epsilon, no
 weight decay, gradient clipping at ``optim.grad_clip``, a constant learning rate
-(no warm-up), no KL term, FP32, on the CPU, for ``--steps`` optimiser steps; the
-reward is +1/-1 from :func:`scalectl.rl.rewards.check` on both sides.
+(no warm-up), no KL term, one optimisation pass per batch, FP32, on the CPU, for
+``--steps`` optimiser steps (default 40); the reward is +1/-1 from
+:func:`scalectl.rl.rewards.check` on both sides.
 
 Losses (token-level aggregation on both sides, as TRL aggregates):
 
@@ -15,22 +17,42 @@ Losses (token-level aggregation on both sides, as TRL aggregates):
 * ``clip``: DAPO's asymmetric PPO clip 0.2 / 0.28 (scalectl ``ppo_clip``;
   TRL ``loss_type = "dapo"``, ``epsilon = 0.2``, ``epsilon_high = 0.28``).
 
-scalectl modes: ``sync``, ``ppo_off_policy`` (k = ``--k``) through the
-single-process loop (:func:`scalectl.rl.run.run_training`), ``pipeline``
-(k) through the generator and trainer processes; TRL: one generation batch
-per step (``steps_per_generation = 1``) and, matching PPO-off-policy-k, one
-generation of k batches for k steps (``steps_per_generation = k``).
+Cases.  For every thread count of ``--threads`` (default 1 and 2), both sides
+run with exactly that many torch threads (``OMP_NUM_THREADS`` and
+``torch.set_num_threads`` in the worker; scalectl also ``hardware.threads``):
+scalectl ``sync`` against TRL with one generation per step, for every loss;
+for the first loss also scalectl ``ppo_off_policy`` (k = ``--k``, the
+single-process loop, :func:`scalectl.rl.run.run_training`) against TRL with
+``steps_per_generation = k``.  ``pipeline`` (k) runs once per round with
+its processes sharing the machine's cores (one thread each on 2 cores) and is
+compared with ``sync`` at ``nproc`` threads (the same cores).  "Each side's
+best" is the thread count with the higher median rate, chosen per side.
 
-Each run is a fresh process (so its peak memory is its own), and the runs of
-a round alternate between the two sides so that drift in the machine's load
-hits both.  Figures per run: completions/s and completion tokens/s over the
-wall-clock of the training steps (scalectl: the compute meter, which leaves
-out evaluation; TRL: from ``on_train_begin`` to the last ``on_step_end``), and
-the peak resident memory of the process tree (sampled every 50 ms with psutil,
-reward-checker and pipeline processes included).  Target: every scalectl mode
->= 2x TRL's completions/s with equal or lower peak memory.
+Steady state.  Each worker records, for every optimiser step, the seconds since
+its training began and the completions and FLOPs done so far (scalectl: the
+run's ``steps.jsonl`` and compute meter, which leave out evaluation; TRL: its
+``on_step_end`` callback and the completions its reward function saw).  The
+rate is taken over steps ``--warmup``+1 .. ``--steps`` (default: the first 8
+excluded, whole cycles of k = 8 for the off-policy modes), the same way on both
+sides, so start-up, first-call and model-loading costs are left out.
 
-    python benchmarks/bench_trl.py [--steps 16] [--rounds 2] [--losses cispo clip]
+Load.  The runs of a round alternate between the two sides, each a fresh
+process, and the 1-minute load average is recorded before and after each run.
+A ratio is printed only when every run it uses stayed under ``--max-load``
+(default nproc + 0.5); otherwise it says ``load too high, rerun``.
+
+FLOP limit.  In the same invocation (once per round, fresh process per thread
+count) the fp32 matmul rate of this machine is measured (``--peak-size``
+square matrices, best of repeats): the physical limit.  A step's useful FLOPs
+are the project's count (:mod:`scalectl.rl.accounting`: 2N per token
+generated or prefilled, 6N per token trained, N parameters), applied to the
+same tokens on both sides; each rate is printed as a fraction of the limit at
+its thread count.  Targets: scalectl >= 2x TRL at each side's best, and >= 70 %
+of the FLOP limit.  Peak memory of the process tree (psutil, every 50 ms) is
+shown for scale.
+
+    python benchmarks/bench_trl.py [--steps 40] [--warmup 8] [--rounds 2] [--threads 1 2]
+    python benchmarks/bench_trl.py --quick        # cispo sync only, one round
     python benchmarks/bench_trl.py --profile OUT_DIR   # pyinstrument profile of one run per side
 """
 
@@ -46,11 +68,12 @@ import threading
 import time
 from pathlib import Path
 
-from common import ROOT, Figure, machine_line, median, peak_rss_mib, print_table, report
+from common import ROOT, Figure, default_max_load, loadavg1, machine_line, median, peak_rss_mib, print_table, report
 
 RECIPE = ROOT / "recipes" / "minimax.toml"
 SETUP = ROOT / "setups" / "tiny-cpu.toml"
 TARGET_RATIO = 2.0
+TARGET_FLOP_FRACTION = 0.70
 LOSSES = {  # scalectl overrides, TRL GRPOConfig fields
     "cispo": (["loss.type=cispo", "loss.clip_high=5.0", "loss.aggregation=token"],
               {"loss_type": "cispo", "epsilon_high": 5.0}),
@@ -99,9 +122,9 @@ class TreeMemory:
 # -- the two sides (run inside a worker process) -----------------------------------------------------
 
 
-def load_recipe(loss: str, mode: str, k: int, steps: int, model: str | None = None):
+def load_recipe(loss: str, mode: str, k: int, steps: int, model: str | None = None, threads: int | None = None):
     """The benchmark's recipe: minimax + tiny-cpu, the loss variant, the mode, no filters, no warm-up;
-    ``model``: a checkpoint folder instead of the setup's (warm-started) model."""
+    ``model``: a checkpoint folder instead of the setup's (warm-started) model; ``threads``: torch threads."""
     from scalectl.recipe_io import load
 
     overrides = ([f"model.path={model}"] if model else []) + LOSSES[loss][0] + [
@@ -110,67 +133,85 @@ def load_recipe(loss: str, mode: str, k: int, steps: int, model: str | None = No
         "filter.dynamic_sampling=false", "length.control=none", "advantage.normalization=prompt",
         "precision.lm_head=fp32", "batch.prompts_per_step=16", "batch.generations_per_prompt=8",
         f"eval.every_steps={steps}", "eval.prompts=16", "eval.samples_per_prompt=1",
-        f"checkpoint.every_steps={steps + 1}"]
+        f"checkpoint.every_steps={steps + 1}"] + ([f"hardware.threads={threads}"] if threads else [])
     return load(RECIPE, SETUP, overrides)
 
 
-def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None) -> dict:
-    """One scalectl training run; completions, completion tokens and seconds of its steps."""
-    from scalectl.rl.data import load_prompt_sets
+def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None, threads: int | None) -> dict:
+    """One scalectl training run; per step: seconds of training so far, completions and FLOPs so far."""
     from scalectl.job import StoreSink
+    from scalectl.rl.data import load_prompt_sets
     from scalectl.rl.loop import Reporter
     from scalectl.rl.run import run_training
     from scalectl.rl.warmstart import ensure_warm_start
     from scalectl.store import Store
 
-    recipe = load_recipe(loss, mode, k, steps, model)
+    recipe = load_recipe(loss, mode, k, steps, model, threads)
     ensure_warm_start(recipe)   # built once and cached; run_training loads it
     train, held_out = load_prompt_sets(recipe)
+    per_step = recipe.batch.prompts_per_step * recipe.batch.generations_per_prompt
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(Path(tmp) / "bench.db")
         run_id = store.create_run("bench", recipe=recipe.to_dict(), recipe_hash=recipe.content_hash,
                                   seed=recipe.seed, run_dir=tmp)
         run_training(recipe, Path(tmp), sink=StoreSink(str(Path(tmp) / "bench.db"), run_id), train_problems=train,
                      eval_problems=held_out, reporter=Reporter())
-        last = store.points(run_id)[-1]
         store.close()
-    return {"completions": last["samples"], "tokens": last["tokens"], "seconds": last["wall_seconds"],
-            "steps": last["step"]}
+        rows = [json.loads(line) for line in (Path(tmp) / "steps.jsonl").read_text().splitlines()]
+    devices = recipe.hardware.devices   # gpu_hours = devices x metered seconds
+    return {"t": [r["gpu_hours"] * 3600.0 / devices for r in rows], "completions": [r["step"] * per_step for r in rows],
+            "flops": [r["flops"] for r in rows], "threads": _torch_threads()}
 
 
-def run_trl(loss: str, mode: str, k: int, steps: int, model: str | None) -> dict:
-    """One TRL GRPOTrainer run (CPU, transformers generate); completions, tokens and seconds of its steps."""
+def _torch_threads() -> int:
+    import torch
+
+    return torch.get_num_threads()
+
+
+def run_trl(loss: str, mode: str, k: int, steps: int, model: str | None, threads: int | None) -> dict:
+    """One TRL GRPOTrainer run (CPU, transformers generate); per step: seconds since training began,
+    completions and FLOPs (the project's count on the same tokens) so far."""
+    import torch
     from datasets import Dataset
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
     from scalectl.rl.data import load_prompt_sets
     from scalectl.rl.model import load_policy
+    from scalectl.rl.model import n_params as count_params
     from scalectl.rl.rewards import check
     from scalectl.rl.warmstart import ensure_warm_start
 
+    if threads:
+        torch.set_num_threads(threads)
     recipe = load_recipe(loss, "sync", k, steps, model)
     model, tokenizer = load_policy(ensure_warm_start(recipe), recipe.model.dtype)
+    n_params = count_params(model)   # N of the project's FLOP count, as scalectl's meter uses it
     train, _ = load_prompt_sets(recipe)
     P, G = recipe.batch.prompts_per_step, recipe.batch.generations_per_prompt
     # BOS then the prompt, as scalectl's encode_prompt (Qwen2's tokenizer adds no BOS itself)
     data = Dataset.from_list([{"prompt": tokenizer.bos_token + p.prompt, "answer": p.answer}
                               for p in train[:P * steps]])
-    counted = {"completions": 0, "tokens": 0}
+    counted = {"completions": 0, "flops": 0.0}
 
     def reward(prompts, completions, completion_ids, answer, **_):
+        prompt_tokens = sum(len(tokenizer(p, add_special_tokens=False).input_ids) for p in prompts)
+        tokens = prompt_tokens + sum(len(ids) for ids in completion_ids)
         counted["completions"] += len(completions)
-        counted["tokens"] += sum(len(ids) for ids in completion_ids)
+        counted["flops"] += 8.0 * n_params * tokens   # 2N generating + 6N training, every token
         return [1.0 if check(c, a) else -1.0 for c, a in zip(completions, answer)]
 
-    class Clock(TrainerCallback):
-        t0 = t1 = None
+    marks = {"t0": None, "t": [], "completions": [], "flops": []}
 
+    class Clock(TrainerCallback):
         def on_train_begin(self, *a, **kw):
-            Clock.t0 = time.perf_counter()
+            marks["t0"] = time.perf_counter()
 
         def on_step_end(self, *a, **kw):
-            Clock.t1 = time.perf_counter()
+            marks["t"].append(time.perf_counter() - marks["t0"])
+            marks["completions"].append(counted["completions"])
+            marks["flops"].append(counted["flops"])
 
     o = recipe.optim
     with tempfile.TemporaryDirectory() as tmp:
@@ -188,12 +229,30 @@ def run_trl(loss: str, mode: str, k: int, steps: int, model: str | None) -> dict
         trainer = GRPOTrainer(model=model, reward_funcs=reward, args=args, train_dataset=data,
                               processing_class=tokenizer, callbacks=[Clock()])
         trainer.train()
-    return {"completions": counted["completions"], "tokens": counted["tokens"], "seconds": Clock.t1 - Clock.t0,
-            "steps": steps}
+    return {"t": marks["t"], "completions": marks["completions"], "flops": marks["flops"],
+            "threads": torch.get_num_threads()}
 
 
-def worker(side: str, loss: str, mode: str, k: int, steps: int, model: str | None, profile: str | None) -> dict:
-    """Run one side in this process and return its figures (with peak memory)."""
+def matmul_peak(size: int, seconds: float = 1.0, repeats: int = 3) -> float:
+    """fp32 matmul GFLOP/s of this process (torch's threads): best of ``repeats`` timed windows of
+    about ``seconds`` each, after one warm-up product; 2 size^3 FLOPs per product."""
+    import torch
+
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    torch.mm(a, b)
+    best = 0.0
+    for _ in range(repeats):
+        n, t0 = 0, time.perf_counter()
+        while time.perf_counter() - t0 < seconds:
+            torch.mm(a, b)
+            n += 1
+        best = max(best, 2.0 * size**3 * n / (time.perf_counter() - t0) / 1e9)
+    return best
+
+
+def worker(side: str, loss: str, mode: str, k: int, steps: int, model: str | None, threads: int | None,
+           profile: str | None) -> dict:
+    """Run one side in this process and return its per-step record (with peak memory)."""
     import warnings
 
     warnings.filterwarnings("ignore")
@@ -205,7 +264,7 @@ def worker(side: str, loss: str, mode: str, k: int, steps: int, model: str | Non
         profiler = Profiler(interval=0.005)
         profiler.start()
     with TreeMemory() as mem:
-        out = fn(loss, mode, k, steps, model)
+        out = fn(loss, mode, k, steps, model, threads)
     if profiler:
         profiler.stop()
         Path(profile).write_text(profiler.output_text(show_all=False, color=False) + "\n\nself time by function:\n"
@@ -218,105 +277,190 @@ def worker(side: str, loss: str, mode: str, k: int, steps: int, model: str | Non
 # -- the driver ----------------------------------------------------------------------------------
 
 
-def cases(args) -> list[tuple[str, str, str]]:
-    """(side, loss, mode) of one round, alternating sides."""
+def steady(rec: dict, warmup: int) -> dict:
+    """Completions/s and FLOP/s over steps ``warmup``+1 .. last of one run's per-step record.
+
+    Raises:
+        SystemExit: the run recorded no more steps than ``warmup``.
+    """
+    t, c, f = rec["t"], rec["completions"], rec["flops"]
+    if len(t) <= warmup:
+        raise SystemExit(f"a run recorded {len(t)} steps, not more than --warmup {warmup}")
+    t0, c0, f0 = (0.0, 0, 0.0) if warmup == 0 else (t[warmup - 1], c[warmup - 1], f[warmup - 1])
+    dt = t[-1] - t0
+    return {"cps": (c[-1] - c0) / dt, "flops_per_s": (f[-1] - f0) / dt, "seconds": dt, "steps": len(t) - warmup}
+
+
+def cases(args) -> list[tuple[str, str, str, int | None]]:
+    """(side, loss, mode, threads) of one round, scalectl and TRL alternating; threads None:
+    the processes share the cores (pipeline)."""
     out = []
     for loss in args.losses:
-        modes = args.modes if loss == args.losses[0] else ["sync"]
-        trl_modes = ["sync"] + (["off_policy"] if loss == args.losses[0] and args.trl_off_policy else [])
-        sc = [("scalectl", loss, m) for m in modes]
-        tr = [("trl", loss, m) for m in trl_modes]
-        while sc or tr:   # alternate scalectl / TRL
-            if sc:
-                out.append(sc.pop(0))
-            if tr:
-                out.append(tr.pop(0))
+        for threads in args.threads:
+            pairs = [("sync", "sync")]
+            if loss == args.losses[0] and args.off_policy:
+                pairs.append(("ppo_off_policy", "off_policy"))
+            for sc_mode, trl_mode in pairs:
+                out += [("scalectl", loss, sc_mode, threads), ("trl", loss, trl_mode, threads)]
+        if loss == args.losses[0] and args.pipeline:
+            out.append(("scalectl", loss, "pipeline", None))
     return out
 
 
-def spawn(side: str, loss: str, mode: str, args, profile: str | None = None) -> dict:
-    """Run one case in a fresh process; its JSON result."""
+def spawn(side: str, loss: str, mode: str, threads: int | None, args, profile: str | None = None) -> dict:
+    """Run one case in a fresh process (``OMP_NUM_THREADS`` = threads, or unset to share the
+    cores); its JSON result with the load average before and after."""
     cmd = [sys.executable, __file__, "--worker", side, "--loss", loss, "--mode", mode, "--k", str(args.k),
-           "--steps", str(args.steps)] + (["--model", args.model] if args.model else []) + (["--profile-out", profile] if profile else [])
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TOKENIZERS_PARALLELISM": "false"})
+           "--steps", str(args.steps)] + (["--model", args.model] if args.model else []) \
+        + (["--worker-threads", str(threads)] if threads else []) + (["--profile-out", profile] if profile else [])
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    if threads:
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
+    before = loadavg1()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    after = loadavg1()
     if proc.returncode != 0:
         sys.stderr.write(proc.stderr[-4000:])
         raise SystemExit(f"{side} {loss} {mode} failed (exit {proc.returncode})")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out["load"] = (before, after)
+    return out
 
 
-def label(side: str, mode: str, k: int) -> str:
+def spawn_peak(threads: int, size: int) -> tuple[float, tuple[float, float]]:
+    """(GFLOP/s, load before/after) of :func:`matmul_peak` in a fresh process with ``threads`` threads."""
+    code = (f"import sys; sys.path.insert(0, {str(Path(__file__).parent)!r}); import torch; "
+            f"torch.set_num_threads({threads}); from bench_trl import matmul_peak; print(matmul_peak({size}))")
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+    before = loadavg1()
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
+    return float(out.stdout.strip().splitlines()[-1]), (before, loadavg1())
+
+
+def label(side: str, mode: str, k: int, threads: int | None) -> str:
     """A case's name in the table."""
+    t = "cores shared" if threads is None else f"{threads} thread{'s' if threads > 1 else ''}"
     if side == "scalectl":
-        return {"sync": "scalectl sync", "ppo_off_policy": f"scalectl ppo_off_policy-{k}",
+        name = {"sync": "scalectl sync", "ppo_off_policy": f"scalectl ppo_off_policy-{k}",
                 "pipeline": f"scalectl pipeline-{k}"}[mode]
-    return "TRL GRPOTrainer" + ("" if mode == "sync" else f" steps_per_generation={k}")
+    else:
+        name = "TRL GRPOTrainer" + ("" if mode == "sync" else f" steps_per_generation={k}")
+    return f"{name}, {t}"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=16, help="optimiser steps per run (a multiple of --k)")
+    ap.add_argument("--steps", type=int, default=40, help="optimiser steps per run (a multiple of --k)")
+    ap.add_argument("--warmup", type=int, default=8, help="first steps left out of every rate, on both sides")
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2], help="explicit thread counts, both sides")
     ap.add_argument("--losses", nargs="+", default=["cispo", "clip"], choices=list(LOSSES))
-    ap.add_argument("--modes", nargs="+", default=["sync", "ppo_off_policy", "pipeline"],
-                    help="scalectl modes (the first loss; the others run sync only)")
-    ap.add_argument("--no-trl-off-policy", dest="trl_off_policy", action="store_false")
+    ap.add_argument("--no-off-policy", dest="off_policy", action="store_false")
+    ap.add_argument("--no-pipeline", dest="pipeline", action="store_false")
+    ap.add_argument("--quick", action="store_true", help="cispo sync only, one round")
+    ap.add_argument("--max-load", type=float, default=default_max_load(),
+                    help="1-minute load average above which no ratio is given (default nproc + 0.5)")
+    ap.add_argument("--peak-size", type=int, default=1024, help="matrix size of the matmul peak")
     ap.add_argument("--model", default=None, help="checkpoint folder (default: the setup's model, warm-started)")
     ap.add_argument("--profile", default=None, help="write pyinstrument profiles of one sync run per side here")
     ap.add_argument("--worker", choices=["scalectl", "trl"], help=argparse.SUPPRESS)
+    ap.add_argument("--worker-threads", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--loss", default="cispo", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="sync", help=argparse.SUPPRESS)
     ap.add_argument("--profile-out", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
-        print(json.dumps(worker(args.worker, args.loss, args.mode, args.k, args.steps, args.model, args.profile_out)))
+        print(json.dumps(worker(args.worker, args.loss, args.mode, args.k, args.steps, args.model,
+                                args.worker_threads, args.profile_out)))
         return
-    if args.steps % args.k:
-        ap.error(f"--steps {args.steps} must be a multiple of --k {args.k}")
+    if args.quick:
+        args.losses, args.off_policy, args.pipeline, args.rounds = ["cispo"], False, False, 1
+    if args.steps % args.k or args.warmup % args.k or args.warmup >= args.steps:
+        ap.error(f"--steps {args.steps} and --warmup {args.warmup} must be multiples of --k {args.k}, "
+                 "warm-up below steps (whole off-policy cycles on both sides)")
     print(machine_line())
     if args.profile:
         Path(args.profile).mkdir(parents=True, exist_ok=True)
         for side in ("scalectl", "trl"):
-            spawn(side, args.losses[0], "sync", args, str(Path(args.profile) / f"{side}.txt"))
+            spawn(side, args.losses[0], "sync", args.threads[0], args, str(Path(args.profile) / f"{side}.txt"))
         print(f"profiles written to {args.profile}/scalectl.txt and trl.txt")
         return
+    nproc = os.cpu_count() or 1
+    peak_threads = sorted(set(args.threads) | {nproc})
+    peaks: dict[int, list[tuple[float, tuple]]] = {t: [] for t in peak_threads}
     results: dict[tuple, list[dict]] = {}
     for r in range(args.rounds):
-        for side, loss, mode in cases(args):
-            print(f"round {r + 1}/{args.rounds}: {label(side, mode, args.k)}, {loss} ...", flush=True)
-            results.setdefault((side, loss, mode), []).append(spawn(side, loss, mode, args))
+        for t in peak_threads:
+            peaks[t].append(spawn_peak(t, args.peak_size))
+            print(f"round {r + 1}/{args.rounds}: matmul peak, {t} threads: {peaks[t][-1][0]:.1f} GFLOP/s "
+                  f"(load {peaks[t][-1][1][0]:.2f}->{peaks[t][-1][1][1]:.2f})", flush=True)
+        for side, loss, mode, threads in cases(args):
+            print(f"round {r + 1}/{args.rounds}: {label(side, mode, args.k, threads)}, {loss} ...", end=" ", flush=True)
+            rec = spawn(side, loss, mode, threads, args)
+            rec.update(steady(rec, args.warmup))
+            print(f"{rec['cps']:.1f} completions/s (load {rec['load'][0]:.2f}->{rec['load'][1]:.2f})", flush=True)
+            results.setdefault((side, loss, mode, threads), []).append(rec)
+    peak = {t: max(p for p, _ in v) for t, v in peaks.items()}
+    peak_load = {t: (min(lo[0] for _, lo in v), max(max(lo) for _, lo in v)) for t, v in peaks.items()}
 
     def agg(key) -> dict:
         runs = results[key]
-        return {"cps": median(x["completions"] / x["seconds"] for x in runs),
-                "tps": median(x["tokens"] / x["seconds"] for x in runs),
-                "mem": max(x["peak_tree_mib"] for x in runs), "n": len(runs)}
+        threads = key[3] if key[3] is not None else nproc
+        cps = median(x["cps"] for x in runs)
+        fps = median(x["flops_per_s"] for x in runs)
+        loads = [x["load"] for x in runs]
+        return {"cps": cps, "fps": fps, "frac": fps / (peak[threads] * 1e9), "mem": max(x["peak_tree_mib"] for x in runs),
+                "n": len(runs), "load": (min(lo[0] for lo in loads), max(max(lo) for lo in loads)),
+                "threads": threads, "torch_threads": sorted({x["threads"] for x in runs})}
 
     figs = {key: agg(key) for key in results}
-    rows = []
-    for (side, loss, mode), f in figs.items():
-        base = figs[("trl", loss, "sync")]
-        rows.append([f"{label(side, mode, args.k)}", loss, f["cps"], f["tps"], f["mem"],
-                     f"{f['cps'] / base['cps']:.2f}x", f"{f['mem'] / base['mem']:.2f}x", str(f["n"])])
-    print_table(f"RL step throughput: {args.steps} steps of 16 prompts x 8 generations (median of runs)",
-                ["run", "loss", "completions/s", "tokens/s", "peak MiB", "speed vs TRL", "memory vs TRL", "runs"],
+    rows = [[label(side, mode, args.k, threads), loss, f["cps"], f["fps"] / 1e9, f"{100 * f['frac']:.0f} %", f["mem"],
+             f"{f['load'][0]:.2f}-{f['load'][1]:.2f}", str(f["n"])]
+            for (side, loss, mode, threads), f in figs.items()]
+    print_table(f"RL step throughput, steps {args.warmup + 1}-{args.steps} of 16 prompts x 8 generations "
+                f"(median of runs; FLOP limit: fp32 matmul peak "
+                + ", ".join(f"{peak[t]:.1f} GFLOP/s at {t} thread{'s' if t > 1 else ''}" for t in peak_threads) + ")",
+                ["run", "loss", "completions/s", "useful GFLOP/s", "of FLOP limit", "peak MiB", "load", "runs"],
                 rows, left=2)
-    for (side, loss, mode), f in figs.items():
-        if side != "scalectl":
-            continue
-        base = figs[("trl", loss, "sync")]
-        name = f"{label(side, mode, args.k)} / TRL, {loss}"
-        report(Figure("bench_trl", f"{name}: completions/s ratio", f["cps"] / base["cps"], "x", ">=", TARGET_RATIO))
-        report(Figure("bench_trl", f"{name}: peak memory ratio", f["mem"] / base["mem"], "x", "<=", 1.0))
-        if mode != "sync" and ("trl", loss, "off_policy") in figs:
-            off = figs[("trl", loss, "off_policy")]
-            report(Figure("bench_trl", f"{name} steps_per_generation={args.k}: completions/s ratio",
-                          f["cps"] / off["cps"], "x", ">=", TARGET_RATIO))
-    for (side, loss, mode), f in figs.items():
-        report(Figure("bench_trl", f"{label(side, mode, args.k)}, {loss}: completions/s", f["cps"], "1/s"))
-        report(Figure("bench_trl", f"{label(side, mode, args.k)}, {loss}: tokens/s", f["tps"], "1/s"))
-        report(Figure("bench_trl", f"{label(side, mode, args.k)}, {loss}: peak memory", f["mem"], "MiB"))
+
+    def ratio(name: str, num: dict, den: dict, target: float | None = TARGET_RATIO) -> None:
+        lo = (min(num["load"][0], den["load"][0]), max(num["load"][1], den["load"][1]))
+        report(Figure("bench_trl", name, num["cps"] / den["cps"], "x", ">=" if target else None, target,
+                      load=lo, max_load=args.max_load))
+
+    for t in peak_threads:
+        report(Figure("bench_trl", f"fp32 matmul peak ({args.peak_size}^2), {t} threads", peak[t], "GFLOP/s",
+                      load=peak_load[t]))
+    for (side, loss, mode, threads), f in figs.items():
+        if side == "scalectl" and mode != "pipeline":
+            trl_mode = "sync" if mode == "sync" else "off_policy"
+            other = figs.get(("trl", loss, trl_mode, threads))
+            if other:
+                ratio(f"{label(side, mode, args.k, threads)} / {label('trl', trl_mode, args.k, threads)}, {loss}: "
+                      "completions/s", f, other, target=None)
+        report(Figure("bench_trl", f"{label(side, mode, args.k, threads)}, {loss}: useful FLOPs / FLOP limit",
+                      f["frac"], "", ">=" if side == "scalectl" else None,
+                      TARGET_FLOP_FRACTION if side == "scalectl" else None, load=f["load"], max_load=args.max_load))
+    for loss in args.losses:
+        for sc_mode, trl_mode in (("sync", "sync"), ("ppo_off_policy", "off_policy")):
+            sc = [figs[k] for k in figs if k[:3] == ("scalectl", loss, sc_mode)]
+            tr = [figs[k] for k in figs if k[:3] == ("trl", loss, trl_mode)]
+            if sc and tr:
+                best_sc, best_tr = max(sc, key=lambda f: f["cps"]), max(tr, key=lambda f: f["cps"])
+                ratio(f"scalectl {sc_mode} (best: {best_sc['threads']} threads) / TRL "
+                      f"{'sync' if trl_mode == 'sync' else f'steps_per_generation={args.k}'} "
+                      f"(best: {best_tr['threads']} threads), {loss}: completions/s", best_sc, best_tr)
+    pipe = figs.get(("scalectl", args.losses[0], "pipeline", None))
+    sync_all = figs.get(("scalectl", args.losses[0], "sync", nproc))
+    if pipe and sync_all:
+        ratio(f"scalectl pipeline-{args.k} (cores shared) / sync ({nproc} threads), {args.losses[0]}: completions/s",
+              pipe, sync_all, target=None)
+    for (side, loss, mode, threads), f in figs.items():
+        report(Figure("bench_trl", f"{label(side, mode, args.k, threads)}, {loss}: completions/s", f["cps"], "1/s",
+                      load=f["load"]))
+        report(Figure("bench_trl", f"{label(side, mode, args.k, threads)}, {loss}: peak memory", f["mem"], "MiB"))
 
 
 if __name__ == "__main__":

@@ -156,7 +156,7 @@ class Figure:
 
     def verdict(self) -> str:
         """``met``, ``MISSED``, ``load too high, rerun`` or ``-``."""
-        if self.op is not None and not self.load_ok:
+        if not self.load_ok:
             return "load too high, rerun"
         return {True: "met", False: "MISSED", None: "-"}[self.met]
 
@@ -175,7 +175,8 @@ def report(fig: Figure) -> Figure:
         bound = f" (bound {fig.max_load:.2f})" if fig.max_load is not None else ""
         load = f" [load {fig.load[0]:.2f}->{fig.load[1]:.2f}{bound}]"
     if fig.op is None:
-        print(f"figure: {fig.name}: {_fmt(fig.value)}{unit}{load}")
+        rerun = "" if fig.load_ok else ", load too high, rerun"
+        print(f"figure: {fig.name}: {_fmt(fig.value)}{unit}{rerun}{load}")
     else:
         print(f"target: {fig.name} {fig.op} {_fmt(fig.target)}{unit}: {_fmt(fig.value)}{unit}, "
               f"{fig.verdict()}{load}")

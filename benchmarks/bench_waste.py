@@ -1,0 +1,105 @@
+"""Wasted work: the effect, alone, of each cut: completions whose advantage is 0 and all-padding
+columns skipped by the training pass, and finished rows leaving the decoding batch.
+
+The benchmark recipe of ``bench_trl.py`` (tiny warm-started model, 16 prompts x 8
+generations, CISPO, token-level aggregation, no zero-variance filter, as TRL
+trains) generates ``--batches`` real batches with the CPU rollout engine.  For
+each batch it counts the completions and token cells (rows x columns) the
+forward/backward pass computes with and without the cut
+(:func:`scalectl.rl.trainer.gradient_rows`), then times ``train_step`` both ways,
+alternating, ``--repeats`` times per batch, at ``--threads`` torch threads
+("padded": ``gradient_rows`` replaced by the identity, as before the cut).
+Figures: the share of rows and cells kept (counting, independent of load) and
+the time ratio cut / padded (wall-clock and CPU time), judged only while the
+1-minute load average stays under ``--max-load``.  Decoding is counted, not
+timed (the engine no longer has the old path): a completion of L tokens is fed
+to L - 1 decoding steps, where a whole-batch decoder feeds every row of the
+batch to every step until the longest completion ends.
+
+    python benchmarks/bench_waste.py [--batches 6] [--repeats 3] [--threads 1] [--model DIR]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+
+from common import Figure, Load, default_max_load, machine_line, median, print_table, report
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--batches", type=int, default=6)
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--model", default=None, help="checkpoint folder (default: the setup's model, warm-started)")
+    ap.add_argument("--max-load", type=float, default=default_max_load(),
+                    help="1-minute load average above which no verdict is given (default nproc + 0.5)")
+    args = ap.parse_args()
+    os.environ["OMP_NUM_THREADS"] = str(args.threads)
+    import torch
+
+    import scalectl.rl.trainer as trainer_mod
+    from bench_trl import load_recipe
+    from scalectl.rl.batch import build_train_batch
+    from scalectl.rl.data import load_prompt_sets
+    from scalectl.rl.loop import Reporter, build_policy, generate_batch, new_state
+    from scalectl.rl.losses import aggregation_weights
+    from scalectl.rl.model import pad_token_id
+    from scalectl.rl.warmstart import ensure_warm_start
+
+    print(machine_line())
+    torch.set_num_threads(args.threads)
+    recipe = load_recipe("cispo", "sync", 1, args.batches, model=args.model, threads=args.threads)
+    ensure_warm_start(recipe)
+    train, _ = load_prompt_sets(recipe)
+    policy = build_policy(recipe, Reporter())
+    state = new_state(recipe, policy.n_params, len(train))
+    pad = pad_token_id(policy.tokenizer)
+    batches = []
+    for b in range(args.batches):
+        groups, _ = generate_batch(recipe, policy, train, state, seed=1000 + b)
+        batches.append(build_train_batch(groups, recipe.advantage.normalization, pad))
+    rows = cells = rows_cut = cells_cut = fed_live = fed_all = 0
+    for batch in batches:
+        lengths = batch.attention_mask[:, batch.start + 1:].sum(dim=1)
+        fed_live += int((lengths - 1).clamp(min=0).sum())
+        fed_all += int(lengths.numel() * (int(lengths.max()) - 1))
+        w = aggregation_weights(batch.loss_mask, batch.group_ids, recipe.loss.aggregation)
+        cut, _ = trainer_mod.gradient_rows(batch, w)
+        rows += batch.input_ids.shape[0]
+        cells += batch.input_ids.numel()
+        rows_cut += cut.input_ids.shape[0]
+        cells_cut += cut.input_ids.numel()
+
+    real = trainer_mod.gradient_rows
+    times = {"padded": [], "cut": []}
+    cpu = {"padded": [], "cut": []}
+    with Load() as load:
+        for _ in range(args.repeats):
+            for batch in batches:
+                for case in ("padded", "cut"):   # alternating, so drift in the load hits both
+                    trainer_mod.gradient_rows = real if case == "cut" else (lambda b, w: (b, w))
+                    t, c = time.perf_counter(), time.process_time()
+                    policy.trainer.train_step(batch)
+                    times[case].append(time.perf_counter() - t)
+                    cpu[case].append(time.process_time() - c)
+    trainer_mod.gradient_rows = real
+    print_table(f"training step, {args.batches} batches x {args.repeats} repeats, {args.threads} thread(s) ({load})",
+                ["case", "rows", "token cells", "wall median (s)", "CPU median (s)"],
+                [["padded, every completion", str(rows), str(cells), median(times["padded"]), median(cpu["padded"])],
+                 ["zero-advantage rows and padding cut", str(rows_cut), str(cells_cut), median(times["cut"]),
+                  median(cpu["cut"])]])
+    lo = (load.before, load.after)
+    report(Figure("bench_waste", "rows through the training pass, cut / padded", rows_cut / rows, "x"))
+    report(Figure("bench_waste", "token cells through the training pass, cut / padded", cells_cut / cells, "x"))
+    report(Figure("bench_waste", "decoding rows fed, live rows only / whole batch", fed_live / fed_all, "x"))
+    report(Figure("bench_waste", "training step time, cut / padded (wall, median)",
+                  median(times["cut"]) / median(times["padded"]), "x", "<", 1.0, load=lo, max_load=args.max_load))
+    report(Figure("bench_waste", "training step time, cut / padded (CPU, median)",
+                  median(cpu["cut"]) / median(cpu["padded"]), "x", load=lo))
+
+
+if __name__ == "__main__":
+    main()
