@@ -47,7 +47,8 @@ square matrices, best of repeats): the physical limit.  A step's useful FLOPs
 are the project's count (:mod:`scalectl.rl.accounting`: 2N per token
 generated or prefilled, 6N per token trained, N parameters), applied to the
 same tokens on both sides; each rate is printed as a fraction of the limit at
-its thread count.  Targets: scalectl >= 2x TRL at each side's best, and >= 70 %
+its thread count.  The mean completion length of each run is printed, so equal
+work on both sides can be checked.  Targets: scalectl >= 2x TRL at each side's best, and >= 70 %
 of the FLOP limit.  Peak memory of the process tree (psutil, every 50 ms) is
 shown for scale.
 
@@ -160,7 +161,8 @@ def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None, th
         rows = [json.loads(line) for line in (Path(tmp) / "steps.jsonl").read_text().splitlines()]
     devices = recipe.hardware.devices   # gpu_hours = devices x metered seconds
     return {"t": [r["gpu_hours"] * 3600.0 / devices for r in rows], "completions": [r["step"] * per_step for r in rows],
-            "flops": [r["flops"] for r in rows], "threads": _torch_threads()}
+            "flops": [r["flops"] for r in rows], "threads": _torch_threads(),
+            "mean_length": sum(r["mean_length"] for r in rows) / len(rows)}
 
 
 def _torch_threads() -> int:
@@ -193,12 +195,13 @@ def run_trl(loss: str, mode: str, k: int, steps: int, model: str | None, threads
     # BOS then the prompt, as scalectl's encode_prompt (Qwen2's tokenizer adds no BOS itself)
     data = Dataset.from_list([{"prompt": tokenizer.bos_token + p.prompt, "answer": p.answer}
                               for p in train[:P * steps]])
-    counted = {"completions": 0, "flops": 0.0}
+    counted = {"completions": 0, "flops": 0.0, "tokens": 0}
 
     def reward(prompts, completions, completion_ids, answer, **_):
         prompt_tokens = sum(len(tokenizer(p, add_special_tokens=False).input_ids) for p in prompts)
         tokens = prompt_tokens + sum(len(ids) for ids in completion_ids)
         counted["completions"] += len(completions)
+        counted["tokens"] += sum(len(ids) for ids in completion_ids)
         counted["flops"] += 8.0 * n_params * tokens   # 2N generating + 6N training, every token
         return [1.0 if check(c, a) else -1.0 for c, a in zip(completions, answer)]
 
@@ -230,7 +233,7 @@ def run_trl(loss: str, mode: str, k: int, steps: int, model: str | None, threads
                               processing_class=tokenizer, callbacks=[Clock()])
         trainer.train()
     return {"t": marks["t"], "completions": marks["completions"], "flops": marks["flops"],
-            "threads": torch.get_num_threads()}
+            "threads": torch.get_num_threads(), "mean_length": counted["tokens"] / max(counted["completions"], 1)}
 
 
 def matmul_peak(size: int, seconds: float = 1.0, repeats: int = 3) -> float:
@@ -400,7 +403,8 @@ def main() -> None:
             print(f"round {r + 1}/{args.rounds}: {label(side, mode, args.k, threads)}, {loss} ...", end=" ", flush=True)
             rec = spawn(side, loss, mode, threads, args)
             rec.update(steady(rec, args.warmup))
-            print(f"{rec['cps']:.1f} completions/s (load {rec['load'][0]:.2f}->{rec['load'][1]:.2f})", flush=True)
+            print(f"{rec['cps']:.1f} completions/s, mean length {rec['mean_length']:.1f} tokens "
+                  f"(load {rec['load'][0]:.2f}->{rec['load'][1]:.2f})", flush=True)
             results.setdefault((side, loss, mode, threads), []).append(rec)
     peak = {t: max(p for p, _ in v) for t, v in peaks.items()}
     peak_load = {t: (min(lo[0] for _, lo in v), max(max(lo) for _, lo in v)) for t, v in peaks.items()}
@@ -411,18 +415,20 @@ def main() -> None:
         cps = median(x["cps"] for x in runs)
         fps = median(x["flops_per_s"] for x in runs)
         loads = [x["load"] for x in runs]
-        return {"cps": cps, "fps": fps, "frac": fps / (peak[threads] * 1e9), "mem": max(x["peak_tree_mib"] for x in runs),
+        return {"cps": cps, "fps": fps, "length": median(x["mean_length"] for x in runs),
+                "frac": fps / (peak[threads] * 1e9), "mem": max(x["peak_tree_mib"] for x in runs),
                 "n": len(runs), "load": (min(lo[0] for lo in loads), max(max(lo) for lo in loads)),
                 "threads": threads, "torch_threads": sorted({x["threads"] for x in runs})}
 
     figs = {key: agg(key) for key in results}
-    rows = [[label(side, mode, args.k, threads), loss, f["cps"], f["fps"] / 1e9, f"{100 * f['frac']:.0f} %", f["mem"],
-             f"{f['load'][0]:.2f}-{f['load'][1]:.2f}", str(f["n"])]
+    rows = [[label(side, mode, args.k, threads), loss, f["cps"], f["length"], f["fps"] / 1e9, f"{100 * f['frac']:.0f} %",
+             f["mem"], f"{f['load'][0]:.2f}-{f['load'][1]:.2f}", str(f["n"])]
             for (side, loss, mode, threads), f in figs.items()]
     print_table(f"RL step throughput, steps {args.warmup + 1}-{args.steps} of 16 prompts x 8 generations "
                 f"(median of runs; FLOP limit: fp32 matmul peak "
                 + ", ".join(f"{peak[t]:.1f} GFLOP/s at {t} thread{'s' if t > 1 else ''}" for t in peak_threads) + ")",
-                ["run", "loss", "completions/s", "useful GFLOP/s", "of FLOP limit", "peak MiB", "load", "runs"],
+                ["run", "loss", "completions/s", "mean length", "useful GFLOP/s", "of FLOP limit", "peak MiB", "load",
+                 "runs"],
                 rows, left=2)
 
     def ratio(name: str, num: dict, den: dict, target: float | None = TARGET_RATIO) -> None:
