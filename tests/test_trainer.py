@@ -196,3 +196,37 @@ def test_a_batch_without_gradient_still_takes_one_row():
     batch.advantages.zero_()
     cut, w = gradient_rows(batch, torch.ones_like(batch.loss_mask))
     assert cut.input_ids.shape[0] == 1 and w.shape == cut.loss_mask.shape
+
+
+_BUSY_PORT_TRAINER = """
+import os, torch
+from scalectl.recipe import Loss, Optim
+from scalectl.rl.model import build_tiny_model
+from scalectl.rl.trainer import PolicyTrainer
+torch.set_num_threads(1)
+trainer = PolicyTrainer(build_tiny_model(seed=0), loss=Loss(type="cispo"), optim=Optim(),
+                        head_fp32=True, temperature=1.0, micro_batch_size=2)
+import torch.distributed as dist
+print(dist.get_world_size(), trainer.steps)
+"""
+
+
+def test_a_single_process_trainer_takes_no_port(tmp_path):
+    """A one-process world joins torch.distributed without a TCP rendezvous, so a port
+    taken by another process (here: held open and listening) cannot make it fail with
+    EADDRINUSE, as a port picked free and bound later could."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        env = {k: v for k, v in os.environ.items()
+               if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR")}
+        env["MASTER_PORT"] = str(busy.getsockname()[1])
+        out = subprocess.run([sys.executable, "-c", _BUSY_PORT_TRAINER], env=env, cwd=tmp_path,
+                             capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split()[-2:] == ["1", "0"]

@@ -27,7 +27,6 @@ rate is the one the optimiser applied, read before the scheduler advances.
 from __future__ import annotations
 
 import os
-import socket
 from dataclasses import dataclass
 
 import torch
@@ -37,16 +36,29 @@ from scalectl.rl.model import route_head_through_module, token_logprobs
 
 
 def init_distributed_env() -> None:
-    """Fill the torch.distributed environment for a single-process run when no
-    launcher (torchrun, Slurm) has: MASTER_ADDR/PORT, RANK, WORLD_SIZE, LOCAL_RANK."""
-    if "MASTER_PORT" not in os.environ:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            os.environ["MASTER_PORT"] = str(s.getsockname()[1])
+    """Join torch.distributed for DeepSpeed.
+
+    A multi-process job has its rendezvous in the environment (torchrun,
+    Slurm, :mod:`scalectl.rl.roles`: MASTER_ADDR/PORT, RANK, WORLD_SIZE,
+    LOCAL_RANK) and DeepSpeed joins it.  A single-process world (WORLD_SIZE
+    unset or 1) needs no rendezvous: its process group is made here over an
+    in-process ``HashStore``, so no TCP port is taken (a port picked free and
+    bound later can be taken by another process in between, EADDRINUSE), and
+    DeepSpeed uses that group.  The variables DeepSpeed checks are still set,
+    so it does not look for MPI.
+    """
+    import torch.distributed as dist
+
     os.environ.setdefault("MASTER_ADDR", "127.0.0.1")
+    os.environ.setdefault("MASTER_PORT", "0")
     os.environ.setdefault("RANK", "0")
     os.environ.setdefault("WORLD_SIZE", "1")
     os.environ.setdefault("LOCAL_RANK", "0")
+    if os.environ["WORLD_SIZE"] == "1" and not dist.is_initialized():
+        from deepspeed.accelerator import get_accelerator
+
+        dist.init_process_group(get_accelerator().communication_backend_name(),
+                                store=dist.HashStore(), rank=0, world_size=1)
 
 
 @dataclass
