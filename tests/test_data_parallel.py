@@ -66,7 +66,7 @@ def test_two_trainers_give_the_one_trainer_gradient(tmp_path):
         m2 = r2["metrics"][key]
         # the step's metrics are the whole batch's on every rank: sums and token-weighted means of
         # fp32 values combined in float64 (a few fp32 ulps apart); lr and the rows passed are exact
-        for name in ("loss", "clip_fraction", "logprob_gap", "entropy", "max_ratio", "grad_norm"):
+        for name in ("loss", "clip_fraction", "logprob_mismatch", "entropy", "max_ratio", "grad_norm"):
             assert m2[name] == pytest.approx(m1[name], rel=1e-5, abs=1e-7), (key, name, m1[name], m2[name])
         assert (m2["lr"], m2["rows"]) == (m1["lr"], m1["rows"]), key
     one, lead, follow = r1["ranks"], r2["ranks"], follower["ranks"]

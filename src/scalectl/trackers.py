@@ -5,7 +5,7 @@ names the backends.  :func:`tracking` wraps the loop's reporter
 (:class:`scalectl.rl.loop.Reporter`) in a :class:`TrackingReporter` that sends
 
 * every optimiser step's numeric metrics as ``train/<name>`` (loss,
-  clip_fraction, entropy, logprob_gap, grad_norm, lr, reward, truncation_rate,
+  clip_fraction, entropy, logprob_mismatch, grad_norm, lr, reward, truncation_rate,
   ... : whatever the step reports), and
 * every evaluation point's numeric fields as ``eval/<name>`` (pass_rate,
   truncation_rate, mean_length, gpu_hours, flops, tokens, ...),

@@ -113,7 +113,7 @@ def batch_std(a: torch.Tensor, reduce: Reduce | None = None) -> torch.Tensor:
 
 
 #: Metrics of a trainer step that are means over the trained tokens (combined by token count).
-TOKEN_MEANS = ("clip_fraction", "logprob_gap", "entropy")
+TOKEN_MEANS = ("clip_fraction", "logprob_mismatch", "entropy")
 
 
 def batch_metrics(local: dict, tokens: float, reduce: Reduce, reduce_max: Reduce) -> dict:
