@@ -48,9 +48,10 @@ are the project's count (:mod:`scalectl.rl.accounting`: 2N per token
 generated or prefilled, 6N per token trained, N parameters), applied to the
 same tokens on both sides; each rate is printed as a fraction of the limit at
 its thread count.  The mean completion length of each run is printed, so equal
-work on both sides can be checked.  Targets: scalectl >= 2x TRL at each side's best, and >= 70 %
-of the FLOP limit.  Peak memory of the process tree (psutil, every 50 ms) is
-shown for scale.
+work on both sides can be checked, and for scalectl the share of groups whose
+rewards are all equal (advantage 0: its trainer skips them, TRL computes them).
+Targets: scalectl >= 2x TRL at each side's best, and >= 70 % of the FLOP limit.
+Peak memory of the process tree (psutil, every 50 ms) is shown for scale.
 
     python benchmarks/bench_trl.py [--steps 40] [--warmup 8] [--rounds 2] [--threads 1 2]
     python benchmarks/bench_trl.py --quick        # cispo sync only, one round
@@ -162,7 +163,9 @@ def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None, th
     devices = recipe.hardware.devices   # gpu_hours = devices x metered seconds
     return {"t": [r["gpu_hours"] * 3600.0 / devices for r in rows], "completions": [r["step"] * per_step for r in rows],
             "flops": [r["flops"] for r in rows], "threads": _torch_threads(),
-            "mean_length": sum(r["mean_length"] for r in rows) / len(rows)}
+            "mean_length": sum(r["mean_length"] for r in rows) / len(rows),
+            # groups whose rewards are all equal: advantage 0, skipped by scalectl's trainer, computed by TRL's
+            "zero_variance_share": sum(r.get("zero_variance_share", 0.0) for r in rows) / len(rows)}
 
 
 def _torch_threads() -> int:
@@ -403,7 +406,9 @@ def main() -> None:
             print(f"round {r + 1}/{args.rounds}: {label(side, mode, args.k, threads)}, {loss} ...", end=" ", flush=True)
             rec = spawn(side, loss, mode, threads, args)
             rec.update(steady(rec, args.warmup))
-            print(f"{rec['cps']:.1f} completions/s, mean length {rec['mean_length']:.1f} tokens "
+            uniform = (f", {100 * rec['zero_variance_share']:.0f} % of groups uniform"
+                       if "zero_variance_share" in rec else "")
+            print(f"{rec['cps']:.1f} completions/s, mean length {rec['mean_length']:.1f} tokens{uniform} "
                   f"(load {rec['load'][0]:.2f}->{rec['load'][1]:.2f})", flush=True)
             results.setdefault((side, loss, mode, threads), []).append(rec)
     peak = {t: max(p for p, _ in v) for t, v in peaks.items()}
@@ -421,8 +426,8 @@ def main() -> None:
                 "threads": threads, "torch_threads": sorted({x["threads"] for x in runs})}
 
     figs = {key: agg(key) for key in results}
-    rows = [[label(side, mode, args.k, threads), loss, f["cps"], f["length"], f["fps"] / 1e9, f"{100 * f['frac']:.0f} %",
-             f["mem"], f"{f['load'][0]:.2f}-{f['load'][1]:.2f}", str(f["n"])]
+    rows = [[label(side, mode, args.k, threads), loss, f["cps"], f["length"], f["fps"] / 1e9,
+             f"{100 * f['frac']:.0f} %", f["mem"], f"{f['load'][0]:.2f}-{f['load'][1]:.2f}", str(f["n"])]
             for (side, loss, mode, threads), f in figs.items()]
     print_table(f"RL step throughput, steps {args.warmup + 1}-{args.steps} of 16 prompts x 8 generations "
                 f"(median of runs; FLOP limit: fp32 matmul peak "

@@ -183,7 +183,8 @@ def report(fig: Figure) -> Figure:
     path = os.environ.get("BENCH_RESULTS")
     if path:
         with open(path, "a") as fh:
-            fh.write(json.dumps({**asdict(fig), "met": fig.met, "verdict": fig.verdict(), "time": time.strftime("%Y-%m-%d %H:%M:%S"),
+            fh.write(json.dumps({**asdict(fig), "met": fig.met, "verdict": fig.verdict(),
+                                 "time": time.strftime("%Y-%m-%d %H:%M:%S"),
                                  "loadavg": os.getloadavg()[0]}) + "\n")
     return fig
 
