@@ -206,6 +206,8 @@ def test_killed_and_cancelled_local_jobs(tmp_path):
     # a job killed outright records nothing: status finds the process gone
     os.kill(int(killed["job_id"]), signal.SIGKILL)
     _wait(lambda: not pid_alive(int(killed["job_id"])), what="the kill")
+    listed = {r["name"]: r["status"] for r in json.loads(run_cli("runs", "--json", db=db, check=True).stdout)}
+    assert listed["killed"] == "failed"                       # `runs` sees what `status` sees
     row = _status(db, "killed")
     assert row["status"] == "failed"
     assert row["error"].startswith(f"the job ended without recording a result (local job {killed['job_id']}")

@@ -56,5 +56,7 @@ def test_kill_9_then_resume_gives_the_uninterrupted_points(tmp_path, policy):
     for a, b in zip(crashed, straight):                                # same data order and compute
         assert (a["step"], a["tokens"], a["samples"], a["flops"]) == (b["step"], b["tokens"], b["samples"], b["flops"])
         assert a["pass_rate"] == b["pass_rate"]
+    logged = [json.loads(line)["step"] for line in (tmp_path / "runs" / "crash" / "steps.jsonl").open()]
+    assert logged == list(range(1, 9))                               # steps redone after the crash logged once
     status = {r["name"]: r["status"] for r in json.loads(run_cli("runs", "--json", db=db, check=True).stdout)}
     assert status == {"crash": "completed", "straight": "completed"}

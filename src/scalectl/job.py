@@ -25,6 +25,7 @@ Launchers only submit, watch and cancel.
 from __future__ import annotations
 
 import json
+import os
 import traceback
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -33,6 +34,7 @@ from typing import Callable
 
 from scalectl.points import EvalPoint
 from scalectl.recipe import Recipe
+from scalectl.run_lock import run_folder_lock
 from scalectl.rl.checkpoint import latest_checkpoint
 from scalectl.rl.data import load_prompt_sets
 from scalectl.rl.loop import Reporter
@@ -86,6 +88,10 @@ class StoreSink:
 def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | None = None) -> dict | None:
     """Train the run described by ``RUN_DIR/job.json`` and record its fate in the store.
 
+    The first task of the job (the only one of a single-process job) holds the run
+    folder's lock (:func:`scalectl.run_lock.run_folder_lock`) from before it reads
+    the folder until the job ends: one job at a time trains a folder.
+
     Args:
         reporter: progress (:class:`scalectl.rl.loop.Reporter`).
         stop_status: the launcher's reading of an exception that stopped the job
@@ -98,9 +104,17 @@ def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | Non
         schedule runs in one process).
 
     Raises:
+        UserError: another process holds the run folder.
         KeyboardInterrupt: re-raised after the run is checkpointed and marked cancelled.
         Exception: any training error, after the run is marked failed with it.
     """
+    if int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0"))) != 0:
+        return _run_job(run_dir, reporter=reporter, stop_status=stop_status)
+    with run_folder_lock(run_dir):
+        return _run_job(run_dir, reporter=reporter, stop_status=stop_status)
+
+
+def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | None = None) -> dict | None:
     run_dir = Path(run_dir)
     reporter = reporter or Reporter()
     job = read_job_file(run_dir)

@@ -434,3 +434,26 @@ def find_default_setup(recipe: str | Path) -> Path:
         if path.is_file():
             return path
     return presets.packaged("setups", presets.DEFAULT_SETUP)
+
+
+#: What ``run --resume RUN --set KEY=VALUE`` may change: the budget (to extend a run).
+RESUME_KEYS = ("budget.steps", "budget.gpu_hours")
+
+
+def resumed_recipe(recipe: Recipe, overrides: list[str] | tuple[str, ...]) -> Recipe:
+    """``recipe`` (a stored run's) with the ``--set`` overrides given to ``run --resume``.
+
+    A resumed run keeps what it trains; only :data:`RESUME_KEYS` may change.
+
+    Raises:
+        UserError: another key, or a value the Recipe refuses.
+    """
+    data, origin = recipe.to_dict(), {}
+    for text in overrides:
+        key, value = parse_override(text)
+        if key not in RESUME_KEYS:
+            raise UserError(f"--set {key}: a resumed run keeps its recipe; only {', '.join(RESUME_KEYS)} "
+                            "may change (to extend the run)")
+        data = _merge(data, _nest(key, value))
+        origin[key] = f"--set {key}"
+    return validate(data, origin, "the run's recipe")

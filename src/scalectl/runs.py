@@ -42,17 +42,23 @@ def create_run(store, recipe, name: str, runs_dir: str | Path, launcher: str = "
         (run id, absolute run folder).
 
     Raises:
-        UserError: an unsafe name (:func:`scalectl.names.check_name`) or a run
-            of that name already in the store.
+        UserError: an unsafe name (:func:`scalectl.names.check_name`), a run
+            of that name already in the store, or a run folder that cannot be
+            written (the row is not kept).
     """
     from scalectl.job import write_job_file
 
     check_name(name)
     run_dir = (Path(runs_dir) / name).resolve()
-    run_id = store.create_run(name, recipe=recipe.to_dict(), recipe_hash=recipe.content_hash,
-                              seed=recipe.seed, launcher=launcher, hardware=recipe.hardware.name,
-                              run_dir=str(run_dir))
-    write_job_file(run_dir, db=store.path, run_id=run_id, recipe=recipe.to_dict())
+    with store.transaction():     # a folder that cannot be written leaves no row behind
+        run_id = store.create_run(name, recipe=recipe.to_dict(), recipe_hash=recipe.content_hash,
+                                  seed=recipe.seed, launcher=launcher, hardware=recipe.hardware.name,
+                                  run_dir=str(run_dir))
+        try:
+            write_job_file(run_dir, db=store.path, run_id=run_id, recipe=recipe.to_dict())
+        except OSError as exc:
+            raise UserError(f"run {name}: cannot write the run folder {run_dir} "
+                            f"({exc.strerror or exc}); nothing was stored") from None
     return run_id, run_dir
 
 

@@ -22,22 +22,13 @@ def _first_line(text: str | None, width: int = 60) -> str:
 
 
 def _status_rows(db, run: list[str] | None, ids: set[int] | None = None) -> list[dict]:
-    """The runs (all, those named, or those with ``ids``), each refreshed with its launcher when alive."""
-    from scalectl.launch.base import ACTIVE
-    from scalectl.launch.registry import refresh
+    """The runs (all, those named, or those with ``ids``), each refreshed with its launcher when
+    alive (:func:`scalectl.launch.registry.current_runs`, as `scalectl runs` shows them)."""
+    from scalectl.launch.registry import current_runs
 
-    rows = []
     with open_store(db) as store:
         wanted = {store.get_run(r)["id"] for r in run} if run else ids
-        for r in store.list_runs():
-            if wanted is not None and r["id"] not in wanted:
-                continue
-            if r.get("status") in ACTIVE and r.get("source") != "import":
-                r = refresh(store, r)
-            else:
-                r = dict(r, job_id=(r.get("job_ids") or [None])[-1], launcher_state=None, restarts=0)
-            rows.append(r)
-    return rows
+        return current_runs(store, wanted)
 
 
 def _status_table(rows: list[dict], db, title: str | None = None) -> Table:

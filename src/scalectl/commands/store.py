@@ -13,9 +13,14 @@ from scalectl.commands.common import DbOption, JsonOption, err, fmt, open_store,
 
 @user_errors
 def runs(db: DbOption = None, json_: JsonOption = False) -> None:
-    """List every run in the store with its status and last evaluation point."""
+    """List every run in the store with its status and last evaluation point.
+
+    The status of a run whose job should be alive is checked with its launcher,
+    as `scalectl status` does (a job killed outright shows as failed)."""
+    from scalectl.launch.registry import current_runs
+
     with open_store(db) as store:
-        rows = store.list_runs()
+        rows = current_runs(store)
     if json_:
         print_json([{k: v for k, v in r.items() if k != "recipe"} for r in rows])
         return

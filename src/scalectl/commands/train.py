@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
@@ -43,7 +44,9 @@ def run(
     set_: Annotated[list[str], typer.Option("--set", help="Override KEY=VALUE (repeatable).")] = [],
     name: Annotated[str | None, typer.Option(help="Run name (default: recipe name and seed).")] = None,
     seed: Annotated[int | None, typer.Option(help="Seed (overrides the recipe's).")] = None,
-    resume: Annotated[str | None, typer.Option(help="Continue run RUN from its last checkpoint.")] = None,
+    resume: Annotated[str | None, typer.Option(help=
+        "Continue run RUN from its last checkpoint; a completed run only with a raised budget "
+        "(--set budget.steps=N).")] = None,
     runs_dir: Annotated[Path, typer.Option(help="Where run folders go.")] = Path("runs"),
     launcher: Annotated[str | None, typer.Option(
         help="Where the run executes: local or slurm (default: the setup's launcher.type).")] = None,
@@ -60,18 +63,25 @@ def run(
     and stops) unless --detach; Slurm runs are submitted and the command
     returns (follow with `scalectl logs RUN --follow`, `scalectl status`).
     """
-    from scalectl.job import run_job
-    from scalectl.launch.registry import LAUNCHER_TYPES, get_launcher
-    from scalectl.names import check_name
-    from scalectl.recipe_io import find_default_setup, load
-    from scalectl.runs import create_run, resumable, start_here, unique_name
-    from scalectl.trackers import check_installed
+    from scalectl.launch.registry import LAUNCHER_TYPES
 
     if launcher is not None and launcher not in LAUNCHER_TYPES:
         raise UserError(f"--launcher {launcher!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
+    with contextlib.ExitStack() as held:      # a resumed run's folder lock, until the command ends
+        _run(recipe_file, setup, set_, name, seed, resume, runs_dir, launcher, detach, dry_run, db, json_, held)
+
+
+def _run(recipe_file, setup, set_, name, seed, resume, runs_dir, launcher, detach, dry_run, db, json_,
+         held: contextlib.ExitStack) -> None:
+    from scalectl.job import run_job
+    from scalectl.launch.registry import get_launcher
+    from scalectl.names import check_name
+    from scalectl.recipe_io import find_default_setup, load
+    from scalectl.runs import create_run, start_here, unique_name
+    from scalectl.trackers import check_installed
+
     if resume is not None:
-        with open_store(db) as store:
-            info, recipe = resumable(store, resume)
+        info, recipe = _prepare_resume(resume, list(set_), db, held)
         run_dir = Path(info["run_dir"])
         run_id, run_name = info["id"], info["name"]
         kind = launcher or info.get("launcher") or recipe.launcher.type
@@ -145,6 +155,60 @@ def _check_layout(recipe, kind: str, describe: bool):
     if layout.problems:
         raise UserError("the run cannot start as set up:\n  " + "\n  ".join(layout.problems))
     return layout
+
+
+def _prepare_resume(ref: str, overrides: list[str], db, held: contextlib.ExitStack):
+    """Check that run ``ref`` may be resumed, holding its folder's lock from before its
+    files are read to the end of the command; apply ``--set budget.*`` overrides.
+
+    A completed run is resumed only with a raised budget (``--set budget.steps=N``
+    above the steps it trained): it then continues from its final checkpoint and
+    keeps every point it has.
+
+    Returns:
+        (the run's row, its recipe with the overrides).
+
+    Raises:
+        UserError: no run folder, the folder held by another process, a run whose
+            job is alive, a completed run without a raised budget, an override of
+            anything but the budget, or a budget already spent.
+    """
+    from scalectl.job import read_job_file, write_job_file
+    from scalectl.recipe_io import resumed_recipe
+    from scalectl.run_lock import run_folder_lock
+    from scalectl.runs import has_job_file, resumable
+
+    with open_store(db) as store:
+        info = store.get_run(ref)
+    if not has_job_file(info):
+        raise UserError(f"run {ref!r} has no run folder to resume from")
+    run_dir, name = Path(info["run_dir"]), info["name"]
+    held.enter_context(run_folder_lock(run_dir, name))
+    with open_store(db) as store:
+        info, old = resumable(store, info["id"])                # read again, under the lock
+        points = store.points(info["id"])
+        recipe = resumed_recipe(old, overrides)
+        done_steps = points[-1]["step"] if points else 0
+        done_hours = (points[-1].get("gpu_hours") or 0.0) if points else 0.0
+        b = recipe.budget
+        if info["status"] == "completed" and not overrides:
+            reached = (f"budget.steps = {b.steps}" if b.steps is not None and done_steps >= b.steps
+                       else f"budget.gpu_hours = {b.gpu_hours}")
+            raise UserError(f"run {name} is completed ({reached} reached); to extend it, raise the budget: "
+                            f"scalectl run --resume {name} --set budget.steps=N (N > {done_steps})")
+        if b.steps is not None and b.steps <= done_steps:
+            raise UserError(f"--set budget.steps: budget.steps = {b.steps} must be above the {done_steps} "
+                            f"steps run {name} has trained")
+        if b.gpu_hours is not None and b.gpu_hours <= done_hours:
+            raise UserError(f"--set budget.gpu_hours: budget.gpu_hours = {b.gpu_hours} must be above the "
+                            f"{done_hours:.4g} GPU-hours run {name} has used")
+        if recipe != old:
+            job = read_job_file(run_dir)
+            write_job_file(run_dir, db=job["db"], run_id=job["run_id"], recipe=recipe.to_dict())
+            store.update_run(info["id"], recipe=recipe.to_dict(), recipe_hash=recipe.content_hash)
+            err.print(f"run {name}: budget steps={b.steps} gpu_hours={b.gpu_hours} "
+                      f"(was steps={old.budget.steps} gpu_hours={old.budget.gpu_hours})")
+    return info, recipe
 
 
 def _print_dry_run(recipe, kind: str, detach: bool, run_name: str, run_dir: Path, json_: bool,

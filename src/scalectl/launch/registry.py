@@ -9,7 +9,7 @@ its end is marked failed here, with the tail of its log).
 from __future__ import annotations
 
 from scalectl.errors import UserError
-from scalectl.launch.base import TERMINAL, Launcher, last_job, log_tail, now_iso, reconcile
+from scalectl.launch.base import ACTIVE, TERMINAL, Launcher, last_job, log_tail, now_iso, reconcile
 from scalectl.launch.local import LocalLauncher
 from scalectl.launch.slurm import SlurmLauncher
 
@@ -78,3 +78,20 @@ def refresh(store, run: dict, launcher: Launcher | None = None) -> dict:
     store.update_run(run["id"], **fields)
     run.update(fields)
     return run
+
+
+def current_runs(store, wanted: set[int] | None = None) -> list[dict]:
+    """Every run (or those with ids in ``wanted``) with its status brought up to date by
+    :func:`refresh`: what ``scalectl runs`` and ``scalectl status`` both show, so that
+    they never disagree (a job killed outright reads as failed in both).  A read-only
+    store is shown as it is."""
+    rows = []
+    for r in store.list_runs():
+        if wanted is not None and r["id"] not in wanted:
+            continue
+        if r.get("status") in ACTIVE and r.get("source") != "import" and not getattr(store, "readonly", False):
+            r = refresh(store, r)
+        else:
+            r = dict(r, job_id=(r.get("job_ids") or [None])[-1], launcher_state=None, restarts=0)
+        rows.append(r)
+    return rows

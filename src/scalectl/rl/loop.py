@@ -113,8 +113,23 @@ def restore_state(run_dir: Path, trainer, state: LoopState, reporter: Reporter) 
     state.history = PromptHistory.from_dict(saved["history"])
     state.pending, state.evaluated = saved["pending"], saved["evaluated"]
     state.last_metrics = saved.get("last_metrics", {})   # absent from checkpoints of older versions
+    trim_steps(run_dir, state.step)
     reporter.log(f"resumed from {ckpt.name} (step {state.step})")
     return True
+
+
+def trim_steps(run_dir: Path, step: int) -> None:
+    """Drop the lines of ``RUN_DIR/steps.jsonl`` after ``step`` (steps a crash lost after the
+    checkpoint, which the resumed run takes again): every step is logged once."""
+    path = Path(run_dir) / "steps.jsonl"
+    if not path.exists():
+        return
+    lines = path.read_text().splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
+    if len(kept) != len(lines):
+        tmp = path.with_suffix(".jsonl.tmp")
+        tmp.write_text("".join(kept))
+        tmp.replace(path)
 
 
 def budget_spent(budget, state: LoopState) -> bool:
@@ -238,7 +253,7 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
             reporter.step(state.step, metrics)
             if state.step % recipe.eval.every_steps == 0 or done():
                 do_eval()
-            if state.step % recipe.checkpoint.every_steps == 0 and not done():
+            if state.step % recipe.checkpoint.every_steps == 0 or done():   # done: a raised budget continues here
                 checkpoint()
     except KeyboardInterrupt:
         reporter.log(f"interrupted at step {state.step}: saving a checkpoint")

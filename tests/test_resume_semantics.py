@@ -1,0 +1,106 @@
+"""What --resume may do: a completed run is extended only by a raised budget, one process
+trains a run folder at a time, a run that cannot get its folder leaves no row behind, and
+`runs` and `status` tell the same status."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, SCALECTL, run_cli
+from scalectl.run_lock import run_folder_lock
+
+
+@pytest.fixture(scope="module")
+def policy(tmp_path_factory) -> str:
+    """A freshly initialised tiny policy: these tests are about resuming, not learning."""
+    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+
+    return str(save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path_factory.mktemp("policy") / "tiny"))
+
+
+def _args(policy: str, runs: Path, steps: int = 4) -> list[str]:
+    sets = ["async.mode=sync", "batch.prompts_per_step=4", "batch.generations_per_prompt=4",
+            "eval.every_steps=2", "eval.prompts=16", "eval.samples_per_prompt=2", "checkpoint.every_steps=2",
+            f"model.path={policy}", f"budget.steps={steps}", "length.max_new_tokens=8"]
+    return ["run", "recipes/grpo.toml", "--runs-dir", str(runs)] + [a for s in sets for a in ("--set", s)]
+
+
+def _show(db: Path, name: str) -> dict:
+    return json.loads(run_cli("show", name, "--json", db=db, check=True).stdout)
+
+
+def _steps_logged(run_dir: Path) -> list[int]:
+    return [json.loads(line)["step"] for line in (run_dir / "steps.jsonl").read_text().splitlines()]
+
+
+def test_completed_run_is_extended_only_by_a_raised_budget(tmp_path, policy):
+    db, runs = tmp_path / "s.db", tmp_path / "runs"
+    run_cli(*_args(policy, runs), "--name", "done", db=db, check=True, timeout=300)
+    before = _show(db, "done")
+    assert before["run"]["status"] == "completed"
+    assert [p["step"] for p in before["points"]] == [0, 2, 4]
+
+    refused = run_cli("run", "--resume", "done", db=db)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert "run done is completed (budget.steps = 4 reached)" in refused.stderr
+    assert "--set budget.steps=" in refused.stderr                         # says how to extend it
+    same = run_cli("run", "--resume", "done", "--set", "budget.steps=4", db=db)
+    assert same.returncode == 2 and "budget.steps = 4 must be above the 4 steps" in same.stderr
+    other = run_cli("run", "--resume", "done", "--set", "loss.type=gspo", db=db)
+    assert other.returncode == 2 and "--set loss.type: a resumed run keeps its recipe" in other.stderr
+    assert _show(db, "done") == before                                      # nothing changed meanwhile
+
+    run_cli("run", "--resume", "done", "--set", "budget.steps=6", db=db, check=True, timeout=300)
+    after = _show(db, "done")
+    assert after["run"]["status"] == "completed"
+    assert after["run"]["recipe"]["budget"]["steps"] == 6
+    assert [p["step"] for p in after["points"]] == [0, 2, 4, 6]
+    assert after["points"][:3] == before["points"]                         # every earlier point kept as it was
+    assert after["points"][3]["gpu_hours"] > before["points"][2]["gpu_hours"]
+    assert _steps_logged(runs / "done") == [1, 2, 3, 4, 5, 6]               # each step logged once
+    job = json.loads((runs / "done" / "job.json").read_text())
+    assert job["recipe"]["budget"]["steps"] == 6
+
+
+def test_a_run_folder_trains_in_one_process_at_a_time(tmp_path, policy):
+    db, runs = tmp_path / "s.db", tmp_path / "runs"
+    run_cli(*_args(policy, runs, steps=2), "--name", "busy", db=db, check=True, timeout=300)
+    before = _show(db, "busy")
+    # another process holds the folder (as a training job does): the resume is refused before it reads anything
+    with run_folder_lock(runs / "busy", "busy"):
+        held = run_cli("run", "--resume", "busy", "--set", "budget.steps=4", db=db)
+    assert held.returncode == 2 and "Traceback" not in held.stderr
+    assert f"run busy is being trained by pid {os.getpid()}" in held.stderr
+    assert _show(db, "busy") == before
+
+    # two resumes started together: exactly one trains, the other is refused
+    env = dict(os.environ, SCALECTL_DB=str(db), COLUMNS="200")
+    cmd = [SCALECTL, "run", "--resume", "busy", "--set", "budget.steps=6"]
+    procs = [subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    results = [(p.wait(timeout=300), p.stderr.read()) for p in procs]
+    assert sorted(rc for rc, _ in results) == [0, 2], results
+    refusal = next(err for rc, err in results if rc == 2)
+    # refused by the lock while the other trains, or (had the other finished first) as completed
+    assert "is being trained by pid" in refusal or "budget.steps = 6 must be above the 6 steps" in refusal
+    assert "Traceback" not in refusal
+    after = _show(db, "busy")
+    assert [p["step"] for p in after["points"]] == [0, 2, 4, 6]
+    assert _steps_logged(runs / "busy") == [1, 2, 3, 4, 5, 6]
+
+
+def test_a_run_whose_folder_cannot_be_written_leaves_no_row(tmp_path, policy):
+    db, runs = tmp_path / "s.db", tmp_path / "runs"
+    runs.write_text("a file where the runs folder should be\n")
+    bad = run_cli(*_args(policy, runs), "--name", "nowhere", db=db)
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr
+    assert "cannot write the run folder" in bad.stderr
+    assert json.loads(run_cli("runs", "--json", db=db, check=True).stdout) == []
+    runs.unlink()                                                          # the name is free for a real run
+    ok = run_cli(*_args(policy, runs, steps=2), "--name", "nowhere", db=db, timeout=300)
+    assert ok.returncode == 0, ok.stderr
