@@ -22,10 +22,10 @@ def policy(tmp_path_factory) -> str:
     return str(save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path_factory.mktemp("policy") / "tiny"))
 
 
-def _args(policy: str, runs: Path) -> list[str]:
+def _args(policy: str, runs: Path, steps: int = 8) -> list[str]:
     sets = ["async.mode=ppo_off_policy", "async.k=2", "batch.prompts_per_step=4", "batch.generations_per_prompt=4",
             "eval.every_steps=2", "eval.prompts=16", "eval.samples_per_prompt=2", "checkpoint.every_steps=2",
-            f"model.path={policy}", "budget.steps=8", "length.max_new_tokens=8"]
+            f"model.path={policy}", f"budget.steps={steps}", "length.max_new_tokens=8"]
     return ["run", "recipes/grpo.toml", "--runs-dir", str(runs)] + [a for s in sets for a in ("--set", s)]
 
 
@@ -36,8 +36,9 @@ def _points(db: Path, name: str) -> list[dict]:
 def test_kill_9_then_resume_gives_the_uninterrupted_points(tmp_path, policy):
     db = tmp_path / "s.db"
     env = dict(os.environ, SCALECTL_DB=str(db), COLUMNS="200")
-    proc = subprocess.Popen([SCALECTL, *_args(policy, tmp_path / "runs"), "--name", "crash"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # a budget never reached: the kill lands mid-run however fast the machine; the resume sets the real one
+    proc = subprocess.Popen([SCALECTL, *_args(policy, tmp_path / "runs", 1_000_000), "--name", "crash"], cwd=ROOT,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     latest = tmp_path / "runs" / "crash" / "checkpoints" / "latest"
     deadline = time.time() + 240
     while time.time() < deadline and not (latest.exists() and latest.read_text() >= "step-000004"):
@@ -46,17 +47,17 @@ def test_kill_9_then_resume_gives_the_uninterrupted_points(tmp_path, policy):
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     killed_at = [p["step"] for p in _points(db, "crash")]
-    assert killed_at[-1] < 8, "the run finished before the kill"
+    end = killed_at[-1] + 4                    # 2 evaluation steps past the last point the crash left
 
-    run_cli("run", "--resume", "crash", db=db, check=True, timeout=240)
-    run_cli(*_args(policy, tmp_path / "runs"), "--name", "straight", db=db, check=True, timeout=240)
+    run_cli("run", "--resume", "crash", "--set", f"budget.steps={end}", db=db, check=True, timeout=240)
+    run_cli(*_args(policy, tmp_path / "runs", end), "--name", "straight", db=db, check=True, timeout=240)
 
     crashed, straight = _points(db, "crash"), _points(db, "straight")
-    assert [p["step"] for p in crashed] == [0, 2, 4, 6, 8]          # contiguous, none twice, none lost
+    assert [p["step"] for p in crashed] == list(range(0, end + 1, 2))   # contiguous, none twice, none lost
     for a, b in zip(crashed, straight):                                # same data order and compute
         assert (a["step"], a["tokens"], a["samples"], a["flops"]) == (b["step"], b["tokens"], b["samples"], b["flops"])
         assert a["pass_rate"] == b["pass_rate"]
     logged = [json.loads(line)["step"] for line in (tmp_path / "runs" / "crash" / "steps.jsonl").open()]
-    assert logged == list(range(1, 9))                               # steps redone after the crash logged once
+    assert logged == list(range(1, end + 1))                               # steps redone after the crash logged once
     status = {r["name"]: r["status"] for r in json.loads(run_cli("runs", "--json", db=db, check=True).stdout)}
     assert status == {"crash": "completed", "straight": "completed"}
