@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import sys
 import contextlib
+import sys
 from pathlib import Path
 from typing import Annotated
 
