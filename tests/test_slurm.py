@@ -168,7 +168,10 @@ def test_slurm_run_and_a_preempted_run_end_with_the_same_points(slurm, policy, s
     assert int(_scontrol(job_id)["Restarts"]) == 2                      # one job, requeued twice in place
     text = log.read_text()
     assert "Calling checkpoint method" in text and "DUE TO JOB REQUEUE" in text
-    assert "resumed from step-000002" in text and "resumed from step-000004" in text
+    # the requeue lands after the checkpoint of step 4, or after the final one of step 6 when the job
+    # got there first (a busy machine decides which): the restart resumes from that one
+    assert "resumed from step-000002" in text
+    assert "resumed from step-000004" in text or "resumed from step-000006" in text
     keys = ("step", "tokens", "samples", "flops", "pass_rate", "truncation_rate", "mean_length")
     reference = [{k: p[k] for k in keys} for p in _points(db, "plain")]
     assert [p["step"] for p in reference] == [0, 2, 4, 6]
