@@ -4,7 +4,8 @@
 * :mod:`.campaign`: the manifest, the cost, reuse of stored runs, launching, watching, cancelling;
 * :mod:`.analysis`: fits, verdicts against the baseline and a sentence per variant;
 * :mod:`.decisions`, :mod:`.adaptive`, :mod:`.power`: an adaptive ablation's rules after
-  each stage, its decision loop (in-process backends included), and power planning.
+  each stage, its decision loop (in-process backends included), and power planning;
+* :mod:`.staged`: an adaptive ablation against the store (its runs and stages, the power plan's inputs).
 
 The planner's names are available here too (``from scalectl.ablation import plan``).
 """

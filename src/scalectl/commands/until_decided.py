@@ -1,245 +1,21 @@
 """``scalectl ablate --until-decided`` and ``--plan``: spend compute until the verdicts are decided.
 
-The decision loop (:mod:`scalectl.ablation.adaptive`, rules in :mod:`scalectl.ablation.decisions`)
-runs over a :class:`StoreBackend`: the runs of the ablation are created,
-extended (the same run resumed with a larger ``budget.steps``), seeded (a new
-run at the next seed) and launched through the launcher like every other run,
-and their points are read back from the store.  Every stage (fits, decisions,
-reasons) goes to the store's ``ablation_stages`` table as soon as it is
-decided; running the same command again after a Ctrl-C resumes after the last
-recorded stage.  Runs are named ``<ablation>--<variant>--s<seed>``.
+Arguments and rendering; the runs, stages and power plan are
+:mod:`scalectl.ablation.staged`'s.  Every stage goes to the store's
+``ablation_stages`` table as soon as it is decided; running the same command
+again after a Ctrl-C resumes after the last recorded stage.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import time
 from pathlib import Path
 
+from scalectl.ablation.staged import (
+    StoreBackend, needs as _needs, power_plan, state_from_stages, summary, write_manifest as _write_manifest,
+)
 from scalectl.commands.common import err, open_store, out, print_json
 from scalectl.errors import UserError
-
-
-class StoreBackend:
-    """An adaptive ablation's runs, trained by a launcher and read from the store.
-
-    plan: the :class:`scalectl.ablation.Plan` made with ``repeats = max_seeds``
-    (it holds each variant's recipe at every seed); kind: launcher type;
-    rate: device-hours per step used before a run has measured one.
-    """
-
-    def __init__(self, db: str, plan, kind: str, runs_dir: Path, rate: float | None, poll_s: float = 1.0):
-        self.db, self.plan, self.kind, self.runs_dir = db, plan, kind, Path(runs_dir)
-        self.rate, self.poll_s = rate, poll_s
-        self.seed0 = plan.variants[0].seeds[0]
-        self.launched: list[int] = []
-
-    # ---------------------------------------------------------------- names and recipes
-    def run_name(self, variant: str, i: int) -> str:
-        from scalectl.ablation import run_name
-
-        return run_name(self.plan.spec.name, variant, self.seed0 + i)
-
-    def recipe(self, variant: str, i: int, budget: int):
-        """The variant's recipe at its i-th seed with ``budget.steps = budget``."""
-        from scalectl.recipe import Recipe
-
-        runs = [r for r in self.plan.runs if r.variant == variant]
-        if i >= len(runs):
-            raise UserError(f"variant {variant}: seed index {i} is past --max-seeds {len(runs)}")
-        data = runs[i].recipe.to_dict()
-        data["budget"] = dict(data["budget"], steps=budget, gpu_hours=None)
-        return Recipe.model_validate(data)
-
-    def _row(self, store, variant: str, i: int) -> dict | None:
-        try:
-            return store.get_run(self.run_name(variant, i))
-        except UserError:
-            return None
-
-    # ---------------------------------------------------------------- the Backend protocol
-    def ensure(self, targets) -> None:
-        """Create, extend or resume the runs so that each variant has (budget, seeds); wait for them."""
-        from scalectl.job import write_job_file
-        from scalectl.launch.base import ACTIVE, RunSpec
-        from scalectl.runs import create_run, submit
-
-        specs, ids = [], []
-        with open_store(self.db) as store:
-            for variant, (budget, seeds) in targets.items():
-                for i in range(seeds):
-                    row = self._row(store, variant, i)
-                    if row is None:
-                        recipe = self.recipe(variant, i, budget)
-                        run_id, run_dir = create_run(store, recipe, self.run_name(variant, i), self.runs_dir,
-                                                     launcher=self.kind)
-                        specs.append(RunSpec(run_id, self.run_name(variant, i), run_dir, recipe))
-                        ids.append(run_id)
-                        continue
-                    ids.append(row["id"])
-                    had = (row.get("recipe") or {}).get("budget", {}).get("steps") or 0
-                    pts = store.points(row["id"])
-                    done = pts[-1]["step"] if pts else 0
-                    if row["status"] in ACTIVE and row["status"] != "created":
-                        continue        # still training from an earlier command: wait for it
-                    if row["status"] == "completed" and had >= budget and done >= budget:
-                        continue
-                    recipe = self.recipe(variant, i, max(budget, had))
-                    if recipe.to_dict() != row["recipe"]:      # extended: the same run, a larger budget
-                        write_job_file(Path(row["run_dir"]), db=store.path, run_id=row["id"],
-                                       recipe=recipe.to_dict())
-                        store.update_run(row["id"], recipe=json.dumps(recipe.to_dict(), sort_keys=True),
-                                         recipe_hash=recipe.content_hash)
-                    specs.append(RunSpec(row["id"], row["name"], Path(row["run_dir"]), recipe))   # the job resumes
-            if specs:
-                submit(store, specs, self.kind, array=True)
-        self.launched = ids
-        self._wait(ids)
-
-    def _wait(self, ids: list[int]) -> None:
-        """Until no run in ``ids`` is alive; raises UserError naming a run that did not complete."""
-        from scalectl.launch.base import ACTIVE
-        from scalectl.launch.registry import refresh
-
-        seen: dict[int, tuple] = {}
-        while True:
-            alive, failed = 0, []
-            with open_store(self.db) as store:
-                for run_id in ids:
-                    info = store.get_run(run_id)
-                    if info["status"] in ACTIVE:
-                        info = refresh(store, info)
-                    pts = store.points(run_id)
-                    key = (info["status"], pts[-1]["step"] if pts else None)
-                    if seen.get(run_id) != key:
-                        seen[run_id] = key
-                        err.print(f"  {info['name']}: {key[0]}, step {key[1]}", highlight=False)
-                    if info["status"] in ACTIVE:
-                        alive += 1
-                    elif info["status"] != "completed":
-                        failed.append(f"{info['name']} ended {info['status']}: {info.get('error') or ''}")
-            if not alive:
-                if failed:
-                    raise UserError("runs of the adaptive ablation did not complete:\n  " + "\n  ".join(failed))
-                return
-            time.sleep(self.poll_s)
-
-    def curves(self, variant: str, budget: int, seeds: int):
-        """Per seed: (compute on the variant's fit axis, pass rate), points up to ``budget`` steps."""
-        axis = self.plan.variant(variant).recipe.fit.axis
-        out_ = []
-        with open_store(self.db) as store:
-            for i in range(seeds):
-                row = self._row(store, variant, i)
-                pts = [p for p in store.points(row["id"]) if p["step"] <= budget
-                       and p.get(axis) is not None and p.get("pass_rate") is not None]
-                out_.append(([float(p[axis]) for p in pts], [float(p["pass_rate"]) for p in pts]))
-        return out_
-
-    def hours_per_step(self, variant: str) -> float:
-        """Measured on the variant's runs (last GPU-hours / last step), else the plan's rate, else 0."""
-        with open_store(self.db) as store:
-            rates = []
-            for i in range(len(self.plan.variant(variant).seeds)):
-                row = self._row(store, variant, i)
-                pts = store.points(row["id"]) if row else []
-                if pts and pts[-1].get("gpu_hours") and pts[-1]["step"]:
-                    rates.append(pts[-1]["gpu_hours"] / pts[-1]["step"])
-        if rates:
-            return sum(rates) / len(rates)
-        return self.rate or 0.0
-
-    def trained(self, variant: str) -> dict[int, int]:
-        """Seed index -> steps trained, for the variant's existing runs."""
-        out_ = {}
-        with open_store(self.db) as store:
-            for i in range(len(self.plan.variant(variant).seeds)):
-                row = self._row(store, variant, i)
-                if row is not None:
-                    pts = store.points(row["id"])
-                    out_[i] = pts[-1]["step"] if pts else 0
-        return out_
-
-    def spent_hours(self) -> float:
-        """Device-hours spent by the ablation's runs: the last point's GPU-hours of each."""
-        total = 0.0
-        with open_store(self.db) as store:
-            for v in self.plan.variants:
-                for i in range(len(v.seeds)):
-                    row = self._row(store, v.name, i)
-                    pts = store.points(row["id"]) if row else []
-                    if pts and pts[-1].get("gpu_hours"):
-                        total += pts[-1]["gpu_hours"]
-        return total
-
-    def cancel_all(self) -> int:
-        """Cancel the live jobs of the runs launched last (each checkpoints); returns how many."""
-        from scalectl.ablation.campaign import cancel_all
-
-        with open_store(self.db) as store:
-            return cancel_all(store, dict(enumerate(self.launched)))
-
-
-# --------------------------------------------------------------------------- state from the stages table
-
-
-def state_from_stages(rows: list[dict], baseline: str, names: list[str], initial: int):
-    """The loop state after the last recorded stage (a fresh stage 0 without rows)."""
-    from scalectl.ablation.adaptive import ArmState, LoopState, initial_state
-    from scalectl.ablation.decisions import STOP
-
-    if not rows:
-        return initial_state(names, baseline, initial)
-    last = max(r["stage"] for r in rows)
-    latest = {r["variant"]: r for r in rows if r["stage"] == last}
-    arms = {}
-    for n in names:
-        r = latest.get(n)
-        if r is None:
-            raise UserError(f"the stages recorded for this ablation do not name variant {n!r}: "
-                            "its variants changed; give it a new --name")
-        stopped = r["verdict"] if r["action"] == STOP and not r["is_base"] else None
-        arms[n] = ArmState(n, r["next_budget"], r["next_seeds"], is_base=(n == baseline), stopped=stopped)
-    return LoopState(last + 1, arms)
-
-
-# --------------------------------------------------------------------------- the report
-
-
-def paths(rows: list[dict]) -> dict[str, list[dict]]:
-    """Variant -> its stages in order (budget, seeds, action, verdict, A, dA)."""
-    out_: dict[str, list[dict]] = {}
-    for r in rows:
-        hist = out_.setdefault(r["variant"], [])
-        if hist and hist[-1]["action"] == "stop" and r["action"] == "stop" and not r["is_base"]:
-            continue        # stopped: later stages repeat it
-        hist.append(r)
-    return out_
-
-
-def summary(rows: list[dict], hours_per_step: dict[str, float], spent: float, margin: float) -> dict:
-    """The adaptive ablation's outcome: per variant its path and verdict, the
-    device-hours spent and those a fixed design would have spent (every arm to
-    the largest budget used with the largest number of seeds used)."""
-    ps = paths(rows)
-    max_budget = max((r["budget"] for r in rows), default=0)
-    max_seeds = max((r["seeds"] for r in rows), default=0)
-    fixed = sum(max_budget * max_seeds * hours_per_step.get(v, 0.0) for v in ps)
-    variants = []
-    for v, hist in ps.items():
-        last = hist[-1]
-        variants.append({
-            "variant": v, "is_base": last["is_base"], "verdict": last["verdict"], "reason": last["reason"],
-            "path": [{"stage": h["stage"], "budget": h["budget"], "seeds": h["seeds"], "action": h["action"],
-                      "A": h["A"], "A_lo": h["A_lo"], "A_hi": h["A_hi"], "dA": h["dA"],
-                      "dA_lo": h["dA_lo"], "dA_hi": h["dA_hi"]} for h in hist],
-            "budget": last["next_budget"], "seeds": last["next_seeds"],
-        })
-    return {"stages": 1 + max((r["stage"] for r in rows), default=-1), "spent_hours": spent,
-            "fixed_hours": fixed, "fixed_design": {"budget": max_budget, "seeds": max_seeds},
-            "saved_hours": fixed - spent, "saved_share": (1 - spent / fixed) if fixed > 0 else None,
-            "margin": margin, "variants": variants}
 
 
 def _fmt_step(h: dict) -> str:
@@ -264,99 +40,6 @@ def render(s: dict, name: str, ended: str, needs: list[str]) -> str:
     for n in needs:
         lines.append(f"- {n}")
     return "\n".join(lines) + "\n"
-
-
-def _needs(state, backend) -> list[str]:
-    out_ = []
-    for a in state.arms.values():
-        if a.stopped is None and not a.is_base:
-            need = sum(max(0, a.budget - a.trained.get(i, 0)) for i in range(a.seeds))
-            out_.append(f"{a.name} is undecided: it would next train to {a.budget} steps x {a.seeds} seed(s), "
-                        f"about {need * backend.hours_per_step(a.name):.4g} device-hours")
-    return out_
-
-
-# --------------------------------------------------------------------------- power planning
-
-
-def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], level: float) -> dict:
-    """Budget, seeds and cost to resolve a difference of the margin (:mod:`scalectl.ablation.power`).
-
-    The base's numbers come from ``assume`` (C_mid, compute_per_step, s_fit,
-    s_seed), else from the largest completed stored run of the base recipe
-    (any budget), else, for a simulated base, from its curve.
-    Raises UserError when none is available.
-    """
-    from statistics import NormalDist
-
-    from scalectl.ablation.power import plan_power
-    from scalectl.simulated import is_simulated, parse_spec
-
-    base = plan.variants[0].recipe
-    z = NormalDist().inv_cdf(0.5 + level / 2)
-    src, C_mid, cps, s_fit = None, None, None, None
-    stored = Path(db).exists()
-    with open_store(db, create=True) if stored else _nothing() as store:
-        from scalectl.run_fits import FitOptions, fit_run
-
-        found = None
-        for r in store.list_runs() if store is not None else []:
-            rec = r.get("recipe") or {}
-            if r["status"] != "completed" or not rec:
-                continue
-            d = dict(rec, budget=dict(rec["budget"], steps=base.budget.steps, gpu_hours=base.budget.gpu_hours),
-                     seed=base.seed, name=base.name)
-            try:
-                from scalectl.recipe import Recipe
-
-                same = Recipe.model_validate(d).content_hash == base.content_hash
-            except ValueError:
-                same = False
-            if same and (found is None or (r.get("last_step") or 0) > (found.get("last_step") or 0)):
-                found = r
-        if found is not None:
-            curve, _, _ = fit_run(store, store.get_run(found["id"]), FitOptions(bootstrap=400, level=level))
-            f = curve.fit
-            C_mid, cps = f.C_mid, float(max(curve.compute)) / max(1, found["last_step"])
-            iv = f.interval("A")
-            s_fit = (iv[1] - iv[0]) / (2 * z) if iv else None
-            src = f"fit of stored run {found['name']} ({found['last_step']} steps)"
-            if rate is None and found.get("last_gpu_hours"):
-                rate = found["last_gpu_hours"] / found["last_step"]
-    if src is None and is_simulated(base.model.path):
-        from scalectl.curve import fit_sigmoid
-        from scalectl.simulated import draw_points, eval_steps
-
-        c = parse_spec(base.model.path)
-        C_mid, cps = c.C_mid, c.hours_per_step
-        steps = max(base.eval.every_steps, int(limits.min_reach * C_mid / cps))
-        pts = draw_points(c, base.seed, eval_steps(steps, base.eval.every_steps))
-        f = fit_sigmoid([p["gpu_hours"] for p in pts], [p["pass_rate"] for p in pts], bootstrap=400,
-                        level=level)
-        iv = f.interval("A")
-        s_fit = (iv[1] - iv[0]) / (2 * z)
-        rate = rate or c.hours_per_step
-        src = f"the simulated base curve (one draw to {steps} steps, fitted)"
-    C_mid = assume.get("C_mid", C_mid)
-    cps = assume.get("compute_per_step", cps)
-    s_fit = assume.get("s_fit", s_fit)
-    s_seed = assume.get("s_seed", limits.seed_sd)
-    if assume:
-        src = (src + " and " if src else "") + "stated assumptions (" + ", ".join(f"{k}={v:g}" for k, v in assume.items()) + ")"
-    if C_mid is None or cps is None or s_fit is None:
-        raise UserError("--plan needs the base's curve: no completed run of the base recipe in the store; "
-                        "state it with --assume C_mid=...,compute_per_step=...,s_fit=... (fit-axis units)")
-    p = plan_power(C_mid=C_mid, compute_per_step=cps, s_fit=s_fit, s_seed=s_seed, arms=len(plan.variants),
-                   margin=limits.margin, hours_per_step=rate, step_multiple=limits.step_multiple,
-                   max_budget=limits.max_budget, max_seeds=limits.max_seeds, level=level,
-                   reach=limits.min_reach)
-    worst = None if rate is None else len(plan.variants) * limits.max_seeds * limits.max_budget * rate
-    return {"source": src, **p.to_dict(), "worst_case_hours": worst, "rate": rate}
-
-
-@contextlib.contextmanager
-def _nothing():
-    yield None
 
 
 def print_power(p: dict, name: str) -> None:
@@ -404,7 +87,7 @@ def run_until_decided(*, db: str, plan, kind: str, runs_dir: Path, out_dir: Path
     name = plan.spec.name
     names = [v.name for v in plan.variants]
     baseline = plan.baseline
-    backend = StoreBackend(db, plan, kind, runs_dir, rate, poll_s=poll)
+    backend = StoreBackend(db, plan, kind, runs_dir, rate, poll_s=poll, log=lambda m: err.print(m, highlight=False))
     with open_store(db, create=True) as store:
         rows = store.stages(name)
     state = state_from_stages(rows, baseline, names, initial)
@@ -457,24 +140,6 @@ def run_until_decided(*, db: str, plan, kind: str, runs_dir: Path, out_dir: Path
     else:
         out.print(text, soft_wrap=True, highlight=False, markup=False)
         err.print(f"wrote {out_dir / 'adaptive.md'}")
-
-
-def _write_manifest(db, plan, runs_dir: Path) -> None:
-    """The ablation's manifest with the runs that exist, so ``scalectl report NAME`` finds them."""
-    from scalectl.ablation.campaign import manifest, manifest_path, write_manifest as write
-
-    names = {}
-    with open_store(db) as store:
-        for r in plan.runs:
-            try:
-                names[r.name] = store.get_run(r.name)["name"]
-            except UserError:
-                pass
-    data = manifest(plan, names, db)
-    for v in data["variants"]:
-        v["runs"] = [n for n in v["runs"] if n in names.values()]
-    data["adaptive"] = True
-    write(manifest_path(runs_dir, plan.spec.name), data)
 
 
 def adaptive_command(spec, *, setup, overrides, launcher, runs_dir: Path, out_dir, margin, bootstrap: int,

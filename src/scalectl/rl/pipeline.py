@@ -39,7 +39,7 @@ from scalectl.rl.groups import score_groups
 from scalectl.rl.cores import set_cpu_threads
 from scalectl.rl.feeder import StreamLink
 from scalectl.rl.loop import Reporter, load_model, prepare, train
-from scalectl.rl.roles import free_port
+from scalectl.rl.roles import free_port, local_task_env
 from scalectl.rl.rollout import make_engine
 from scalectl.rl.rollout.sampling import SamplingParams
 from scalectl.rl.schedule import schedule_for
@@ -94,8 +94,7 @@ class StopFlag:
 
 def _trainer_world_env() -> None:
     """DeepSpeed's world is the trainers alone (one here): its own rendezvous, apart from the job's."""
-    os.environ.update({"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1",
-                       "MASTER_PORT": str(free_port())})
+    os.environ.update(local_task_env(0, 1, free_port()))
 
 
 def run_trainer(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) -> dict:

@@ -135,10 +135,13 @@ def detect(generators: int = 1, trainers: int = 1, env: dict | None = None, *, s
     return Task(role, rank, world, local, role_rank, role_size, addr, port, source)
 
 
-def local_task_env(rank: int, world_size: int, port: int, addr: str = "127.0.0.1") -> dict[str, str]:
-    """Environment variables for task ``rank`` of a job spawned on this machine
-    (read back by :func:`detect`)."""
-    return {"RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+def local_task_env(rank: int, world_size: int, port: int, addr: str = "127.0.0.1",
+                   local_rank: int | None = None) -> dict[str, str]:
+    """The torch.distributed environment of task ``rank`` (``RANK``, ``WORLD_SIZE``,
+    ``LOCAL_RANK``, ``MASTER_ADDR``, ``MASTER_PORT``; read back by :func:`detect`, and by
+    DeepSpeed).  ``local_rank`` defaults to ``rank`` (every task on this machine)."""
+    return {"RANK": str(rank), "WORLD_SIZE": str(world_size),
+            "LOCAL_RANK": str(rank if local_rank is None else local_rank),
             "MASTER_ADDR": addr, "MASTER_PORT": str(port)}
 
 
@@ -161,9 +164,8 @@ def init_process_group(task: Task, device: str = "cpu", timeout_s: float = 300.0
     import torch
     import torch.distributed as dist
 
-    os.environ.update({"MASTER_ADDR": task.master_addr, "MASTER_PORT": str(task.master_port),
-                       "RANK": str(task.rank), "WORLD_SIZE": str(task.world_size),
-                       "LOCAL_RANK": str(task.local_rank)})
+    os.environ.update(local_task_env(task.rank, task.world_size, task.master_port, task.master_addr,
+                                     task.local_rank))
     backend = "nccl" if device == "cuda" and torch.cuda.is_available() else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(task.local_rank)
