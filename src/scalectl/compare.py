@@ -32,6 +32,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from scalectl.curve import Flag, SigmoidFit, fit_sigmoid
+from scalectl.defaults import MARGIN
 
 BASELINE = "baseline"
 HIGHER = "higher ceiling"
@@ -227,7 +228,7 @@ def _verdict(name: str, cur: RunCurve, base: RunCurve, base_name: str, margin: f
     return verdict, reason, extra
 
 
-def compare(runs: Mapping[str, RunCurve], baseline: str | None = None, margin: float = 0.02
+def compare(runs: Mapping[str, RunCurve], baseline: str | None = None, margin: float = MARGIN
             ) -> Comparison:
     """Rank runs by A and give each a verdict against ``baseline``.
 

@@ -17,6 +17,7 @@ from matplotlib.figure import Figure
 
 from scalectl.compare import LooLine, RunCurve
 from scalectl.curve import SigmoidFit
+from scalectl.defaults import MARGIN
 from scalectl.display import format_estimate, format_number
 from scalectl.extrapolate import Extrapolation
 
@@ -62,7 +63,7 @@ def _positive_range(xs: Sequence[np.ndarray]) -> tuple[float, float]:
 
 
 def plot_curves(runs: Mapping[str, RunCurve], path: str | Path, *, baseline: str | None = None,
-                margin: float = 0.02, title: str | None = None) -> Path:
+                margin: float = MARGIN, title: str | None = None) -> Path:
     """Pass rate against compute (log axis) for several runs.
 
     Points (faded below the fit window), fitted curves, dashed ceilings A with

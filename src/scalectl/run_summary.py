@@ -6,10 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from scalectl.defaults import MARGIN
 from scalectl.errors import UserError
 
 
-def summarize_run(store, run_id: int, plot: Path, margin: float = 0.02) -> tuple[list[str], dict[str, Any]]:
+def summarize_run(store, run_id: int, plot: Path, margin: float = MARGIN) -> tuple[list[str], dict[str, Any]]:
     """Fit a stored run (:func:`scalectl.run_fits.fit_run`, default settings), draw it
     to ``plot`` (points, curve, ceiling with its interval, +-``margin`` band) and say
     what came out.

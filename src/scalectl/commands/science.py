@@ -15,9 +15,10 @@ from typing import Annotated
 import typer
 
 from scalectl.commands.common import DbOption, JsonOption, err, open_store, out, print_json, user_errors
+from scalectl.defaults import MARGIN
 from scalectl.errors import UserError
 from scalectl.fit_tables import compare_table, extrapolation_lines, fit_table, sensitivity_table
-from scalectl.run_fits import (FitOptions, fit_run, fit_section, load_points, parse_r0, r0_standard_error,
+from scalectl.run_fits import (FitOptions, fit_run, fit_section, fit_window, load_points, parse_r0, r0_standard_error,
                                resolve_axis)
 
 
@@ -57,7 +58,7 @@ def fit(
     bootstrap: BootstrapOption = 1000,
     level: LevelOption = 0.95,
     seed: SeedOption = 0,
-    margin: MarginOption = 0.02,
+    margin: MarginOption = MARGIN,
     refit: Annotated[bool, typer.Option("--refit", help="Recompute even if stored.")] = False,
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Draw the points, fitted curves, ceilings with their intervals and the "
@@ -121,7 +122,7 @@ def compare(
     runs: Annotated[list[str] | None, typer.Argument(help="Runs to compare (default: every run).")] = None,
     baseline: Annotated[str | None, typer.Option("--baseline", help="Run the others are judged "
                                                                     "against (default: the first).")] = None,
-    margin: MarginOption = 0.02,
+    margin: MarginOption = MARGIN,
     axis: AxisOption = None,
     min_compute: MinComputeOption = None,
     method: MethodOption = "vp",
@@ -216,7 +217,7 @@ def extrapolate(
     json_: JsonOption = False,
 ) -> None:
     """Fit the start of a run, predict the rest, and report the error and window sensitivity."""
-    from scalectl.curve import FitError, default_min_compute
+    from scalectl.curve import FitError
     from scalectl.extrapolate import extrapolate as extrap
     from scalectl.extrapolate import window_sensitivity
 
@@ -230,9 +231,7 @@ def extrapolate(
         x, y, trunc = load_points(store, info, ax)
         r0_se = r0_standard_error(store, info, ax)
     section = fit_section(info)
-    if min_compute is None:
-        min_compute = (float(section["min_compute"]) if "min_compute" in section
-                       and section.get("axis", "gpu_hours") == ax else default_min_compute(x, ax))
+    min_compute = fit_window(section, ax, x, min_compute)
     if not drift_sd >= 0:
         raise UserError(f"--drift-sd must be >= 0 (given {drift_sd})")
     kw = dict(min_compute=min_compute, r0=parse_r0(r0), method=method, axis=ax, bootstrap=bootstrap,

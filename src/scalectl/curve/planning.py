@@ -10,6 +10,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from scalectl.curve.model import SigmoidFit
+from scalectl.defaults import MARGIN
 
 
 @dataclass(frozen=True)
@@ -60,7 +61,7 @@ class Advice:
     seeds_needed: int | None = None
 
 
-def advise(fit: SigmoidFit, margin: float = 0.02, n_seeds: int = 1) -> Advice:
+def advise(fit: SigmoidFit, margin: float = MARGIN, n_seeds: int = 1) -> Advice:
     """Say whether the A interval is wider than ``margin`` and what would help more.
 
     Data that stop before ~2 x C_mid (or a ceiling/bound flag) leave A traded off
