@@ -75,6 +75,19 @@ def test_layout_problems_name_the_keys():
     assert any("needs 128.0 GB" in p and "memory_gb = 80" in p for p in report.problems)
 
 
+def test_dry_run_accepts_the_paper_setup(tmp_path):
+    """The job runs 64 generators and 16 data-parallel trainers as 80 tasks: the dry run exits 0
+    with the role map, the ZeRO-3 memory estimate and the weight-sync plan."""
+    proc = run_cli("run", str(PAPER[0]), "--setup", str(PAPER[1]), "--dry-run", db=tmp_path / "s.db")
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout + proc.stderr
+    assert "node 0: ranks 0-7 -> generators 0-7" in out and "node 9: ranks 72-79 -> trainers 8-15" in out
+    # bf16 with AdamW: 2 + 2 + 12 bytes per parameter, all three partitioned over 16 trainers at ZeRO-3
+    assert "trainer memory (ZeRO-3, 16 trainer(s), 8 B parameters): 8.0 GB per trainer" in out
+    assert "16 GB per update from trainer 0 to 64 generator(s)" in out
+    assert not (tmp_path / "s.db").exists()
+
+
 def test_dry_run_refuses_what_the_job_would_refuse(tmp_path):
     proc = run_cli("run", str(PAPER[0]), "--setup", str(PAPER[1]), "--dry-run", "--set", "hardware.trainers=15", db=tmp_path / "s.db")
     assert proc.returncode == 2

@@ -217,6 +217,43 @@ def _steps(run_dir):
     return [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
 
 
+def test_two_generators_two_trainers_then_a_killed_trainer_fails_the_run(tmp_path, policy):
+    """A pipeline of 2 generators + 2 data-parallel trainers (4 processes) trains (every step's
+    all-reduces need the second trainer rank), every token is at most k versions old, and the
+    points land once per evaluation step.  SIGKILL
+    on the second trainer fails the run with a message naming it and its log, and leaves no
+    process behind."""
+    # zero-variance groups are kept, so that every step trains (an untrained policy solves nothing)
+    proc, run_dir, tasks = _launch(tmp_path, policy, "pipe", "--set", "budget.steps=1000000",
+                                   "--set", "hardware.generators=2", "--set", "hardware.trainers=2",
+                                   "--set", "filter.zero_variance=false")
+    assert [(t["rank"], t["role"]) for t in tasks] == [(0, "generator"), (1, "generator"),
+                                                        (2, "trainer"), (3, "trainer")]
+    follower = tasks[3]
+    try:
+        os.kill(follower["pid"], signal.SIGKILL)
+        out, _ = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    db = tmp_path / "s.db"
+    shown = json.loads(run_cli("show", "pipe", "--json", db=db, check=True).stdout)
+    row = shown["run"]
+    assert row["status"] == "failed"
+    assert (f"PipelineFailed: pipeline trainer process (rank 3, pid {follower['pid']}) was killed by signal "
+            f"SIGKILL (log: {follower['log']})" in row["error"]), row["error"]
+    assert not any(pid_alive(t["pid"]) for t in tasks)             # no orphan
+    steps = _steps(run_dir)
+    assert len(steps) >= 3
+    assert max(s["staleness_max"] for s in steps) <= K
+    assert all(s["groups_kept"] == P and not s.get("skipped") for s in steps)   # every step trained
+    points = shown["points"]
+    assert [p["step"] for p in points][:2] == [0, 3]
+    assert all(p["samples"] == p["step"] * P * G for p in points)    # P groups of G consumed per step
+
+
+@pytest.mark.slow
 def test_killed_generator_fails_the_run(tmp_path, policy):
     """`scalectl run` of a pipeline recipe spawns a generator and a trainer process that stream
     with in-flight updates and never train on a token more than k versions old; SIGKILL on the
@@ -249,11 +286,16 @@ def test_killed_generator_fails_the_run(tmp_path, policy):
 
 
 @pytest.mark.slow
-def test_interrupted_run_checkpoints_and_resumes(tmp_path, policy):
-    """SIGINT (Ctrl-C, `scalectl cancel`) drains the pipeline: the trainer checkpoints, the run is
-    cancelled, no process is left; `run --resume` finishes it with evaluation steps 0, 3, 6, 9
-    once each and exactly P x G samples per step."""
-    proc, run_dir, tasks = _launch(tmp_path, policy, "pipe")
+@pytest.mark.parametrize("layout", [[], ["--set", "hardware.generators=2", "--set", "hardware.trainers=2",
+                                         "--set", "filter.zero_variance=false"]],
+                         ids=["1+1", "2+2"])
+def test_interrupted_run_checkpoints_and_resumes(tmp_path, policy, layout):
+    """SIGINT (Ctrl-C, `scalectl cancel`) drains the pipeline: the trainer checkpoints (every trainer
+    rank its part), the run is cancelled, no process is left; `run --resume` finishes it (every
+    trainer rank restoring the checkpoint) with evaluation steps 0, 3, 6, 9 once each and exactly
+    P x G samples per step."""
+    proc, run_dir, tasks = _launch(tmp_path, policy, "pipe", *layout)
+    assert [t["role"] for t in tasks] == (["generator"] * 2 + ["trainer"] * 2 if layout else ["generator", "trainer"])
     try:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=120)
@@ -267,7 +309,10 @@ def test_interrupted_run_checkpoints_and_resumes(tmp_path, policy):
     stopped_at = int((run_dir / "checkpoints" / "latest").read_text().split("-")[1])
     assert stopped_at >= 3
 
-    run_cli("run", "--resume", "pipe", "--runs-dir", str(tmp_path / "runs"), db=db, check=True, timeout=240)
+    resumed = run_cli("run", "--resume", "pipe", "--runs-dir", str(tmp_path / "runs"), db=db, check=True,
+                      timeout=240)
+    if layout:       # the second trainer rank restored the checkpoint and followed the remaining steps
+        assert f"trainer rank 1 followed {9 - stopped_at} step(s)" in resumed.stderr, resumed.stderr
     shown = json.loads(run_cli("show", "pipe", "--json", db=db, check=True).stdout)
     assert shown["run"]["status"] == "completed"
     assert [p["step"] for p in shown["points"]] == [0, 3, 6, 9]

@@ -7,8 +7,8 @@ background process and every task of a Slurm job.  The job body alone
 
 * works out which task of the job it is (:func:`scalectl.rl.run.job_task`):
   a single-process schedule trains on task 0 and other tasks return at once;
-  a multi-process schedule runs every task's role, and the trainer task
-  records the run;
+  a multi-process schedule runs every task's role, and the first trainer
+  rank records the run (generators and the trainer ranks that follow it do not);
 * decides to resume: it does whenever the run folder holds a checkpoint;
 * writes the run's status in the store: running, then completed, failed (with
   the error), cancelled, or what the launcher says an exception means
@@ -127,7 +127,8 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
         reporter.log(f"the training loop runs on task 0; task {task.rank} has nothing to do")
         return None
     resume = latest_checkpoint(run_dir) is not None
-    if task is not None and task.role == "generator":      # the trainer task records the run
+    if task is not None and task.world_size > 1 and (task.role == "generator" or task.role_rank > 0):
+        # a generator or a follower trainer: the first trainer rank records the run
         train, held_out = load_prompt_sets(recipe)
         return run_training(recipe, run_dir, sink=StoreSink(job["db"], run_id), train_problems=train,
                             eval_problems=held_out, reporter=reporter, resume=resume, task=task)

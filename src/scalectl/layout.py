@@ -29,11 +29,11 @@ from scalectl.weight_sync import WeightSyncPlan, weight_sync_plan
 
 #: What each async mode can use today: (most generators, most trainers); None is no limit.
 #: ``sync`` and ``ppo_off_policy`` train and generate in one process; ``pipeline``
-#: runs any number of generator processes beside one trainer process.
+#: runs any number of generator processes and data-parallel trainer processes.
 SUPPORTED: dict[str, tuple[int | None, int | None]] = {
     "sync": (1, 1),
     "ppo_off_policy": (1, 1),
-    "pipeline": (None, 1),
+    "pipeline": (None, None),
 }
 
 #: Modes whose generators produce one step's batch at a time (a share each), so

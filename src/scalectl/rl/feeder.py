@@ -109,7 +109,8 @@ class Feeder:
         self.pushed = version
 
     def dispatch(self, n: int) -> None:
-        """Draw ``n`` prompts and send them as requests (chunks of P prompts, generators in turn)."""
+        """Draw ``n`` prompts and send them as requests, generators in turn, in chunks of
+        ceil(P / M) prompts (M generators): every generator has its share of each step's prompts."""
         retired = self.state.history.retired if self.recipe.filter.retire_solved else frozenset()
         new = []
         for _ in range(n):
@@ -117,8 +118,9 @@ class Feeder:
             new.append(_Ticket(self.next_req, pid, self.pushed, self.state.sampler.state_dict()))
             self.next_req += 1
         self.tickets.extend(new)
-        for lo in range(0, len(new), self.P):
-            chunk = [(t.req_id, t.prompt_id, t.min_version) for t in new[lo:lo + self.P]]
+        size = -(-self.P // len(self.generators))
+        for lo in range(0, len(new), size):
+            chunk = [(t.req_id, t.prompt_id, t.min_version) for t in new[lo:lo + size]]
             g = self.generators[self.next_gen % len(self.generators)]
             self.next_gen += 1
             for w in send_object(self.channel.groups["control"], ("requests", chunk), g):

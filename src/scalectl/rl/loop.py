@@ -20,7 +20,6 @@ import torch
 
 from scalectl.points import EvalPoint
 from scalectl.rl.accounting import ComputeMeter
-from scalectl.rl.batch import build_train_batch
 from scalectl.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from scalectl.rl.evaluate import evaluate
 from scalectl.rl.filters import PromptHistory, PromptSampler
@@ -40,13 +39,17 @@ class Reporter:
 
 @dataclass
 class Policy:
-    """The model, tokenizer, rollout engine and trainer of one run."""
+    """The model, tokenizer, rollout engine and trainer of one run.
+
+    ``ranks`` is the :class:`~scalectl.rl.data_parallel.TrainerRanks` over every trainer
+    rank (``trainer`` alone when there is one): steps, checkpoints and restores go through it."""
 
     model: object
     tokenizer: object
     engine: object
     trainer: object
     n_params: int
+    ranks: object = None
 
 
 @dataclass
@@ -90,8 +93,11 @@ def build_policy(recipe, reporter: Reporter) -> Policy:
                             temperature=SamplingParams.for_training(recipe).temperature,
                             micro_batch_size=recipe.batch.micro_batch_size,
                             zero_stage=recipe.hardware.zero_stage, dtype=recipe.model.dtype)
+    from scalectl.rl.data_parallel import TrainerRanks
+
     engine = make_engine(recipe, trainer.model, tokenizer)
-    return Policy(trainer.model, tokenizer, engine, trainer, n_params(trainer.model))
+    ranks = TrainerRanks(trainer, recipe.advantage.normalization, pad_token_id(tokenizer))
+    return Policy(trainer.model, tokenizer, engine, trainer, n_params(trainer.model), ranks)
 
 
 def new_state(recipe, n_params: int, n_train: int) -> LoopState:
@@ -148,12 +154,12 @@ def eval_due_on_start(recipe, state: LoopState) -> bool:
 
 
 def train_on_groups(recipe, policy: Policy, groups: list, stats: dict, meter: ComputeMeter) -> dict:
-    """One optimiser step on the kept groups (none: a step without gradient); returns the step's metrics."""
+    """One optimiser step on the kept groups over every trainer rank (none: a step without
+    gradient); returns the step's metrics."""
     metrics = dict(stats)
     if groups:
-        batch = build_train_batch(groups, recipe.advantage.normalization, pad_token_id(policy.tokenizer))
-        metrics.update(policy.trainer.train_step(batch))
-        meter.add_training(int(batch.attention_mask.sum()))
+        metrics.update(policy.ranks.step(groups))
+        meter.add_training(sum(len(c.prompt_ids) + len(c.token_ids) for g in groups for c in g.completions))
     else:
         metrics["skipped"] = True   # every group filtered: no gradient this step
     return metrics
@@ -190,7 +196,7 @@ def prepare(recipe, run_dir: Path, n_train: int, reporter: Reporter, resume: boo
     policy = build_policy(recipe, reporter)
     state = new_state(recipe, policy.n_params, n_train)
     if resume:
-        restore_state(run_dir, policy.trainer, state, reporter)
+        restore_state(run_dir, policy.ranks, state, reporter)
     policy.engine.update_weights(None, state.step)
     return policy, state
 
@@ -229,7 +235,7 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
 
     def checkpoint() -> None:
         saved = {**state.to_dict(), **source.checkpoint_fields()}
-        save_checkpoint(run_dir, state.step, policy.trainer, saved, recipe.checkpoint.keep)
+        save_checkpoint(run_dir, state.step, policy.ranks, saved, recipe.checkpoint.keep)
 
     def done() -> bool:
         return budget_spent(recipe.budget, state)

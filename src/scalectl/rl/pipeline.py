@@ -30,6 +30,7 @@ import threading
 import time
 from collections import deque
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 
 import torch
@@ -92,31 +93,73 @@ class StopFlag:
             handler(self.signum, None)
 
 
-def _trainer_world_env() -> None:
-    """DeepSpeed's world is the trainers alone (one here): its own rendezvous, apart from the job's."""
-    os.environ.update(local_task_env(0, 1, free_port()))
+def first_trainer_rank(recipe, task) -> int:
+    """Global rank of the first trainer (the leader): ranks ``0 .. generators-1`` generate."""
+    return recipe.hardware.generators if task.world_size > 1 else 0
 
 
-def run_trainer(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) -> dict:
-    """The trainer task: the RL loop (:func:`scalectl.rl.loop.train`) on batches streamed by
-    the generators (:class:`scalectl.rl.feeder.Feeder`), pushing weights after every step.
+def join_trainers(task, channel, device: str, idle_timeout_s: float = 7 * 24 * 3600.0) -> None:
+    """Make torch.distributed's default group the trainers alone: DeepSpeed takes it as its
+    data-parallel world.  One trainer: a world of one (:func:`scalectl.rl.trainer.init_distributed_env`
+    makes it).  N trainers: rank = the task's rank among the trainers, world = N, meeting through
+    the job's rendezvous store (:class:`~scalectl.rl.stream.Channel`) under a prefix of their own,
+    so no second address or port is needed on any launcher; NCCL on GPUs, gloo on CPUs."""
+    import torch.distributed as dist
+
+    if task.role_size == 1:
+        os.environ.update(local_task_env(0, 1, free_port()))
+        return
+    os.environ.update(local_task_env(task.role_rank, task.role_size, task.master_port, task.master_addr,
+                                     task.local_rank))
+    backend = "nccl" if device == "cuda" and torch.cuda.is_available() else "gloo"
+    if backend == "nccl":
+        torch.cuda.set_device(task.local_rank)
+    dist.init_process_group(backend, store=dist.PrefixStore("scalectl/trainers", channel.store),
+                            rank=task.role_rank, world_size=task.role_size,
+                            timeout=timedelta(seconds=idle_timeout_s))
+
+
+def run_trainer(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) -> dict | None:
+    """A trainer task.  The first trainer rank (the leader) runs the RL loop
+    (:func:`scalectl.rl.loop.train`) on batches streamed by the generators
+    (:class:`scalectl.rl.feeder.Feeder`), pushing weights after every step; its steps,
+    checkpoint saves and restores span every trainer rank
+    (:class:`~scalectl.rl.data_parallel.TrainerRanks`).  The other trainer ranks follow it
+    (:func:`~scalectl.rl.data_parallel.follow`: their share of each step, their part of each
+    checkpoint) and return None.
 
     Returns:
-        The loop's summary.
+        The loop's summary on the leader, None on a follower.
 
     Raises:
         KeyboardInterrupt: stopped by a signal (or an interrupted generator), after a checkpoint.
         PeerLost: a generator died.  StalenessError: a token older than the schedule allows.
     """
+    from scalectl.rl.data_parallel import follow
+    from scalectl.rl.loop import build_policy
+    from scalectl.rl.model import pad_token_id
+
     recipe, run_dir = Recipe.model_validate(spec.recipe), Path(spec.run_dir)
-    _trainer_world_env()
+    channel = Channel.connect(task, trainer=first_trainer_rank(recipe, task))
+    join_trainers(task, channel, recipe.hardware.device)
+    if task.role_rank > 0:
+        torch.manual_seed(recipe.seed)
+        policy = build_policy(recipe, reporter)
+        steps = follow(policy.trainer, recipe.advantage.normalization, pad_token_id(policy.tokenizer))
+        reporter.log(f"trainer rank {task.role_rank} followed {steps} step(s)")
+        return None
     policy, state = prepare(recipe, run_dir, len(spec.train_problems), reporter, spec.resume)
-    channel = Channel.connect(task)
-    gens = [r for r in range(task.world_size) if r != channel.trainer]
+    gens = list(range(channel.trainer))
     link = StreamLink(channel, gens, Inbox(channel.groups["rollouts"], gens, "rollouts"), stop)
     source = schedule_for(recipe.async_).batches(recipe, policy, state, spec.train_problems, link=link)
-    return train(recipe, policy, state, source, run_dir=run_dir, eval_problems=spec.eval_problems,
-                 sink=spec.sink, reporter=reporter, stop=stop)
+    try:
+        return train(recipe, policy, state, source, run_dir=run_dir, eval_problems=spec.eval_problems,
+                     sink=spec.sink, reporter=reporter, stop=stop)
+    finally:
+        try:
+            policy.ranks.stop()
+        except RuntimeError:   # a follower is gone: its failure is the job's
+            pass
 
 
 # --------------------------------------------------------------------------- a generator
@@ -136,7 +179,7 @@ def run_generator(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) 
     model, tokenizer = load_model(recipe, reporter)
     engine = make_engine(recipe, model, tokenizer)
     engine.update_weights(None, -1)                    # no weights from the trainer yet
-    channel = Channel.connect(task)
+    channel = Channel.connect(task, trainer=first_trainer_rank(recipe, task))
     trainer = channel.trainer
     slot = WeightSlot(channel.groups["weights"], trainer, engine, weight_layout(model))
     engine.poll_weights = slot.poll

@@ -1,7 +1,7 @@
 """The processes of a pipeline job on one machine: spawn, relay progress, stop together.
 
-:func:`supervise` starts ``generators`` generator processes and one trainer
-process (``python -m scalectl.rl.processes SPEC``, with the environment
+:func:`supervise` starts ``generators`` generator processes and ``trainers`` trainer
+processes (the first trainer rank leads, the others follow it) (``python -m scalectl.rl.processes SPEC``, with the environment
 :func:`scalectl.rl.roles.local_task_env` gives task ``rank``), each with
 one thread, its output in ``RUN_DIR/logs/pipeline-ROLE-RANK.log`` and its
 progress (steps, evaluation points, messages) sent back as JSON lines on a
@@ -105,10 +105,17 @@ def child_main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001 - reported, then the exit status says it failed
         traceback.print_exc()
         reporter.emit("error", message="".join(traceback.format_exception_only(exc)).strip(),
-                      secondary=isinstance(exc, PeerLost))
+                      secondary=_lost_peer(exc))
         return 1
     reporter.emit("done", result=result)
     return 0
+
+
+def _lost_peer(exc: BaseException) -> bool:
+    """Whether ``exc`` only says that another task went away (a generator or the leader stopped
+    answering, a trainers' collective whose peer closed): the other task's failure is the cause."""
+    text = str(exc)
+    return isinstance(exc, PeerLost) or "closed by peer" in text or "reset by peer" in text
 
 
 def _read_events(rank: int, fd: int, events: queue.Queue) -> None:
@@ -137,7 +144,7 @@ def _describe(task: dict, rc: int, error: dict | None) -> str:
     return f"{what} {how} (log: {task['log']})"
 
 
-def supervise(spec, generators: int, reporter, grace_s: float = 120.0) -> dict:
+def supervise(spec, generators: int, reporter, grace_s: float = 120.0, trainers: int = 1) -> dict:
     """Run a pipeline job as local processes (see the module docstring) and return the trainer's summary.
 
     Raises:
@@ -149,11 +156,11 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0) -> dict:
     logs.mkdir(parents=True, exist_ok=True)
     spec_path = folder / "spec.pkl"
     spec_path.write_bytes(pickle.dumps(spec))
-    world, port = generators + 1, free_port()
+    world, port, leader = generators + trainers, free_port(), generators
     events: queue.Queue = queue.Queue()
     tasks, procs = [], []
     for rank in range(world):
-        role = "generator" if rank < generators else "trainer"
+        role = "generator" if rank < generators else "trainer"    # as scalectl.rl.roles.assign_role
         log = logs / f"pipeline-{role}-{rank}.log"
         r, w = os.pipe()
         env = {**os.environ, **local_task_env(rank, world, port), "SCALECTL_PARENT_PID": str(os.getpid()),
@@ -167,7 +174,7 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0) -> dict:
         procs.append(proc)
         tasks.append({"rank": rank, "role": role, "pid": proc.pid, "log": str(log)})
     (folder / "tasks.json").write_text(json.dumps({"supervisor": os.getpid(), "tasks": tasks}, indent=2))
-    reporter.log(f"{generators} generator process(es) and 1 trainer process started "
+    reporter.log(f"{generators} generator process(es) and {trainers} trainer process(es) started "
                  f"({recipe_mode(spec)}; logs in {logs})")
 
     result, errors, exits = None, {}, []
@@ -186,7 +193,7 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0) -> dict:
             reporter.eval(ev["step"], ev["point"])
         elif kind == "log":
             reporter.log(ev["message"])
-        elif kind == "done" and tasks[rank]["role"] == "trainer":
+        elif kind == "done" and rank == leader:
             result = ev["result"]
         elif kind == "error":
             errors[rank] = ev
@@ -243,7 +250,7 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0) -> dict:
     if interrupted or any(rc == 130 for _, rc in exits):
         raise KeyboardInterrupt
     if result is None:
-        raise PipelineFailed(f"the pipeline trainer process ended without a result (log: {tasks[-1]['log']})")
+        raise PipelineFailed(f"the pipeline trainer process ended without a result (log: {tasks[leader]['log']})")
     return result
 
 

@@ -5,7 +5,7 @@
 * a multi-process schedule (``pipeline``): in a multi-task job (Slurm, or
   ``RANK``/``WORLD_SIZE`` in the environment) this process is the task
   :func:`scalectl.rl.roles.detect` names; otherwise the generators and the
-  trainer are spawned here and supervised (:func:`scalectl.rl.processes.supervise`).
+  trainers are spawned here and supervised (:func:`scalectl.rl.processes.supervise`).
 
 Evaluation points leave through ``sink``; nothing here knows where they are stored.
 """
@@ -75,4 +75,4 @@ def run_training(recipe, run_dir: Path, *, sink, train_problems: list, eval_prob
         return run_role(spec, task, reporter)
     if recipe.model.path.startswith("builtin:"):      # build the warm start once, before the processes
         ensure_warm_start(recipe, log=reporter.log)
-    return supervise(spec, recipe.hardware.generators, reporter)
+    return supervise(spec, recipe.hardware.generators, reporter, trainers=recipe.hardware.trainers)

@@ -195,11 +195,6 @@ class Pipeline(Schedule):
     def staleness_bound(self) -> int:
         return self.k
 
-    def check(self, recipe) -> None:
-        if recipe.hardware.trainers != 1:
-            raise UserError(f"async.mode = pipeline runs one trainer process; hardware.trainers = "
-                            f"{recipe.hardware.trainers} (set it to 1)")
-
     def batches(self, recipe, policy, state, problems, link=None) -> BatchSource:
         if link is None:
             raise ValueError("the pipeline schedule needs the trainer's link to its generators")

@@ -63,10 +63,16 @@ class Channel:
     store: object
 
     @classmethod
-    def connect(cls, task, timeout_s: float = 600.0, idle_timeout_s: float = 7 * 24 * 3600.0) -> "Channel":
+    def connect(cls, task, timeout_s: float = 600.0, idle_timeout_s: float = 7 * 24 * 3600.0, *,
+                trainer: int | None = None) -> "Channel":
         """Join the job's rendezvous as ``task`` (a :class:`scalectl.rl.roles.Task`).
 
+        Every task of the job joins (the groups span the job), but only the generators and the
+        first trainer rank use them; the other trainer ranks follow the first one over the
+        trainers' own group.
+
         Args:
+            trainer: global rank of the first trainer (default: the last rank, one trainer).
             timeout_s: how long to wait for every task to join.
             idle_timeout_s: how long a receive may wait for data (generators and
                 trainers idle for long stretches; a dead peer is noticed at once anyway).
@@ -76,7 +82,7 @@ class Channel:
         groups = {name: dist.ProcessGroupGloo(dist.PrefixStore(f"scalectl/{name}", store), task.rank,
                                               task.world_size, timedelta(seconds=idle_timeout_s))
                   for name in FLOWS}
-        return cls(task.rank, task.world_size, task.world_size - 1, groups, store)
+        return cls(task.rank, task.world_size, task.world_size - 1 if trainer is None else trainer, groups, store)
 
     def close(self) -> None:
         """Drop the process groups (pending operations fail)."""
