@@ -233,13 +233,18 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
         state.evaluated.append(state.step)
         reporter.eval(state.step, {**point.to_dict(), "eval_seconds": seconds})
 
-    def checkpoint() -> None:
+    def snapshot() -> dict:
         saved = {**state.to_dict(), **source.checkpoint_fields()}
-        save_checkpoint(run_dir, state.step, policy.ranks, saved, recipe.checkpoint.keep)
+        saved["pending"] = list(saved["pending"])      # the source pops from the live list
+        return saved
+
+    def checkpoint(saved: dict | None = None) -> None:
+        save_checkpoint(run_dir, state.step, policy.ranks, saved or snapshot(), recipe.checkpoint.keep)
 
     def done() -> bool:
         return budget_spent(recipe.budget, state)
 
+    boundary = None        # while a step is under way: the state saved if it is interrupted
     reporter.start(recipe.budget.steps, state.step)
     try:
         if eval_due_on_start(recipe, state):
@@ -247,10 +252,15 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
         while not done():
             if stop is not None and stop.is_set():
                 raise KeyboardInterrupt
+            # An interruption inside a step saves the state as of the step before it: the groups
+            # fetched so far (counted in the compute meter and the prompt history, drawn from the
+            # sampler) are fetched again on resume, so they must not be in the checkpoint.
+            boundary = snapshot()
             with state.meter.timer():
                 groups, stats = source.next_batch(state.step)
                 metrics = train_on_groups(recipe, policy, groups, stats, state.meter)
                 state.step += 1
+                boundary = None
                 policy.engine.update_weights(None, state.step)
                 source.after_step(state.step)
             metrics.update(source.step_metrics(state.step))
@@ -263,7 +273,7 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
                 checkpoint()
     except KeyboardInterrupt:
         reporter.log(f"interrupted at step {state.step}: saving a checkpoint")
-        checkpoint()
+        checkpoint(boundary)
         raise
     finally:
         source.close()
