@@ -10,6 +10,7 @@ import signal
 import subprocess
 import threading
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -22,6 +23,7 @@ from scalectl.rl.batch import build_train_batch
 from scalectl.rl.groups import Group
 from scalectl.rl.model import build_tiny_model, build_tokenizer, head_log_softmax, token_logprobs
 from scalectl.rl.feeder import staleness_stats
+from scalectl.rl.filters import PromptSampler
 from scalectl.recipe import Async
 from scalectl.rl.schedule import schedule_for
 from scalectl.rl.rollout.cpu import CPURolloutEngine
@@ -253,6 +255,19 @@ def test_two_generators_two_trainers_then_a_killed_trainer_fails_the_run(tmp_pat
     assert all(p["samples"] == p["step"] * P * G for p in points)    # P groups of G consumed per step
 
 
+def _checkpoint(run_dir, step: int) -> dict:
+    return torch.load(run_dir / "checkpoints" / f"step-{step:06d}" / "state.pt", weights_only=False)
+
+
+def _prompt_order(sampler_state: dict, n: int | None = None) -> list[int]:
+    """The first ``n`` prompts a fresh sampler draws with nothing retired (default: as many as
+    ``sampler_state`` has drawn)."""
+    sampler = PromptSampler(sampler_state["n_prompts"], sampler_state["seed"])
+    if n is None:
+        n = sampler_state["epoch"] * sampler_state["n_prompts"] + sampler_state["position"]
+    return sampler.next(n)
+
+
 @pytest.mark.slow
 def test_killed_generator_fails_the_run(tmp_path, policy):
     """`scalectl run` of a pipeline recipe spawns a generator and a trainer process that stream
@@ -308,6 +323,16 @@ def test_interrupted_run_checkpoints_and_resumes(tmp_path, policy, layout):
     assert not any(pid_alive(t["pid"]) for t in tasks)
     stopped_at = int((run_dir / "checkpoints" / "latest").read_text().split("-")[1])
     assert stopped_at >= 3
+    # The checkpoint holds the prompts requested and not consumed, which the resumed run requests
+    # first.  No prompt is retired (this untrained model solves none), so prompts are requested in
+    # the sampler's plain order and each step consumed P of them: the saved requests are the ones
+    # drawn after the first stopped_at * P, up to the sampler's position, however far the
+    # generators had run ahead when the signal came.
+    saved = _checkpoint(run_dir, stopped_at)
+    assert saved["history"]["retired"] == []
+    order = _prompt_order(saved["sampler"])
+    assert 0 < len(saved["requests"]) <= (K + 1) * P
+    assert saved["requests"] == order[stopped_at * P:]
 
     resumed = run_cli("run", "--resume", "pipe", "--runs-dir", str(tmp_path / "runs"), db=db, check=True,
                       timeout=240)
@@ -319,6 +344,11 @@ def test_interrupted_run_checkpoints_and_resumes(tmp_path, policy, layout):
     assert [p["samples"] for p in shown["points"]] == [s * P * G for s in (0, 3, 6, 9)]
     steps = _steps(run_dir)
     assert steps[-1]["step"] == 9 and max(s["staleness_max"] for s in steps) <= K
+    # interrupted and resumed, the run consumed the first 9 * P prompts of the sampler's order
+    # once each, as an uninterrupted run does: nothing counted twice in the history, nothing skipped
+    final = _checkpoint(run_dir, 9)
+    seen = Counter({int(p): len(h) for p, h in final["history"]["history"].items()})
+    assert seen == Counter(_prompt_order(final["sampler"], 9 * P))
 
 
 @pytest.mark.slow

@@ -3,7 +3,11 @@
 The trainer owns the prompt order: it draws prompts (sampler, retired
 prompts) and sends them to the generators as requests tagged with the oldest
 policy version allowed to sample them (the weights it last pushed); groups
-come back and are consumed in request order.  With trainer version v, P
+come back and are consumed in request order.  A checkpoint holds the sampler
+as of the last request and the prompts requested but not consumed; a resumed
+run requests those prompts again first, so it consumes the prompts the
+uninterrupted run would have (drawing them again would skip the prompts
+retired since they were requested, and change the prompt order).  With trainer version v, P
 prompts per step and c_v groups consumed before step v, requests are issued
 up to c_v + (k + 1) P and weights are pushed after every step.  Each step
 consumes at least P groups, so a group requested at version v is consumed by
@@ -64,7 +68,6 @@ class _Ticket:
     req_id: int
     prompt_id: int
     min_version: int
-    sampler_state: dict
 
 
 @dataclass
@@ -95,7 +98,7 @@ class Feeder:
         self.P = self.recipe.batch.prompts_per_step
         self.channel, self.generators = self.link.channel, self.link.generators
         self.inbox, self.stop = self.link.inbox, self.link.stop
-        self.consumed_sampler = self.state.sampler.state_dict()
+        self.replay = deque(self.state.requests)     # requested before the checkpoint, not consumed
         self._step = {}
         self._gen_prev = (0.0, 0.0)
 
@@ -109,13 +112,14 @@ class Feeder:
         self.pushed = version
 
     def dispatch(self, n: int) -> None:
-        """Draw ``n`` prompts and send them as requests, generators in turn, in chunks of
-        ceil(P / M) prompts (M generators): every generator has its share of each step's prompts."""
+        """Send ``n`` prompts as requests, generators in turn, in chunks of ceil(P / M) prompts
+        (M generators): every generator has its share of each step's prompts.  The prompts
+        requested before a resume and not consumed go first, then prompts drawn from the sampler."""
         retired = self.state.history.retired if self.recipe.filter.retire_solved else frozenset()
         new = []
         for _ in range(n):
-            pid = self.state.sampler.next(1, retired)[0]
-            new.append(_Ticket(self.next_req, pid, self.pushed, self.state.sampler.state_dict()))
+            pid = self.replay.popleft() if self.replay else self.state.sampler.next(1, retired)[0]
+            new.append(_Ticket(self.next_req, pid, self.pushed))
             self.next_req += 1
         self.tickets.extend(new)
         size = -(-self.P // len(self.generators))
@@ -139,8 +143,10 @@ class Feeder:
         self.push(version)
 
     def checkpoint_fields(self) -> dict:
-        """The sampler as of the last consumed group (requests in flight are drawn again on resume)."""
-        return {"sampler": self.consumed_sampler}
+        """The sampler as of the last request, and the prompts requested and not consumed (in
+        request order), which a resumed run requests again before drawing more."""
+        return {"sampler": self.state.sampler.state_dict(),
+                "requests": [t.prompt_id for t in self.tickets] + list(self.replay)}
 
     # -- consuming
     def _pull(self, timeout: float) -> None:
@@ -179,7 +185,6 @@ class Feeder:
                                  f"weights {ticket.min_version} its request asked for")
         self._step["versions"] += versions
         self.consumed += 1
-        self.consumed_sampler = ticket.sampler_state
         return group
 
     def _fetch(self, version: int):

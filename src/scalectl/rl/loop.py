@@ -61,13 +61,14 @@ class LoopState:
     sampler: PromptSampler
     history: PromptHistory
     pending: list = field(default_factory=list)   # generated batches not yet trained (off-policy)
+    requests: list = field(default_factory=list)  # prompts requested from generators, not consumed (pipeline)
     evaluated: list = field(default_factory=list)
     last_metrics: dict = field(default_factory=dict)   # what the next point carries of the last step
 
     def to_dict(self) -> dict:
         return {"step": self.step, "meter": self.meter.to_dict(), "sampler": self.sampler.state_dict(),
-                "history": self.history.to_dict(), "pending": self.pending, "evaluated": self.evaluated,
-                "last_metrics": self.last_metrics}
+                "history": self.history.to_dict(), "pending": self.pending, "requests": list(self.requests),
+                "evaluated": self.evaluated, "last_metrics": self.last_metrics}
 
 
 def load_model(recipe, reporter: Reporter):
@@ -118,6 +119,7 @@ def restore_state(run_dir: Path, trainer, state: LoopState, reporter: Reporter) 
     state.sampler.load_state_dict(saved["sampler"])
     state.history = PromptHistory.from_dict(saved["history"])
     state.pending, state.evaluated = saved["pending"], saved["evaluated"]
+    state.requests = saved.get("requests", [])           # absent from checkpoints of older versions
     state.last_metrics = saved.get("last_metrics", {})   # absent from checkpoints of older versions
     trim_steps(run_dir, state.step)
     reporter.log(f"resumed from {ckpt.name} (step {state.step})")
