@@ -17,7 +17,7 @@ from matplotlib.figure import Figure
 
 from scalectl.compare import LooLine, RunCurve
 from scalectl.curve import SigmoidFit
-from scalectl.defaults import MARGIN
+from scalectl.defaults import MARGIN, TRUNCATION_THRESHOLD
 from scalectl.display import format_estimate, format_number
 from scalectl.extrapolate import Extrapolation
 
@@ -183,4 +183,28 @@ def plot_loo(lines: Sequence[LooLine], path: str | Path, *, axis: str = "gpu_hou
     ax.set_title(title or f"Linearised curves with shared A = {lines[0].A:.3f} (slope = B)")
     ax.grid(True, alpha=0.3)
     ax.legend(loc="upper left", fontsize=8)
+    return _save(fig, path)
+
+
+def plot_truncation(series: dict[str, list[tuple[np.ndarray, np.ndarray]]], path: str | Path, *,
+                    axis: str = "gpu_hours", threshold: float = TRUNCATION_THRESHOLD) -> Path:
+    """Truncation rate (share of completions cut at the length limit) against
+    compute, one colour per variant (one line per seed), with the flag
+    threshold (method.md section 5: runs past 10-15% became unstable)."""
+    fig = _new_figure((7.5, 4.0))
+    ax = fig.add_subplot()
+    for i, (name, runs) in enumerate(series.items()):
+        color = _COLORS[i % len(_COLORS)]
+        for j, (x, t) in enumerate(runs):
+            ok = np.isfinite(t) & (x > 0)
+            ax.plot(x[ok], t[ok], "o-", ms=3, lw=1.2, color=color, alpha=0.85,
+                    label=name if j == 0 else None)
+    ax.axhline(threshold, color="black", ls=":", lw=1, label=f"flag threshold {threshold:g}")
+    ax.set_xscale("log")
+    ax.set_xlabel(AXIS_LABELS.get(axis, axis))
+    ax.set_ylabel("truncation rate")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Truncation rate against compute")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(loc="best", fontsize=8)
     return _save(fig, path)

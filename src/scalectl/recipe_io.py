@@ -87,12 +87,14 @@ def read_toml(path: str | Path, what: str = "recipe or setup file") -> dict:
     return _parse_toml(text, str(path))
 
 
-def _flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
+    """A nested recipe mapping as dotted keys: ``{"loss": {"type": "cispo"}}`` ->
+    ``{"loss.type": "cispo"}`` (an empty table stays one key with value ``{}``)."""
     out: dict[str, Any] = {}
     for key, value in d.items():
         dotted = f"{prefix}{key}"
         if isinstance(value, dict) and value:
-            out.update(_flatten(value, dotted + "."))
+            out.update(flatten(value, dotted + "."))
         else:
             out[dotted] = value
     return out
@@ -143,7 +145,7 @@ def read_layered(path: str | Path, _chain: tuple[Path, ...] = ()) -> tuple[dict,
         merged, origin = read_layered(parent_path, (*_chain, resolved))
     taken = _companions_of(merged, data, origin, str(path))
     merged = _merge(merged, data)
-    origin.update({key: str(path) for key in _flatten(data)})
+    origin.update({key: str(path) for key in flatten(data)})
     origin.update(taken)
     return merged, origin
 

@@ -20,7 +20,6 @@ import numpy as np
 from scalectl.ablation.analysis import AblationResult, VariantResult
 from scalectl.ablation.planner import format_value
 from scalectl.compare import BASELINE
-from scalectl.defaults import TRUNCATION_THRESHOLD
 from scalectl.display import format_estimate
 
 FIGURES = {"curves": "Pass rate against compute with the fitted sigmoids (grey band: the "
@@ -32,35 +31,9 @@ FIGURES = {"curves": "Pass rate against compute with the fitted sigmoids (grey b
 # --------------------------------------------------------------------------- figures
 
 
-def plot_truncation(series: dict[str, list[tuple[np.ndarray, np.ndarray]]], path: str | Path, *,
-                    axis: str = "gpu_hours", threshold: float = TRUNCATION_THRESHOLD) -> Path:
-    """Truncation rate (share of completions cut at the length limit) against
-    compute, one colour per variant (one line per seed), with the flag
-    threshold (method.md section 5: runs past 10-15% became unstable)."""
-    from scalectl.plot import _COLORS, _new_figure, _save, AXIS_LABELS
-
-    fig = _new_figure((7.5, 4.0))
-    ax = fig.add_subplot()
-    for i, (name, runs) in enumerate(series.items()):
-        color = _COLORS[i % len(_COLORS)]
-        for j, (x, t) in enumerate(runs):
-            ok = np.isfinite(t) & (x > 0)
-            ax.plot(x[ok], t[ok], "o-", ms=3, lw=1.2, color=color, alpha=0.85,
-                    label=name if j == 0 else None)
-    ax.axhline(threshold, color="black", ls=":", lw=1, label=f"flag threshold {threshold:g}")
-    ax.set_xscale("log")
-    ax.set_xlabel(AXIS_LABELS.get(axis, axis))
-    ax.set_ylabel("truncation rate")
-    ax.set_ylim(bottom=0)
-    ax.set_title("Truncation rate against compute")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
-    return _save(fig, path)
-
-
 def draw_figures(result: AblationResult, out_dir: str | Path) -> dict[str, Path]:
     """Write curves.png, loo.png and truncation.png (those the data allow) into ``out_dir``."""
-    from scalectl.plot import plot_curves, plot_loo
+    from scalectl.plot import plot_curves, plot_loo, plot_truncation
 
     out_dir = Path(out_dir)
     fitted = {v.name: v.curve for v in result.variants if v.curve is not None}

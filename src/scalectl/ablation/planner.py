@@ -56,7 +56,7 @@ from scalectl.defaults import MARGIN
 from scalectl.errors import UserError
 from scalectl.names import check_name
 from scalectl.recipe import UNHASHED_KEYS, Recipe
-from scalectl.recipe_io import _flatten, find_default_setup, load, parse_override, read_toml
+from scalectl.recipe_io import find_default_setup, flatten, load, parse_override, read_toml
 
 KINDS = ("forward", "leave_one_out", "variants")
 #: Name of the base variant of forward and leave-one-out ablations.
@@ -283,8 +283,8 @@ def with_companions(overrides: tuple[str, ...]) -> tuple[str, ...]:
 def diff(base: Recipe, other: Recipe) -> tuple[Change, ...]:
     """Dotted keys whose values differ between two recipes (name, description,
     seed, launcher and checkpoint frequency left out), in key order."""
-    a = {k: v for k, v in _flatten(base.to_dict()).items() if k.split(".")[0] not in UNHASHED_KEYS}
-    b = {k: v for k, v in _flatten(other.to_dict()).items() if k.split(".")[0] not in UNHASHED_KEYS}
+    a = {k: v for k, v in flatten(base.to_dict()).items() if k.split(".")[0] not in UNHASHED_KEYS}
+    b = {k: v for k, v in flatten(other.to_dict()).items() if k.split(".")[0] not in UNHASHED_KEYS}
     return tuple(Change(k, a.get(k), b.get(k)) for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k))
 
 
