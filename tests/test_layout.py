@@ -110,3 +110,35 @@ def test_dry_run_json_carries_the_layout(tmp_path):
     # fp32 tiny model: 16 bytes per parameter on the one trainer
     assert layout["memory"]["total"] == 16 * 1_118_080
     assert layout["weight_sync"]["bytes_per_update"] == 4 * 1_118_080
+
+
+def test_sync_and_ppo_off_policy_use_n_trainers_and_m_generators(tmp_path):
+    """sync and ppo_off_policy run as generator and trainer processes beyond 1 + 1: the dry run
+    accepts every layout whose rounds split into whole groups (a sync round is one step's P
+    prompts, a ppo_off_policy-k round k P) and prints the role map at paper scale; it refuses,
+    naming the keys, a layout where generators would wait."""
+    tiny = load(ROOT / "recipes/scalerl.toml", ROOT / "setups/tiny-cpu.toml",
+                ["async.mode=sync", "hardware.generators=2", "hardware.trainers=2"])
+    report = check_layout(tiny, 1_118_080)
+    assert report.problems == []
+    assert report.lines[0] == "role map (processes on this machine): ranks 0-1 generator(s), ranks 2-3 trainer(s)"
+    # paper scale, ppo_off_policy-8: a round of 8 x 48 = 384 prompts, 6 for each of 64 generators
+    ppo = run_cli("run", str(PAPER[0]), "--setup", str(PAPER[1]), "--dry-run", "--set", "async.mode=ppo_off_policy",
+                  db=tmp_path / "s.db")
+    assert ppo.returncode == 0, ppo.stderr
+    assert "node 0: ranks 0-7 -> generators 0-7" in ppo.stderr and "node 9: ranks 72-79 -> trainers 8-15" in ppo.stderr
+    # paper scale, sync: a round is one step's 48 prompts, which 64 generators cannot share
+    sync = run_cli("run", str(PAPER[0]), "--setup", str(PAPER[1]), "--dry-run", "--set", "async.mode=sync",
+                   db=tmp_path / "s.db")
+    assert sync.returncode == 2
+    assert "node 9: ranks 72-79 -> trainers 8-15" in sync.stderr          # the role map is printed too
+    assert ("batch.prompts_per_step = 48 does not split into whole groups across hardware.generators = 64 in "
+            "async.mode = sync: 16 generator(s) would wait") in sync.stderr
+    odd = load(*PAPER, ["async.mode=ppo_off_policy", "async.k=3", "hardware.generators=40",
+                        "launcher.slurm.nodes=7"])
+    # 3 x 48 = 144 prompts over 40 generators: 144 = 3 x 40 + 24, so 16 generators get one prompt less
+    assert [p for p in check_layout(odd, None).problems if "generators = 40" in p] == [
+        "a round of async.k x batch.prompts_per_step = 3 x 48 = 144 prompts does not split into whole groups "
+        "across hardware.generators = 40 in async.mode = ppo_off_policy: 16 generator(s) would wait while the "
+        "others sample the last prompts of each round (use a number of generators that divides 144)"]
+    assert not (tmp_path / "s.db").exists()

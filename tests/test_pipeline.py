@@ -380,3 +380,61 @@ def test_tasks_of_a_multi_task_job_run_their_roles(tmp_path, policy):
     with Store.open(tmp_path / "s.db") as store:
         assert store.get_run("tasks")["status"] == "completed"
         assert [p["step"] for p in store.points(run_id)] == [0, 3]
+
+
+# --------------------------------------------------------------------------- sync and ppo_off_policy in processes
+
+
+def _run_rounds(tmp_path, policy, name, *extra, timeout=300):
+    """`scalectl run` of scalerl on 2 generator + 2 trainer processes (zero-variance groups kept,
+    so that every step trains even though the untrained policy solves nothing)."""
+    db = tmp_path / "s.db"
+    proc = run_cli("run", "recipes/scalerl.toml", "--name", name, "--runs-dir", str(tmp_path / "runs"),
+                   "--set", f"model.path={policy}", *TINY, "--set", "hardware.generators=2",
+                   "--set", "hardware.trainers=2", "--set", "filter.zero_variance=false", *extra,
+                   db=db, check=True, timeout=timeout)
+    return proc, tmp_path / "runs" / name, json.loads(run_cli("show", name, "--json", db=db, check=True).stdout)
+
+
+def test_sync_on_two_generators_and_two_trainers_is_on_policy(tmp_path, policy):
+    """sync on 2 generators + 2 data-parallel trainers runs as the pipeline's 4 processes; every
+    token each step trains was sampled by the weights of the trainer version that trains it
+    (staleness 0, one version per completion), every step trains on its P groups over both trainer
+    ranks, and the points land once per evaluation step, with P x G samples per step."""
+    proc, run_dir, shown = _run_rounds(tmp_path, policy, "sync22", "--set", "async.mode=sync",
+                                       "--set", "budget.steps=6")
+    tasks = json.loads((run_dir / "pipeline" / "tasks.json").read_text())["tasks"]
+    assert [t["role"] for t in tasks] == ["generator", "generator", "trainer", "trainer"]
+    assert "2 generator process(es) and 2 trainer process(es) started (sync;" in proc.stderr
+    assert "trainer rank 1 followed 6 step(s)" in proc.stderr
+    steps = _steps(run_dir)
+    assert [s["step"] for s in steps] == [1, 2, 3, 4, 5, 6]
+    assert all(s["groups_kept"] == P and not s.get("skipped") for s in steps)
+    assert [(s["staleness_max"], s["staleness_mean"], s["multi_version_share"]) for s in steps] == [(0, 0.0, 0.0)] * 6
+    assert all(s["tokens_per_s"] > 0 for s in steps)              # the staleness is over trained tokens
+    assert shown["run"]["status"] == "completed"
+    assert [p["step"] for p in shown["points"]] == [0, 3, 6]
+    assert [p["samples"] for p in shown["points"]] == [0, 3 * P * G, 6 * P * G]
+
+
+@pytest.mark.slow
+def test_ppo_off_policy_in_processes_is_k_minus_1_stale_and_resumes_inside_a_round(tmp_path, policy):
+    """ppo_off_policy-3 on 2 generators + 2 trainers: a round of 3 P prompts is sampled by one
+    version and trained by the next 3 versions, so the steps' staleness is 0, 1, 2, 0, 1, 2.  A
+    run stopped after step 4 (inside the second round) checkpoints the round's last batch; extended
+    to 6 steps it trains steps 5 and 6 on that batch exactly as the uninterrupted run does (same
+    loss, same staleness), with every trainer rank restoring its part."""
+    ppo = ["--set", "async.mode=ppo_off_policy", "--set", "async.k=3"]
+    _, plain_dir, plain = _run_rounds(tmp_path, policy, "plain", *ppo, "--set", "budget.steps=6")
+    _, cut_dir, _ = _run_rounds(tmp_path, policy, "cut", *ppo, "--set", "budget.steps=4")
+    assert len(_checkpoint(cut_dir, 4)["pending"]) == 2      # the round's batches for steps 5 and 6
+    resumed = run_cli("run", "--resume", "cut", "--runs-dir", str(tmp_path / "runs"), "--set", "budget.steps=6",
+                      db=tmp_path / "s.db", check=True, timeout=300)
+    assert "trainer rank 1 followed 2 step(s)" in resumed.stderr, resumed.stderr
+    ref, got = _steps(plain_dir), _steps(cut_dir)
+    assert [s["staleness_max"] for s in ref] == [0, 1, 2, 0, 1, 2] == [s["staleness_max"] for s in got]
+    assert all(s["multi_version_share"] == 0 for s in ref + got)
+    for a, b in zip(ref[4:], got[4:]):
+        assert b["loss"] == pytest.approx(a["loss"], rel=1e-6, abs=1e-9)
+        assert b["reward"] == a["reward"] and b["groups_kept"] == a["groups_kept"] == P
+    assert [p["samples"] for p in plain["points"]] == [0, 3 * P * G, 6 * P * G]

@@ -6,9 +6,10 @@ so the same call serves ``scalectl run`` in the foreground, a local
 background process and every task of a Slurm job.  The job body alone
 
 * works out which task of the job it is (:func:`scalectl.rl.run.job_task`):
-  a single-process schedule trains on task 0 and other tasks return at once;
-  a multi-process schedule runs every task's role, and the first trainer
-  rank records the run (generators and the trainer ranks that follow it do not);
+  a run in one process (``sync`` or ``ppo_off_policy`` with 1 generator + 1
+  trainer) trains on task 0 and other tasks return at once; a run in processes
+  (every other layout) runs every task's role, and the first trainer rank
+  records the run (generators and the trainer ranks that follow it do not);
 * decides to resume: it does whenever the run folder holds a checkpoint;
 * writes the run's status in the store: running, then completed, failed (with
   the error), cancelled, or what the launcher says an exception means
@@ -100,8 +101,8 @@ def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | Non
 
     Returns:
         The training summary (steps, first and last pass rate, compute), or None in a
-        task that does not train (a generator task, or a task other than 0 when the
-        schedule runs in one process).
+        task that does not record the run (a generator, a trainer rank after the first,
+        or a task other than 0 when the run is in one process).
 
     Raises:
         UserError: another process holds the run folder.
@@ -122,8 +123,9 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
     run_id = job["run_id"]
     simulated = recipe.model.path.startswith("simulated:")   # scalectl.simulated: points from a given curve
     task = None if simulated else job_task(recipe)
-    if task is not None and task.world_size > 1 and not schedule_for(recipe.async_).multi_process \
-            and task.rank != 0:
+    hw = recipe.hardware
+    if task is not None and task.world_size > 1 and task.rank != 0 \
+            and not schedule_for(recipe.async_).in_processes(hw.generators, hw.trainers):
         reporter.log(f"the training loop runs on task 0; task {task.rank} has nothing to do")
         return None
     resume = latest_checkpoint(run_dir) is not None

@@ -5,13 +5,14 @@ job would refuse at start, or what would leave devices idle while billed:
 
 * task counts that do not add up: a Slurm job of ``nodes x tasks_per_node``
   tasks must hold exactly ``hardware.generators + hardware.trainers`` tasks;
-* generator or trainer counts the async mode cannot use (:data:`SUPPORTED`);
+* generator or trainer counts the async mode cannot use: a step's prompts must
+  split into whole groups across the trainers, and, in the modes that generate
+  a round of batches with one policy version (:data:`BATCHED_GENERATION`), a
+  round's prompts across the generators (else some would sit idle);
 * GPUs per task: on CUDA every task needs a GPU of its own;
 * a trainer whose parameters, gradients and optimiser states do not fit the
   device's memory at the chosen ZeRO stage (:func:`trainer_memory`), or a
   generator that cannot hold the weights;
-* ``batch.prompts_per_step`` that cannot be split by whole groups across the
-  trainers (and, in modes that generate one batch at a time, the generators).
 
 It also describes the layout: the role of every task on every node
 (:func:`role_map`) and the weight-sync plan (:mod:`scalectl.weight_sync`).
@@ -27,18 +28,17 @@ from pathlib import Path
 
 from scalectl.weight_sync import WeightSyncPlan, weight_sync_plan
 
-#: What each async mode can use today: (most generators, most trainers); None is no limit.
-#: ``sync`` and ``ppo_off_policy`` train and generate in one process; ``pipeline``
-#: runs any number of generator processes and data-parallel trainer processes.
-SUPPORTED: dict[str, tuple[int | None, int | None]] = {
-    "sync": (1, 1),
-    "ppo_off_policy": (1, 1),
-    "pipeline": (None, None),
-}
-
-#: Modes whose generators produce one step's batch at a time (a share each), so
-#: the prompts of a step must split across generators by whole groups.
+#: Modes whose generators sample a round of requests with one policy version and then
+#: wait for the next round's weights (``scalectl.rl.feeder.RoundFeeder``): one step's
+#: prompts for ``sync``, k steps' for ``ppo_off_policy``.  A round's prompts must split
+#: across the generators by whole groups, else some generators wait while others sample.
 BATCHED_GENERATION = ("sync", "ppo_off_policy")
+
+
+def round_prompts(mode: str, k: int, prompts_per_step: int) -> int:
+    """Prompts one round of a :data:`BATCHED_GENERATION` mode requests at once: P for
+    ``sync``, k P for ``ppo_off_policy``."""
+    return prompts_per_step * (k if mode == "ppo_off_policy" else 1)
 
 #: Bytes per parameter of (weights, gradients, optimiser states) for AdamW.
 #: bf16 is mixed precision: bf16 weights and gradients, and fp32 master weights,
@@ -49,7 +49,9 @@ ADAM_BYTES = {"bf16": (2, 2, 12), "fp32": (4, 4, 8)}
 
 def one_process(mode: str, generators: int, trainers: int) -> bool:
     """True when the run generates and trains in one process (``sync`` and
-    ``ppo_off_policy`` with one generator and one trainer)."""
+    ``ppo_off_policy`` with one generator and one trainer); every other layout runs
+    one process per generator and per trainer (as
+    ``scalectl.rl.schedule.Schedule.in_processes``; a test checks that they agree)."""
     return mode in BATCHED_GENERATION and generators == 1 and trainers == 1
 
 
@@ -239,14 +241,6 @@ def check_layout(recipe, params: int | None, launcher: str | None = None) -> Lay
     problems: list[str] = []
     lines: list[str] = []
 
-    max_gens, max_trains = SUPPORTED[mode]
-    if max_gens is not None and gens > max_gens:
-        problems.append(f"async.mode = {mode} uses {max_gens} generator(s); hardware.generators = {gens} "
-                        f"would hold idle devices (set it to {max_gens}, or use async.mode = pipeline)")
-    if max_trains is not None and trains > max_trains:
-        problems.append(f"async.mode = {mode} runs {max_trains} trainer process(es); "
-                        f"hardware.trainers = {trains} cannot be used (set it to {max_trains})")
-
     single = one_process(mode, gens, trains)
     tasks = gens + trains
     if kind == "slurm":
@@ -273,16 +267,21 @@ def check_layout(recipe, params: int | None, launcher: str | None = None) -> Lay
     elif single:
         lines.append("role map: one process generates and trains")
     else:
-        lines.append(f"role map (processes on this machine): ranks 0-{gens - 1} generators, "
-                     f"ranks {gens}-{tasks - 1} trainers")
+        lines.append(f"role map (processes on this machine): ranks {_span(list(range(gens)))} generator(s), "
+                     f"ranks {_span(list(range(gens, tasks)))} trainer(s)")
 
     prompts = recipe.batch.prompts_per_step
     if prompts % trains:
         problems.append(f"batch.prompts_per_step = {prompts} does not split into whole groups across "
                         f"hardware.trainers = {trains} (use a multiple of {trains})")
-    if mode in BATCHED_GENERATION and prompts % gens:
-        problems.append(f"batch.prompts_per_step = {prompts} does not split into whole groups across "
-                        f"hardware.generators = {gens} in async.mode = {mode} (use a multiple of {gens})")
+    if mode in BATCHED_GENERATION and not single:
+        n = round_prompts(mode, recipe.async_.k, prompts)
+        what = (f"batch.prompts_per_step = {prompts}" if mode == "sync" else
+                f"a round of async.k x batch.prompts_per_step = {recipe.async_.k} x {prompts} = {n} prompts")
+        if n % gens:
+            problems.append(f"{what} does not split into whole groups across hardware.generators = {gens} in "
+                            f"async.mode = {mode}: {gens - n % gens} generator(s) would wait while the others "
+                            f"sample the last prompts of each round (use a number of generators that divides {n})")
 
     memory = plan = None
     if params is None:

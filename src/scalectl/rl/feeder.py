@@ -112,9 +112,9 @@ class Feeder:
         self.pushed = version
 
     def dispatch(self, n: int) -> None:
-        """Send ``n`` prompts as requests, generators in turn, in chunks of ceil(P / M) prompts
-        (M generators): every generator has its share of each step's prompts.  The prompts
-        requested before a resume and not consumed go first, then prompts drawn from the sampler."""
+        """Send ``n`` prompts as requests, generators in turn, in the chunks of :meth:`chunks`.
+        The prompts requested before a resume and not consumed go first, then prompts drawn
+        from the sampler."""
         retired = self.state.history.retired if self.recipe.filter.retire_solved else frozenset()
         new = []
         for _ in range(n):
@@ -122,13 +122,18 @@ class Feeder:
             new.append(_Ticket(self.next_req, pid, self.pushed))
             self.next_req += 1
         self.tickets.extend(new)
-        size = -(-self.P // len(self.generators))
-        for lo in range(0, len(new), size):
-            chunk = [(t.req_id, t.prompt_id, t.min_version) for t in new[lo:lo + size]]
+        for share in self.chunks(len(new)):
+            chunk = [(t.req_id, t.prompt_id, t.min_version) for t in new[share.start:share.stop]]
             g = self.generators[self.next_gen % len(self.generators)]
             self.next_gen += 1
             for w in send_object(self.channel.groups["control"], ("requests", chunk), g):
                 w.wait()
+
+    def chunks(self, n: int) -> list[range]:
+        """How ``n`` new requests are cut for the generators: chunks of ceil(P / M) prompts
+        (M generators), so that every generator has its share of each step's prompts."""
+        size = -(-self.P // len(self.generators))
+        return [range(lo, min(lo + size, n)) for lo in range(0, n, size)]
 
     def next_batch(self, version: int) -> tuple[list, dict]:
         """Before step ``version``: fill the request window, then consume one batch."""
@@ -226,3 +231,63 @@ class Feeder:
                 self._pull(0.2)
             except PeerLost:
                 break
+
+
+@dataclass
+class RoundFeeder(Feeder):
+    """A :class:`~scalectl.rl.schedule.BatchSource` for ``sync`` and ``ppo_off_policy`` over
+    generator processes: rounds of ``rounds`` batches sampled by one policy version.
+
+    When no batch of the current round is left (``state.pending``), the trainer at version
+    v pushes weights v, requests ``rounds`` x P prompts at once (a near-equal share per
+    generator, :func:`scalectl.rl.sharding.split_groups`), each tagged with version v, and
+    collects the round's ``rounds`` batches in order (filters and dynamic-sampling refills as
+    in one process, :func:`scalectl.rl.collect.collect_batch`; refills are sampled by the
+    same weights).  Weights are pushed only at the start of a round, so every token of the
+    round is version v, and batch j of the round is trained by version v + j: staleness
+    j <= rounds - 1 (0 for ``sync``), checked for every trained token (the step metrics'
+    staleness and throughput are over the tokens the step trained).  The round's
+    batches wait in ``state.pending``, so a checkpoint between two steps of a round holds
+    them and a resumed run trains on them as the uninterrupted run would (as
+    :class:`~scalectl.rl.schedule.LocalBatches` does); a round interrupted while being
+    collected is sampled again from the sampler as of its start.
+
+    Args:
+        rounds: batches per round (1 for ``sync``, k for ``ppo_off_policy``).
+    """
+
+    rounds: int = 1
+
+    def chunks(self, n: int) -> list[range]:
+        """A round's ``n`` requests in M near-equal contiguous shares (M generators), so that
+        every generator samples its share of the round at once."""
+        from scalectl.rl.sharding import split_groups
+
+        return [share for share in split_groups(n, len(self.generators)) if len(share)]
+
+    def next_batch(self, version: int) -> tuple[list, dict]:
+        """Before step ``version``: the next batch of the round, collecting a new round first
+        when none is left.
+
+        Raises:
+            StalenessError: a trained token older than ``bound`` versions.
+        """
+        state = self.state
+        self._step = {"idle": 0.0, "versions": [], "t0": time.perf_counter()}
+        if not state.pending:
+            if self.pushed < version:
+                self.push(version)
+            self.dispatch(self.rounds * self.P - len(self.tickets))
+            fetch = self._fetch(version)
+            state.pending = [collect_batch(self.recipe, fetch, state) for _ in range(self.rounds)]
+        kept, stats = state.pending.pop(0)
+        versions = [c.versions for g in kept for c in g.completions]
+        oldest = min((v for vs in versions for v in vs), default=version)
+        if version - oldest > self.bound:
+            raise StalenessError(f"a trained token is {version - oldest} versions behind trainer version "
+                                 f"{version} (at most {self.bound})")
+        self._step["versions"] = versions
+        return kept, stats
+
+    def after_step(self, version: int) -> None:
+        """Nothing: the weights of ``version`` are pushed when the next round starts."""

@@ -12,7 +12,10 @@ ratio uses.
 The trainer runs the one RL loop (:func:`scalectl.rl.loop.train`); its batch
 source is the ``pipeline`` schedule's :class:`~scalectl.rl.feeder.Feeder`,
 which owns the prompt order and requests groups from the generators so that
-every trained token is at most k versions old.
+every trained token is at most k versions old.  The same processes run
+``sync`` and ``ppo_off_policy`` beyond 1 generator + 1 trainer, with the
+:class:`~scalectl.rl.feeder.RoundFeeder` as batch source: requests go out a
+round at a time, all sampled by the weights pushed before the round.
 
 Evaluation runs in the trainer on its current weights (exactly version v)
 while generators keep filling the stream; compute is the trainer's
@@ -121,8 +124,10 @@ def join_trainers(task, channel, device: str, idle_timeout_s: float = 7 * 24 * 3
 
 def run_trainer(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) -> dict | None:
     """A trainer task.  The first trainer rank (the leader) runs the RL loop
-    (:func:`scalectl.rl.loop.train`) on batches streamed by the generators
-    (:class:`scalectl.rl.feeder.Feeder`), pushing weights after every step; its steps,
+    (:func:`scalectl.rl.loop.train`) on batches sampled by the generators (the schedule's
+    source: :class:`scalectl.rl.feeder.Feeder` in ``pipeline``, pushing weights after every
+    step; :class:`scalectl.rl.feeder.RoundFeeder` in ``sync``/``ppo_off_policy``, pushing them
+    before each round); its steps,
     checkpoint saves and restores span every trainer rank
     (:class:`~scalectl.rl.data_parallel.TrainerRanks`).  The other trainer ranks follow it
     (:func:`~scalectl.rl.data_parallel.follow`: their share of each step, their part of each

@@ -1,4 +1,5 @@
-"""The processes of a pipeline job on one machine: spawn, relay progress, stop together.
+"""The processes of a job in processes (``pipeline``; ``sync`` and ``ppo_off_policy`` beyond
+1 generator + 1 trainer) on one machine: spawn, relay progress, stop together.
 
 :func:`supervise` starts ``generators`` generator processes and ``trainers`` trainer
 processes (the first trainer rank leads, the others follow it) (``python -m scalectl.rl.processes SPEC``, with the environment
@@ -45,7 +46,8 @@ from scalectl.rl.stream import PeerLost
 
 
 class PipelineFailed(RuntimeError):
-    """A generator or trainer process of a pipeline job failed."""
+    """A generator or trainer process of a job in processes failed (its name is historical:
+    every async mode's processes raise it)."""
 
 
 class EventReporter:
@@ -133,8 +135,8 @@ def recipe_mode(spec) -> str:
     return schedule_for(Async.model_validate(spec.recipe["async"])).describe()
 
 
-def _describe(task: dict, rc: int, error: dict | None) -> str:
-    what = f"pipeline {task['role']} process (rank {task['rank']}, pid {task['pid']})"
+def _describe(task: dict, rc: int, error: dict | None, mode: str = "pipeline") -> str:
+    what = f"{mode} {task['role']} process (rank {task['rank']}, pid {task['pid']})"
     if rc < 0:
         how = f"was killed by signal {signal.Signals(-rc).name}"
     elif error is not None:
@@ -246,11 +248,11 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0, trainers:
     if failed:
         primary = [(r, rc) for r, rc in failed if not errors.get(r, {}).get("secondary")] or failed
         rank, rc = primary[0]
-        raise PipelineFailed(_describe(tasks[rank], rc, errors.get(rank)))
+        raise PipelineFailed(_describe(tasks[rank], rc, errors.get(rank), spec.recipe["async"]["mode"]))
     if interrupted or any(rc == 130 for _, rc in exits):
         raise KeyboardInterrupt
     if result is None:
-        raise PipelineFailed(f"the pipeline trainer process ended without a result (log: {tasks[leader]['log']})")
+        raise PipelineFailed(f"the first trainer process ended without a result (log: {tasks[leader]['log']})")
     return result
 
 

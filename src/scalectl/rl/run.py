@@ -1,11 +1,13 @@
 """Start one run's training: the schedule of ``async.mode`` decides how.
 
-* a single-process schedule (``sync``, ``ppo_off_policy``): the RL loop runs
-  here, generating its own batches;
-* a multi-process schedule (``pipeline``): in a multi-task job (Slurm, or
-  ``RANK``/``WORLD_SIZE`` in the environment) this process is the task
-  :func:`scalectl.rl.roles.detect` names; otherwise the generators and the
-  trainers are spawned here and supervised (:func:`scalectl.rl.processes.supervise`).
+* in one process (``sync`` and ``ppo_off_policy`` with 1 generator + 1 trainer,
+  :meth:`scalectl.rl.schedule.Schedule.in_processes`): the RL loop runs here,
+  generating its own batches;
+* in processes (``pipeline``; ``sync`` and ``ppo_off_policy`` with more
+  generators or trainers): in a multi-task job (Slurm, or ``RANK``/``WORLD_SIZE``
+  in the environment) this process is the task :func:`scalectl.rl.roles.detect`
+  names; otherwise the generators and the trainers are spawned here and
+  supervised (:func:`scalectl.rl.processes.supervise`).
 
 Evaluation points leave through ``sink``; nothing here knows where they are stored.
 """
@@ -25,7 +27,7 @@ from scalectl.rl.warmstart import ensure_warm_start
 
 def job_task(recipe) -> Task:
     """This process's task in its job (role, rank), checked against ``hardware`` when the
-    schedule runs several processes.
+    run is in processes (:meth:`~scalectl.rl.schedule.Schedule.in_processes`).
 
     Raises:
         UserError: the schedule cannot run on the recipe's hardware, or the job's
@@ -34,7 +36,7 @@ def job_task(recipe) -> Task:
     schedule = schedule_for(recipe.async_)
     schedule.check(recipe)
     hw = recipe.hardware
-    return detect(hw.generators, hw.trainers, strict=schedule.multi_process)
+    return detect(hw.generators, hw.trainers, strict=schedule.in_processes(hw.generators, hw.trainers))
 
 
 def run_training(recipe, run_dir: Path, *, sink, train_problems: list, eval_problems: list,
@@ -45,7 +47,7 @@ def run_training(recipe, run_dir: Path, *, sink, train_problems: list, eval_prob
         recipe: the validated :class:`~scalectl.recipe.Recipe`.
         run_dir: the run folder (checkpoints, ``steps.jsonl``, process logs).
         sink: ``sink(point)`` stores each :class:`~scalectl.points.EvalPoint`; with a
-            multi-process schedule it runs in the trainer process, so it must pickle.
+            run in processes it runs in the first trainer process, so it must pickle.
         train_problems, eval_problems: disjoint prompt sets.
         reporter: progress.
         resume: continue from the latest checkpoint in ``run_dir``.
@@ -57,14 +59,14 @@ def run_training(recipe, run_dir: Path, *, sink, train_problems: list, eval_prob
 
     Raises:
         KeyboardInterrupt: interrupted, after a checkpoint.
-        scalectl.rl.processes.PipelineFailed: a process of a multi-process schedule failed.
+        scalectl.rl.processes.PipelineFailed: a process of a run in processes failed.
         UserError: see :func:`job_task`.
     """
     reporter = reporter or Reporter()
     schedule = schedule_for(recipe.async_)
     task = task or job_task(recipe)
     run_dir = Path(run_dir)
-    if not schedule.multi_process:
+    if not schedule.in_processes(recipe.hardware.generators, recipe.hardware.trainers):
         set_cpu_threads(recipe.hardware, processes=1)   # one process generates and trains: every core
         policy, state = prepare(recipe, run_dir, len(train_problems), reporter, resume)
         source = schedule.batches(recipe, policy, state, train_problems)

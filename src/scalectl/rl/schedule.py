@@ -6,7 +6,8 @@ The training loop (:func:`scalectl.rl.loop.train`) is the same for every
 
 * its staleness bound: the most policy versions a trained token may lag the
   trainer (every consumed token is checked against it);
-* whether it runs in several processes (generators apart from the trainer);
+* whether it runs in several processes (generators apart from the trainers) on
+  a given ``hardware`` (:meth:`Schedule.in_processes`);
 * how the loop fetches the next batch: :meth:`Schedule.batches` returns a
   :class:`BatchSource`.
 
@@ -16,6 +17,12 @@ Schedules (v = trainer version, P = prompts per step):
 * ``ppo_off_policy`` (k): k batches generated with version v, then k steps on
   them; batch j is trained by version v + j, so the importance ratio
   pi_train / pi_gen corrects up to k - 1 versions of staleness.
+
+  Both run in one process (:class:`LocalBatches`) with one generator and one
+  trainer; with more of either, M generator processes sample each round of
+  requests (P prompts for ``sync``, k P for ``ppo_off_policy``, all with version
+  v, weights pushed only between rounds) and N data-parallel trainer processes
+  train on it (:class:`scalectl.rl.feeder.RoundFeeder`), as in ``pipeline``.
 * ``pipeline`` (PipelineRL-k, Piche et al. 2025, as run by ScaleRL, Khatri et
   al. 2025, arXiv 2510.13786, section 3.1): generator processes stream groups,
   the trainer pushes weights after every step; staleness <= k
@@ -33,7 +40,7 @@ from typing import ClassVar, Protocol
 
 from scalectl.errors import UserError
 from scalectl.rl.collect import generate_batch
-from scalectl.rl.feeder import Feeder
+from scalectl.rl.feeder import Feeder, RoundFeeder
 
 
 class BatchSource(Protocol):
@@ -61,15 +68,20 @@ class Schedule(ABC):
 
     Attributes:
         name: the ``async.mode`` value.
-        multi_process: True when generators run as processes of their own.
         k: the recipe's ``async.k`` as this schedule uses it.
     """
 
     name: ClassVar[str] = ""
-    multi_process: ClassVar[bool] = False
 
     def __init__(self, k: int):
         self.k = k
+
+    def in_processes(self, generators: int, trainers: int) -> bool:
+        """True when the run's generators and trainers are processes of their own (one task
+        each in a multi-task job); False when one process generates and trains.  Default: one
+        process for 1 generator + 1 trainer, processes otherwise (``scalectl.layout.one_process``
+        says the same for the dry run; a test checks that they agree)."""
+        return not (generators == 1 and trainers == 1)
 
     @property
     @abstractmethod
@@ -86,8 +98,9 @@ class Schedule(ABC):
         Args:
             policy: the loop's :class:`~scalectl.rl.loop.Policy`; state: its
                 :class:`~scalectl.rl.loop.LoopState`; problems: the training prompts.
-            link: for a multi-process schedule, the trainer's
-                :class:`~scalectl.rl.feeder.StreamLink` to the generators.
+            link: when the run is in processes (:meth:`in_processes`), the first trainer
+                rank's :class:`~scalectl.rl.feeder.StreamLink` to the generators; None
+                when this process generates.
         """
 
     def describe(self) -> str:
@@ -152,6 +165,15 @@ class LocalBatches:
         pass
 
 
+def _rounds(recipe, policy, state, problems, link, rounds: int, bound: int) -> BatchSource:
+    """Rounds of ``rounds`` batches with one policy version: generated here without a link,
+    by the generator processes behind ``link`` otherwise."""
+    if link is None:
+        return LocalBatches(recipe, policy, state, problems, rounds=rounds)
+    return RoundFeeder(recipe, state, policy.model, link, bound=bound, window=rounds * recipe.batch.prompts_per_step,
+                       rounds=rounds)
+
+
 @register
 class Sync(Schedule):
     """On-policy: one batch generated with the current weights, one step."""
@@ -166,7 +188,7 @@ class Sync(Schedule):
         return 0
 
     def batches(self, recipe, policy, state, problems, link=None) -> BatchSource:
-        return LocalBatches(recipe, policy, state, problems, rounds=1)
+        return _rounds(recipe, policy, state, problems, link, rounds=1, bound=self.staleness_bound)
 
 
 @register
@@ -180,7 +202,7 @@ class PPOOffPolicy(Schedule):
         return self.k - 1
 
     def batches(self, recipe, policy, state, problems, link=None) -> BatchSource:
-        return LocalBatches(recipe, policy, state, problems, rounds=self.k)
+        return _rounds(recipe, policy, state, problems, link, rounds=self.k, bound=self.staleness_bound)
 
 
 @register
@@ -189,7 +211,9 @@ class Pipeline(Schedule):
     request window c_v + (k + 1) P keeps every trained token at most k versions old."""
 
     name = "pipeline"
-    multi_process = True
+
+    def in_processes(self, generators: int, trainers: int) -> bool:
+        return True
 
     @property
     def staleness_bound(self) -> int:
