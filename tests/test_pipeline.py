@@ -438,3 +438,47 @@ def test_ppo_off_policy_in_processes_is_k_minus_1_stale_and_resumes_inside_a_rou
         assert b["loss"] == pytest.approx(a["loss"], rel=1e-6, abs=1e-9)
         assert b["reward"] == a["reward"] and b["groups_kept"] == a["groups_kept"] == P
     assert [p["samples"] for p in plain["points"]] == [0, 3 * P * G, 6 * P * G]
+
+
+#: Seed-to-seed sd of the held-out pass rate after 40 sync steps of minimax on the tiny setup, beyond
+#: the evaluation's own sampling: measured on 1 generator + 1 trainer, seeds 0-5 (`scalectl run
+#: recipes/minimax.toml --seed S --set async.mode=sync --set budget.steps=40 --set eval.every_steps=20`):
+#: pass rates at step 40 of 0.4255, 0.4350, 0.4228, 0.4283, 0.4158, 0.4280 (sd s = SEED_SD_TOTAL), each
+#: with the binomial standard error EVAL_SE_MEASURED of its evaluation (500 prompts x 8 samples,
+#: `evaluation_standard_error`); the training's own part is sqrt(s^2 - EVAL_SE_MEASURED^2) = 0.0029.
+#: (Three seeds of 2 + 2 gave 0.4208, 0.4348, 0.4293: mean 0.4283 against 0.4259, sd 0.0071.)
+SEED_SD_TOTAL, EVAL_SE_MEASURED = 0.0064, 0.0057
+TRAIN_SD = max(SEED_SD_TOTAL ** 2 - EVAL_SE_MEASURED ** 2, 0.0) ** 0.5
+
+
+@pytest.mark.slow
+def test_sync_on_two_generators_and_two_trainers_learns_as_one_process_does(tmp_path):
+    """sync on 2 generators + 2 trainers reaches the held-out pass rate of the one-process run
+    (1 + 1) after the same 40 steps, within noise.  Noise: the two step-40 evaluations' binomial
+    standard errors from their stored per-prompt correct counts, plus twice the training's
+    seed-to-seed variance (the two layouts draw different samples: two seeds of one recipe),
+    TRAIN_SD; tolerance 3 sd of the difference.  The test has the power to fail: the one-process
+    run climbs by more than the tolerance, so a 2 + 2 run that learned nothing would not pass."""
+    from scalectl.curve.fit import evaluation_standard_error
+
+    db = tmp_path / "s.db"
+    common = ["recipes/minimax.toml", "--runs-dir", str(tmp_path / "runs"), "--set", "async.mode=sync",
+              "--set", "budget.steps=40", "--set", "eval.every_steps=40", "--set", "hardware.threads=1"]
+    run_cli("run", *common, "--name", "one", db=db, check=True, timeout=1800)
+    run_cli("run", *common, "--name", "four", "--set", "hardware.generators=2", "--set", "hardware.trainers=2",
+            db=db, check=True, timeout=1800)
+    points = {name: json.loads(run_cli("show", name, "--json", db=db, check=True).stdout)["points"]
+              for name in ("one", "four")}
+    assert [p["step"] for p in points["one"]] == [p["step"] for p in points["four"]] == [0, 40]
+    # the same warm start evaluated with the same seed: the same correct counts, prompt by prompt
+    assert points["one"][0]["correct_counts"] == points["four"][0]["correct_counts"]
+    assert all(s["staleness_max"] == 0 for s in _steps(tmp_path / "runs" / "four"))
+    k = 8                                                  # eval.samples_per_prompt of the tiny setup
+    r0 = points["one"][0]["pass_rate"]
+    r1, r4 = points["one"][1]["pass_rate"], points["four"][1]["pass_rate"]
+    se1, se4 = (evaluation_standard_error(points[n][1]["correct_counts"], k) for n in ("one", "four"))
+    tol = 3 * (se1 ** 2 + se4 ** 2 + 2 * TRAIN_SD ** 2) ** 0.5
+    print(f"\npass rate at step 0 {r0:.4f}; at step 40: 1 + 1 {r1:.4f} (se {se1:.4f}), 2 + 2 {r4:.4f} "
+          f"(se {se4:.4f}); difference {r4 - r1:+.4f}, tolerance {tol:.4f}")
+    assert r1 - r0 > tol                                   # training moved the pass rate by more than the noise
+    assert abs(r4 - r1) <= tol
