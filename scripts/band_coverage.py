@@ -1,0 +1,101 @@
+"""Extrapolate each run of the band fixture from its first half; print errors and band coverage.
+
+    python scripts/band_coverage.py tests/data/real_runs.json [--fraction 0.5] [--json]
+
+Each run is extrapolated as ``scalectl extrapolate RUN --fraction F`` does it: on
+the recipe's fit axis, from the recipe's window start (else
+:func:`scalectl.curve.default_min_compute`), with R0 measured at compute 0 and
+weighted by that evaluation's standard error when the installed scalectl takes
+one (``r0_se``), 1,000 bootstrap resamples, seed 0.  Only
+``scalectl.extrapolate.extrapolate`` and ``scalectl.curve.default_min_compute``
+are used, so the script also runs against an older checkout
+(``PYTHONPATH=OLD/src python scripts/band_coverage.py ...``) to compare methods on
+the same points.  Prints per run the held-out points inside the 95% prediction
+band and the mean and max |error| of the prediction, then the totals.
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from scalectl.curve import default_min_compute
+from scalectl.extrapolate import extrapolate
+
+
+def run_inputs(run: dict) -> dict:
+    """compute, pass_rate, truncation (n,) and the fit keywords the CLI would use for one run."""
+    section = run.get("fit") or {}
+    axis = section.get("axis", "gpu_hours")
+    pts = [p for p in run["points"] if p.get(axis) is not None and p.get("pass_rate") is not None]
+    x = np.array([float(p[axis]) for p in pts])
+    y = np.array([float(p["pass_rate"]) for p in pts])
+    t = np.array([np.nan if p.get("truncation_rate") is None else float(p["truncation_rate"])
+                  for p in pts])
+    if "min_compute" in section and section.get("axis", "gpu_hours") == axis:
+        m = float(section["min_compute"])
+    else:
+        m = default_min_compute(x, axis)
+    ses = [p["se"] for p in pts if p[axis] == 0 and p.get("se")]
+    r0_se = math.sqrt(sum(s * s for s in ses) / len(ses)) if ses else None
+    return {"x": x, "y": y, "truncation": t, "axis": axis, "min_compute": m, "r0_se": r0_se}
+
+
+def coverage(data: dict, fraction: float = 0.5, bootstrap: int = 1000) -> dict:
+    """Extrapolate every run of a fixture (the dict of its JSON) from ``fraction`` of its compute.
+
+    Returns {"inside", "held_out", "coverage", "mean_abs_error", "max_abs_error",
+    "r0_se_used", "runs": [per run: run, inside, held_out, mean_abs_error,
+    max_abs_error, A, band_half_width]}; errors are absolute pass-rate differences.
+    Raises what :func:`scalectl.extrapolate.extrapolate` raises for a run it cannot fit.
+    """
+    from scalectl.curve import fit_sigmoid
+
+    takes_se = "r0_se" in inspect.signature(fit_sigmoid).parameters
+    rows, inside, total, errors = [], 0, 0, []
+    for run in data["runs"]:
+        d = run_inputs(run)
+        kw = dict(min_compute=d["min_compute"], axis=d["axis"], bootstrap=bootstrap, seed=0,
+                  truncation=d["truncation"])
+        if takes_se and d["r0_se"] is not None:
+            kw["r0_se"] = d["r0_se"]
+        ex = extrapolate(d["x"], d["y"], fraction=fraction, **kw)
+        ok = (ex.heldout_pass_rate >= ex.band_lo) & (ex.heldout_pass_rate <= ex.band_hi)
+        err = np.abs(ex.predicted - ex.heldout_pass_rate)
+        inside += int(ok.sum())
+        total += int(ok.size)
+        errors.extend(err.tolist())
+        rows.append({"run": run["name"], "inside": int(ok.sum()), "held_out": int(ok.size),
+                     "mean_abs_error": float(err.mean()), "max_abs_error": float(err.max()),
+                     "A": ex.fit.A, "band_half_width": float(np.mean(ex.band_hi - ex.band_lo) / 2)})
+    return {"inside": inside, "held_out": total, "coverage": inside / total if total else None,
+            "mean_abs_error": float(np.mean(errors)), "max_abs_error": float(np.max(errors)),
+            "r0_se_used": takes_se, "runs": rows}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("fixture")
+    ap.add_argument("--fraction", type=float, default=0.5)
+    ap.add_argument("--bootstrap", type=int, default=1000)
+    ap.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
+    args = ap.parse_args()
+    summary = coverage(json.loads(Path(args.fixture).read_text()), args.fraction, args.bootstrap)
+    if args.json:
+        print(json.dumps(summary, indent=1))
+        return
+    for r in summary["runs"]:
+        print(f"{r['run']}: {r['inside']}/{r['held_out']} inside, mean |error| {r['mean_abs_error']:.4f}, "
+              f"max {r['max_abs_error']:.4f}, A {r['A']:.3f}, mean band half-width "
+              f"{r['band_half_width']:.4f}")
+    print(f"all: {summary['inside']}/{summary['held_out']} = {summary['coverage']:.1%} inside the 95% "
+          f"band, mean |error| {summary['mean_abs_error']:.4f}, max {summary['max_abs_error']:.4f}")
+
+
+if __name__ == "__main__":
+    main()

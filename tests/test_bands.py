@@ -1,0 +1,107 @@
+"""Prediction bands on real runs: tiny runs made with the project (tests/data/real_runs.json;
+the commands, commit and date that made them are recorded in the file), each extrapolated
+from its first half as `scalectl extrapolate RUN --fraction 0.5` does it."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import ROOT, run_cli
+from scalectl.store import Store
+
+FIXTURE = ROOT / "tests" / "data" / "real_runs.json"
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture(scope="module")
+def data() -> dict:
+    return json.loads(FIXTURE.read_text())
+
+
+def test_fixture_holds_at_least_six_real_runs_of_several_presets_and_seeds(data):
+    made = data["made"]
+    assert made["commands"] and all(c.startswith("scalectl run ") for c in made["commands"])
+    assert len(made["commit"]) == 40 and made["date"]
+    runs = data["runs"]
+    assert len(runs) >= 6
+    assert len({r["recipe_hash"] for r in runs}) >= 3
+    assert len({(r["recipe_hash"], r["seed"]) for r in runs}) == len(runs)   # no run twice
+    for r in runs:
+        assert r["status"] == "completed"
+        steps = [p["step"] for p in r["points"]]
+        assert steps == sorted(steps) and steps[0] == 0 and len(steps) >= 11
+        flops = [p["flops"] for p in r["points"]]
+        assert flops[0] == 0 and all(b > a for a, b in zip(flops, flops[1:]))
+        for p in r["points"]:
+            # the stored pass rate is mean@k of the stored per-prompt counts
+            assert p["pass_rate"] == pytest.approx(np.mean(p["correct_counts"]) / p["k"], abs=1e-9)
+
+
+def test_the_fixture_writer_keeps_points_counts_and_their_standard_error(tmp_path):
+    db = tmp_path / "s.db"
+    with Store.open(db) as store:
+        rid = store.create_run("r-s3", recipe={"name": "r", "fit": {"axis": "flops", "min_compute": 0}},
+                               recipe_hash="abc", seed=3, status="completed")
+        store.add_points(rid, [
+            {"step": 0, "pass_rate": 0.5, "flops": 0.0, "gpu_hours": 0.0, "samples_per_prompt": 4,
+             "correct_counts": [0, 4, 2, 2]},
+            {"step": 20, "pass_rate": 0.75, "flops": 1e9, "gpu_hours": 0.1, "samples_per_prompt": 4,
+             "correct_counts": [3, 3, 3, 3], "truncation_rate": 0.25}])
+        store.create_run("empty", recipe={}, recipe_hash="def", seed=0)
+    out = tmp_path / "f.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "band_fixture.py"), str(db), str(out),
+                           "--command", "scalectl run r --seed 3", "--commit", "0" * 40,
+                           "--date", "2026-12-01"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    f = json.loads(out.read_text())
+    assert f["made"] == {"commands": ["scalectl run r --seed 3"], "commit": "0" * 40,
+                         "date": "2026-12-01", "note": ""}
+    [run] = f["runs"]                           # the run without points is left out
+    assert (run["name"], run["recipe_hash"], run["seed"]) == ("r-s3", "abc", 3)
+    assert run["fit"] == {"axis": "flops", "min_compute": 0}
+    p0, p1 = run["points"]
+    assert p0["correct_counts"] == [0, 4, 2, 2] and p1["truncation_rate"] == 0.25
+    # sum p(1-p) / k / n^2: p = 0, 1, .5, .5 -> 0.5 / 4 / 16
+    assert p0["se"] == pytest.approx(math.sqrt(0.5 / 4) / 4)
+    # every prompt at 3/4: 4 * 3/16 / 4 / 16
+    assert p1["se"] == pytest.approx(math.sqrt(0.75 / 4) / 4)
+    assert len(out.read_text().splitlines()) < 30   # one line per point
+
+
+def test_coverage_follows_the_extrapolate_command(data, tmp_path):
+    """The coverage helper fits a run as `scalectl extrapolate` does (window, R0 weight, seed)."""
+    run = data["runs"][0]
+    db = tmp_path / "s.db"
+    with Store.open(db) as store:
+        rid = store.create_run(run["name"], recipe={"fit": run["fit"]}, recipe_hash=run["recipe_hash"],
+                               seed=run["seed"], status="completed")
+        store.add_points(rid, [{k: p[k] for k in ("step", "flops", "gpu_hours", "tokens", "pass_rate",
+                                                  "truncation_rate", "correct_counts")}
+                               | {"samples_per_prompt": p["k"]} for p in run["points"]])
+    proc = run_cli("extrapolate", run["name"], "--fraction", "0.5", "--json", db=db, check=True)
+    cli = json.loads(proc.stdout)
+    mine = _script("band_coverage").coverage({"runs": [run]})["runs"][0]
+    assert cli["share_in_band"] * mine["held_out"] == pytest.approx(mine["inside"])
+    assert cli["mean_abs_error"] == pytest.approx(mine["mean_abs_error"], rel=1e-9)
+    assert cli["fit"]["A"] == pytest.approx(mine["A"], rel=1e-9)
+
+
+def test_prediction_band_covers_at_least_85_percent_of_held_out_points(data):
+    summary = _script("band_coverage").coverage(data)
+    assert summary["held_out"] >= 30
+    assert summary["coverage"] >= 0.85, (
+        f"{summary['inside']}/{summary['held_out']} held-out points inside the 95% band: "
+        + "; ".join(f"{r['run']} {r['inside']}/{r['held_out']}" for r in summary["runs"]))
