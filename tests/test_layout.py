@@ -142,3 +142,15 @@ def test_sync_and_ppo_off_policy_use_n_trainers_and_m_generators(tmp_path):
         "across hardware.generators = 40 in async.mode = ppo_off_policy: 16 generator(s) would wait while the "
         "others sample the last prompts of each round (use a number of generators that divides 144)"]
     assert not (tmp_path / "s.db").exists()
+
+
+def test_pipeline_refuses_generators_its_request_window_cannot_feed():
+    # pipeline-1 keeps (1 + 1) x 8 = 16 prompts requested: 20 generators leave 4 without work; 16 do not
+    many = load(ROOT / "recipes/scalerl.toml", ROOT / "setups/tiny-cpu.toml",
+                ["async.k=1", "batch.prompts_per_step=8", "hardware.generators=20"])
+    assert check_layout(many, None).problems == [
+        "async.mode = pipeline keeps (async.k + 1) x batch.prompts_per_step = (1 + 1) x 8 = 16 prompts requested "
+        "at once: hardware.generators = 20 would leave 4 generator(s) without work (use at most 16)"]
+    fed = load(ROOT / "recipes/scalerl.toml", ROOT / "setups/tiny-cpu.toml",
+               ["async.k=1", "batch.prompts_per_step=8", "hardware.generators=16"])
+    assert check_layout(fed, None).problems == []

@@ -6,9 +6,11 @@ job would refuse at start, or what would leave devices idle while billed:
 * task counts that do not add up: a Slurm job of ``nodes x tasks_per_node``
   tasks must hold exactly ``hardware.generators + hardware.trainers`` tasks;
 * generator or trainer counts the async mode cannot use: a step's prompts must
-  split into whole groups across the trainers, and, in the modes that generate
+  split into whole groups across the trainers; in the modes that generate
   a round of batches with one policy version (:data:`BATCHED_GENERATION`), a
-  round's prompts across the generators (else some would sit idle);
+  round's prompts across the generators (else some would sit idle); in
+  ``pipeline``, the (k + 1) P prompts kept requested must be at least one per
+  generator;
 * GPUs per task: on CUDA every task needs a GPU of its own;
 * a trainer whose parameters, gradients and optimiser states do not fit the
   device's memory at the chosen ZeRO stage (:func:`trainer_memory`), or a
@@ -274,6 +276,12 @@ def check_layout(recipe, params: int | None, launcher: str | None = None) -> Lay
     if prompts % trains:
         problems.append(f"batch.prompts_per_step = {prompts} does not split into whole groups across "
                         f"hardware.trainers = {trains} (use a multiple of {trains})")
+    if mode == "pipeline" and (recipe.async_.k + 1) * prompts < gens:
+        window = (recipe.async_.k + 1) * prompts
+        problems.append(f"async.mode = pipeline keeps (async.k + 1) x batch.prompts_per_step = "
+                        f"({recipe.async_.k} + 1) x {prompts} = {window} prompts requested at once: "
+                        f"hardware.generators = {gens} would leave {gens - window} generator(s) without work "
+                        f"(use at most {window})")
     if mode in BATCHED_GENERATION and not single:
         n = round_prompts(mode, recipe.async_.k, prompts)
         what = (f"batch.prompts_per_step = {prompts}" if mode == "sync" else
