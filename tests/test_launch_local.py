@@ -17,7 +17,7 @@ from scalectl.errors import UserError
 from scalectl.launch.base import log_tail, reconcile
 from scalectl.launch.local import acquire_slot, pid_alive
 from scalectl.rl.roles import assign_role, detect, first_host, local_task_env, slurm_port
-from scalectl.launch.slurm import map_state, signal_delay_s, submitit_parameters
+from scalectl.launch.slurm import job_tasks, map_state, signal_delay_s, submitit_parameters
 from scalectl.recipe_io import load
 
 # --------------------------------------------------------------------------- pure rules
@@ -100,6 +100,12 @@ def test_submitit_parameters_paper_setup():
         "cpus_per_task": 12, "mem": "1000GB"}
     assert p["signal_delay_s"] == 90 and p["stderr_to_stdout"] is True
     assert p["additional_parameters"] == {"requeue": True}
+    tiny = load(ROOT / "recipes/scalerl.toml", ROOT / "setups/tiny-cpu.toml",
+                ["launcher.slurm.tasks_per_node=4", "hardware.generators=2", "hardware.trainers=2"])
+    p = submitit_parameters(tiny, "t")     # one node: sbatch --ntasks, which --overcommit can share out
+    assert "ntasks_per_node" not in p and p["nodes"] == 1
+    assert p["additional_parameters"] == {"requeue": True, "ntasks": 4} and job_tasks(p) == 4
+    assert job_tasks({"nodes": 10, "ntasks_per_node": 8}) == 80 and job_tasks({}) == 1
     tiny = load(ROOT / "recipes/grpo.toml", ROOT / "setups/tiny-cpu.toml",
                 ["launcher.slurm.mem_gb=1.5", "launcher.slurm.time_min=1", "launcher.slurm.partition=debug"])
     p = submitit_parameters(tiny, "g")
@@ -116,7 +122,7 @@ def test_dry_run_prints_sbatch_script_without_slurm(tmp_path):
     assert data["launcher"] == "slurm" and data["run_name"] == "grpo-s0"
     lines = data["sbatch_script"].splitlines()
     folder = tmp_path.resolve() / "runs" / "grpo-s0" / "slurm" / "00"
-    for expected in ("#SBATCH --job-name=grpo-s0", "#SBATCH --time=30", "#SBATCH --ntasks-per-node=1",
+    for expected in ("#SBATCH --job-name=grpo-s0", "#SBATCH --time=30", "#SBATCH --ntasks=1", "#SBATCH --nodes=1",
                      "#SBATCH --requeue", "#SBATCH --signal=USR2@90", f"#SBATCH --output={folder}/%j_0_log.out"):
         assert expected in lines
     assert data["submitit_parameters"]["time"] == 30

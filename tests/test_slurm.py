@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import time
@@ -244,3 +245,82 @@ def test_job_array_scancel_and_killed_jobs_show_in_status(slurm, policy, submitt
     assert row["error"].startswith(f"the job ended without recording a result (slurm job {killed.job_id}: FAILED")
     assert "log tail:" in row["error"] and "task 0: Killed" in row["error"]     # srun says so in the log
 
+
+
+PIPE = ["--set", "batch.prompts_per_step=8", "--set", "batch.generations_per_prompt=8", "--set", "eval.prompts=16",
+        "--set", "eval.samples_per_prompt=2", "--set", "eval.every_steps=3", "--set", "checkpoint.every_steps=3",
+        "--set", "async.k=1", "--set", "data.train_size=400", "--set", "hardware.generators=2",
+        "--set", "hardware.trainers=2", "--set", "filter.zero_variance=false",
+        "--set", "launcher.slurm.tasks_per_node=4"]
+#: The local node has 2 CPUs for the job's 4 one-CPU tasks: sbatch's --overcommit lets them share.
+OVERCOMMIT = {"SBATCH_OVERCOMMIT": "1"}
+
+
+def _task_pids(job_id: str) -> dict[int, int]:
+    """SLURM_PROCID -> pid of each Python task of a running job (not srun, not the batch shell)."""
+    listed = subprocess.run(["scontrol", "listpids", job_id], capture_output=True, text=True).stdout
+    out = {}
+    for line in listed.splitlines()[1:]:
+        if not line.split():
+            continue
+        pid = int(line.split()[0])
+        try:
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+            env = dict(v.split(b"=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in v)
+        except OSError:
+            continue
+        if b"submitit.core._submit" in argv:
+            out[int(env[b"SLURM_PROCID"])] = pid
+    return out
+
+
+def _job_pids(job_id: str) -> list[int]:
+    """Every process of a running job (batch shell, srun, tasks and what they started)."""
+    listed = subprocess.run(["scontrol", "listpids", job_id], capture_output=True, text=True).stdout
+    return [int(line.split()[0]) for line in listed.splitlines()[1:] if line.split()]
+
+
+@pytest.mark.slow
+def test_pipeline_of_two_generators_and_two_trainers_as_one_four_task_job(slurm, policy, submitted, tmp_path):
+    """The 2 + 2 pipeline as one Slurm job of 4 tasks (2 generators, 2 data-parallel trainers): it
+    lands its points.  A second such job whose second trainer task is killed (SIGKILL) fails within
+    a minute with the run's error naming that task, its pid and its log; no process of the job is
+    left; `scalectl run --resume` completes the run from its last checkpoint."""
+    db = tmp_path / "s.db"
+    jobs = {}
+    for name, budget in (("landed", 6), ("killed", 1_000_000)):
+        proc = run_cli("run", "recipes/scalerl.toml", "--launcher", "slurm", "--json", "--name", name,
+                       "--runs-dir", str(tmp_path / "runs"), "--set", f"model.path={policy}", *PIPE,
+                       "--set", f"budget.steps={budget}", db=db, env=OVERCOMMIT)
+        assert proc.returncode == 0, proc.stderr
+        jobs[name] = json.loads(proc.stdout)
+        submitted.append(jobs[name]["job_id"])
+    killed, run_dir = jobs["killed"], Path(jobs["killed"]["run_dir"])
+    _wait(lambda: _latest_checkpoint(run_dir), 300, "the killed run's first checkpoint")
+    tasks = _task_pids(killed["job_id"])
+    assert sorted(tasks) == [0, 1, 2, 3]
+    every = _job_pids(killed["job_id"])
+    t0 = time.monotonic()
+    os.kill(tasks[3], signal.SIGKILL)
+    row = _wait_status(db, "killed", ("failed", "cancelled", "completed"), timeout=120)
+    took = time.monotonic() - t0
+    log = Path(killed["log"]).with_name(f"{killed['job_id']}_3_log.out")
+    assert row["status"] == "failed"
+    assert (f"TaskLost: trainer task 3 (trainer rank 1, pid {tasks[3]} on {socket.gethostname()}) stopped "
+            f"answering (log: {log})") in row["error"], row["error"]
+    assert took < 60, f"the run was marked failed {took:.0f} s after the kill"
+    _wait(lambda: _scontrol(killed["job_id"]).get("JobState") in ("FAILED", None), 60, "the job to end")
+    _wait(lambda: not [p for p in every if Path(f"/proc/{p}").exists()], 30, "every process of the job to exit")
+
+    stopped = int(_latest_checkpoint(run_dir).split("-")[1])
+    resumed = run_cli("run", "--resume", "killed", "--runs-dir", str(tmp_path / "runs"), "--json",
+                      "--set", f"budget.steps={stopped + 3}", db=db, env=OVERCOMMIT)
+    assert resumed.returncode == 0, resumed.stderr
+    submitted.append(json.loads(resumed.stdout)["job_id"])
+    for name in ("landed", "killed"):
+        row = _wait_status(db, name, ("completed", "failed", "cancelled"), timeout=300)
+        assert row["status"] == "completed", (name, row["error"])
+    assert [p["step"] for p in _points(db, "landed")] == [0, 3, 6]
+    assert [p["step"] for p in _points(db, "killed")] == list(range(0, stopped + 4, 3))
+    landed = Path(jobs["landed"]["log"])
+    assert "trainer rank 1 followed 6 step(s)" in landed.with_name(f"{jobs['landed']['job_id']}_3_log.out").read_text()

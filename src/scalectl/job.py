@@ -36,6 +36,7 @@ from typing import Callable
 from scalectl.points import EvalPoint
 from scalectl.recipe import Recipe
 from scalectl.run_lock import run_folder_lock
+from scalectl.rl.board import LOG_ENV
 from scalectl.rl.checkpoint import latest_checkpoint
 from scalectl.rl.data import load_prompt_sets
 from scalectl.rl.loop import Reporter
@@ -86,7 +87,8 @@ class StoreSink:
             store.add_point(self.run_id, point)
 
 
-def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | None = None) -> dict | None:
+def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | None = None,
+            task_log: str | None = None) -> dict | None:
     """Train the run described by ``RUN_DIR/job.json`` and record its fate in the store.
 
     The first task of the job (the only one of a single-process job) holds the run
@@ -98,6 +100,8 @@ def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | Non
         stop_status: the launcher's reading of an exception that stopped the job
             (e.g. Slurm's time limit -> ``timed_out``); its status and error are recorded
             instead of ``failed``.
+        task_log: this task's log file, which the job's other tasks name if this task dies
+            (:mod:`scalectl.rl.board`; exported as ``$SCALECTL_TASK_LOG``).
 
     Returns:
         The training summary (steps, first and last pass rate, compute), or None in a
@@ -109,6 +113,8 @@ def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | Non
         KeyboardInterrupt: re-raised after the run is checkpointed and marked cancelled.
         Exception: any training error, after the run is marked failed with it.
     """
+    if task_log:
+        os.environ[LOG_ENV] = str(task_log)
     if int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0"))) != 0:
         return _run_job(run_dir, reporter=reporter, stop_status=stop_status)
     with run_folder_lock(run_dir):

@@ -104,7 +104,10 @@ def submitit_parameters(recipe, job_name: str) -> dict:
     """The submitit ``SlurmExecutor`` parameters (sbatch options) of a run.
 
     ``launcher.slurm`` -> submitit: partition, account, qos, nodes,
-    tasks_per_node -> ntasks_per_node, gpus_per_node (when > 0), cpus_per_task,
+    tasks_per_node -> ntasks_per_node (several nodes) or sbatch's ``--ntasks`` (one
+    node: the same tasks, and the form Slurm accepts with ``--overcommit``, e.g.
+    ``SBATCH_OVERCOMMIT=1``, when a node has fewer CPUs than tasks; it refuses a
+    ``--ntasks-per-node`` above the node's CPUs), gpus_per_node (when > 0), cpus_per_task,
     mem_gb -> mem, time_min -> time (minutes), additional_parameters (sbatch
     long options without ``--``).  Also: the job name, stdout and stderr in one
     log, ``--requeue`` and the signal delay (:func:`signal_delay_s`).
@@ -119,7 +122,6 @@ def submitit_parameters(recipe, job_name: str) -> dict:
         "job_name": check_name(job_name, "Slurm job name"),
         "time": int(s.time_min),
         "nodes": int(s.nodes),
-        "ntasks_per_node": int(s.tasks_per_node),
         "cpus_per_task": int(s.cpus_per_task),
         "stderr_to_stdout": True,
         "signal_delay_s": signal_delay_s(s.time_min),
@@ -132,7 +134,11 @@ def submitit_parameters(recipe, job_name: str) -> dict:
             params[key] = check_slurm_value(value, f"launcher.slurm.{key}")
     if s.mem_gb is not None:
         params["mem"] = _mem(s.mem_gb)
-    extra = {"requeue": True}
+    extra: dict = {"requeue": True}
+    if s.nodes == 1:
+        extra["ntasks"] = int(s.tasks_per_node)
+    else:
+        params["ntasks_per_node"] = int(s.tasks_per_node)
     for key, value in (s.additional_parameters or {}).items():
         if not _SAFE_KEY.match(key):
             raise UserError(f"launcher.slurm.additional_parameters key {key!r} is not an sbatch option "
@@ -143,6 +149,15 @@ def submitit_parameters(recipe, job_name: str) -> dict:
         extra[key] = value
     params["additional_parameters"] = extra
     return params
+
+
+def job_tasks(params: dict) -> int:
+    """Tasks of a job with submitit parameters ``params``: sbatch's ``ntasks`` when given (in
+    ``additional_parameters``), else nodes x ntasks_per_node (each 1 when absent)."""
+    extra = params.get("additional_parameters") or {}
+    if "ntasks" in extra:
+        return int(extra["ntasks"])
+    return int(params.get("nodes", 1)) * int(params.get("ntasks_per_node", 1) or 1)
 
 
 def submitit_command(folder: str | Path, python: str | None = None) -> str:
@@ -237,15 +252,21 @@ class SlurmRunJob:
         return None
 
     def __call__(self, run_dir: str) -> dict | None:
+        import submitit
+
         from scalectl.job import run_job
 
         reporter = LogReporter(sys.stdout)
         env = os.environ
+        try:                         # this task's log, which the job's other tasks name if it dies
+            task_log = str(submitit.JobEnvironment().paths.stdout)
+        except (RuntimeError, KeyError):   # not inside a submitit job (called directly)
+            task_log = None
         job_id = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if env.get("SLURM_ARRAY_JOB_ID")
                   else env.get("SLURM_JOB_ID"))
         reporter.log(f"Slurm job {job_id} task {env.get('SLURM_PROCID', '0')}/{env.get('SLURM_NTASKS', '1')} "
                      f"on {os.uname().nodename}, restart {env.get('SLURM_RESTART_COUNT', '0')}")
-        return run_job(run_dir, reporter=reporter, stop_status=self.stop_status)
+        return run_job(run_dir, reporter=reporter, stop_status=self.stop_status, task_log=task_log)
 
     def checkpoint(self, run_dir: str):
         """Called by submitit on SIGUSR2: the same run in the requeued job (it resumes)."""
@@ -328,7 +349,7 @@ class SlurmLauncher(Launcher):
 
     @staticmethod
     def _record(job, run_dir: Path, folder: Path, params: dict) -> JobHandle:
-        tasks = params["nodes"] * params["ntasks_per_node"]
+        tasks = job_tasks(params)
         handle = JobHandle("slurm", str(job.job_id), str(run_dir), str(job.paths.stdout),
                            info={"folder": str(folder), "tasks": tasks})
         record_job(run_dir, handle)
@@ -372,7 +393,7 @@ def submit_function(fn, *args, folder: str | Path, params: dict, **kwargs) -> Jo
     folder = Path(folder).resolve()
     executor = SlurmLauncher()._executor(folder, params)
     job = executor.submit(fn, *args, **kwargs)
-    tasks = int(params.get("nodes", 1)) * int(params.get("ntasks_per_node", 1) or 1)
+    tasks = job_tasks(params)
     return JobHandle("slurm", str(job.job_id), str(folder), str(job.paths.stdout),
                      info={"folder": str(folder), "tasks": tasks})
 

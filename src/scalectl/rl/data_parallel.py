@@ -59,6 +59,9 @@ class TrainerRanks:
 
     Attributes:
         size: trainer ranks.
+        on_lost: ``on_lost(exc)`` -> the exception to raise instead of ``exc`` when a step, save
+            or load fails (e.g. :meth:`scalectl.rl.board.Board.lost`, which names a trainer rank
+            that is gone); None raises ``exc``.
     """
 
     def __init__(self, trainer, normalization: str, pad_id: int, group=None):
@@ -68,10 +71,19 @@ class TrainerRanks:
         self.size = dist.get_world_size(group) if dist.is_initialized() else 1
         self.src = dist.get_global_rank(group, 0) if (group is not None and self.size > 1) else 0
         self.reduce = allreduce_sum(group) if self.size > 1 else None
+        self.on_lost = None
 
     def _all(self, commands: list[tuple]):
-        mine = _scatter(commands, self.src, self.group) if self.size > 1 else commands[0]
-        return _execute(self.trainer, mine, self.normalization, self.pad_id, self.reduce)
+        try:
+            mine = _scatter(commands, self.src, self.group) if self.size > 1 else commands[0]
+            return _execute(self.trainer, mine, self.normalization, self.pad_id, self.reduce)
+        except RuntimeError as exc:
+            if self.size == 1 or self.on_lost is None:
+                raise
+            instead = self.on_lost(exc)
+            if instead is exc:
+                raise
+            raise instead from exc
 
     def step(self, groups: list) -> dict:
         """One optimiser step on the step's kept ``groups`` over every trainer rank.

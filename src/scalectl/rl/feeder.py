@@ -62,6 +62,12 @@ class StreamLink:
     inbox: Inbox
     stop: object
 
+    def lost(self, rank: int, detail: str) -> PeerLost:
+        """The error for generator ``rank`` gone: named by its card (pid, host, log) when the
+        channel has a :class:`~scalectl.rl.board.Board`."""
+        board = getattr(self.channel, "board", None)
+        return board.lost_rank(rank, detail) if board is not None else PeerLost(detail)
+
 
 @dataclass
 class _Ticket:
@@ -160,7 +166,7 @@ class Feeder:
         except queue.Empty:
             return
         if isinstance(msg, PeerLost):
-            raise PeerLost(f"generator rank {src} stopped: {msg}")
+            raise self.link.lost(src, f"generator rank {src} stopped: {msg}")
         if msg[0] == BYE:
             self.byes[src] = msg[1]
             if msg[1] != "stopped":

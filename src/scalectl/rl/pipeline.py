@@ -144,16 +144,27 @@ def run_trainer(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) ->
     from scalectl.rl.loop import build_policy
     from scalectl.rl.model import pad_token_id
 
+    from scalectl.rl.board import is_lost_peer
+
     recipe, run_dir = Recipe.model_validate(spec.recipe), Path(spec.run_dir)
     channel = Channel.connect(task, trainer=first_trainer_rank(recipe, task))
+    channel.board.read_cards()              # every task's card, while the store's host is surely alive
+    trainers = list(range(channel.trainer, task.world_size))
     join_trainers(task, channel, recipe.hardware.device)
     if task.role_rank > 0:
         torch.manual_seed(recipe.seed)
         policy = build_policy(recipe, reporter)
-        steps = follow(policy.trainer, recipe.advantage.normalization, pad_token_id(policy.tokenizer))
+        try:
+            steps = follow(policy.trainer, recipe.advantage.normalization, pad_token_id(policy.tokenizer))
+        except RuntimeError as exc:           # a trainer rank is gone: name it
+            instead = channel.board.lost(exc, trainers) if is_lost_peer(exc) else exc
+            if instead is exc:
+                raise
+            raise instead from exc
         reporter.log(f"trainer rank {task.role_rank} followed {steps} step(s)")
         return None
     policy, state = prepare(recipe, run_dir, len(spec.train_problems), reporter, spec.resume)
+    policy.ranks.on_lost = lambda exc: channel.board.lost(exc, trainers)   # a follower gone: name it
     gens = list(range(channel.trainer))
     link = StreamLink(channel, gens, Inbox(channel.groups["rollouts"], gens, "rollouts"), stop)
     source = schedule_for(recipe.async_).batches(recipe, policy, state, spec.train_problems, link=link)
@@ -205,7 +216,7 @@ def run_generator(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) 
             if not ready:                              # the stream is full, or weights are on their way
                 idle += time.perf_counter() - t0
             if isinstance(msg, PeerLost):
-                raise msg
+                raise channel.board.lost_rank(trainer, str(msg))
             if msg is not None and msg[0] == STOP:
                 reason = "stopped"
                 break

@@ -42,7 +42,7 @@ from scalectl.recipe import Async
 from scalectl.rl.pipeline import run_role
 from scalectl.rl.roles import detect, free_port, local_task_env
 from scalectl.rl.schedule import schedule_for
-from scalectl.rl.stream import PeerLost
+from scalectl.rl.board import LOG_ENV, is_lost_peer
 
 
 class PipelineFailed(RuntimeError):
@@ -116,8 +116,7 @@ def child_main(argv: list[str] | None = None) -> int:
 def _lost_peer(exc: BaseException) -> bool:
     """Whether ``exc`` only says that another task went away (a generator or the leader stopped
     answering, a trainers' collective whose peer closed): the other task's failure is the cause."""
-    text = str(exc)
-    return isinstance(exc, PeerLost) or "closed by peer" in text or "reset by peer" in text
+    return is_lost_peer(exc)
 
 
 def _read_events(rank: int, fd: int, events: queue.Queue) -> None:
@@ -166,7 +165,7 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0, trainers:
         log = logs / f"pipeline-{role}-{rank}.log"
         r, w = os.pipe()
         env = {**os.environ, **local_task_env(rank, world, port), "SCALECTL_PARENT_PID": str(os.getpid()),
-               "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"}
+               "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", LOG_ENV: str(log)}
         with log.open("ab") as fh:
             proc = subprocess.Popen([sys.executable, "-m", "scalectl.rl.processes", str(spec_path),
                                      "--events-fd", str(w)], pass_fds=(w,), stdin=subprocess.DEVNULL,

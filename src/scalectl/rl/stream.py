@@ -37,15 +37,13 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from scalectl.rl.board import Board, PeerLost
+
 FLOWS = ("rollouts", "control", "weights")
 #: The last message on ``rollouts``: ``(BYE, reason)`` from a generator.
 BYE = "bye"
 #: The last message on ``control``: ``(STOP,)`` from the trainer.
 STOP = "stop"
-
-
-class PeerLost(RuntimeError):
-    """A generator or trainer process stopped answering (its connection closed)."""
 
 
 @dataclass
@@ -54,6 +52,7 @@ class Channel:
 
     Attributes:
         rank: this task's global rank; world: tasks in the job; trainer: the trainer's rank.
+        board: this task's :class:`scalectl.rl.board.Board` (its card and heartbeat in the store).
     """
 
     rank: int
@@ -61,6 +60,7 @@ class Channel:
     trainer: int
     groups: dict
     store: object
+    board: object = None
 
     @classmethod
     def connect(cls, task, timeout_s: float = 600.0, idle_timeout_s: float = 7 * 24 * 3600.0, *,
@@ -79,13 +79,17 @@ class Channel:
         """
         store = dist.TCPStore(task.master_addr, task.master_port, task.world_size, task.rank == 0,
                               timeout=timedelta(seconds=timeout_s))
+        board = Board(store, task)       # before the groups: once they are built, every task has its card
         groups = {name: dist.ProcessGroupGloo(dist.PrefixStore(f"scalectl/{name}", store), task.rank,
                                               task.world_size, timedelta(seconds=idle_timeout_s))
                   for name in FLOWS}
-        return cls(task.rank, task.world_size, task.world_size - 1 if trainer is None else trainer, groups, store)
+        return cls(task.rank, task.world_size, task.world_size - 1 if trainer is None else trainer, groups, store,
+                   board)
 
     def close(self) -> None:
-        """Drop the process groups (pending operations fail)."""
+        """Drop the process groups (pending operations fail) and stop the heartbeat."""
+        if self.board is not None:
+            self.board.close()
         for pg in self.groups.values():
             try:
                 pg.shutdown()
