@@ -324,3 +324,28 @@ def test_pipeline_of_two_generators_and_two_trainers_as_one_four_task_job(slurm,
     assert [p["step"] for p in _points(db, "killed")] == list(range(0, stopped + 4, 3))
     landed = Path(jobs["landed"]["log"])
     assert "trainer rank 1 followed 6 step(s)" in landed.with_name(f"{jobs['landed']['job_id']}_3_log.out").read_text()
+
+
+@pytest.mark.slow
+def test_cancel_checkpoints_a_running_slurm_run_and_resume_completes_it(slurm, policy, submitted, tmp_path):
+    """`scalectl cancel` stops a running Slurm run as Ctrl-C stops a local one: the job's tasks
+    get SIGINT, the job body saves a checkpoint at the step it reached and records the run
+    cancelled; `run --resume` trains on from that checkpoint to the budget, one point per
+    evaluation step."""
+    db = tmp_path / "s.db"
+    job = _submit(tmp_path, policy, submitted, "stopped", "--set", "budget.steps=1000")
+    run_dir = Path(job["run_dir"])
+    _wait(lambda: _latest_checkpoint(run_dir), 240, "a first checkpoint")
+    run_cli("cancel", "stopped", db=db, check=True, timeout=300)
+    row = _wait_status(db, "stopped", ("cancelled", "failed", "completed"), timeout=120)
+    assert row["status"] == "cancelled", row["error"]
+    assert row["error"] == "interrupted (resume with --resume)"      # the job body's word, not the launcher's
+    stopped_at = int(_latest_checkpoint(run_dir).split("-")[1])
+    assert f"interrupted at step {stopped_at}: saving a checkpoint" in Path(job["log"]).read_text()
+
+    budget = stopped_at + (2 - stopped_at % 2) + 2               # two evaluation steps past the checkpoint
+    resumed = run_cli("run", "--resume", "stopped", "--set", f"budget.steps={budget}", "--json", db=db, check=True)
+    submitted.append(json.loads(resumed.stdout)["job_id"])
+    row = _wait_status(db, "stopped", ("completed", "failed", "cancelled"), timeout=300)
+    assert row["status"] == "completed", row["error"]
+    assert [p["step"] for p in _points(db, "stopped")] == list(range(0, budget + 1, 2))

@@ -358,8 +358,28 @@ class SlurmLauncher(Launcher):
     def state(self, job: JobHandle) -> JobState:
         return query_state(job.job_id)
 
-    def cancel(self, job: JobHandle) -> None:
-        proc = _run(["scancel", str(job.job_id)])
+    def cancel(self, job: JobHandle, grace_s: float = 90.0) -> None:
+        """Stop a job as Ctrl-C stops a local run: a queued job is removed; a running one gets
+        SIGINT in every task, on which the job body saves a checkpoint and records the run
+        cancelled (plain ``scancel`` sends SIGTERM, which submitit passes over, then SIGKILL:
+        no checkpoint).  A job still running ``grace_s`` seconds later (Slurm's warning before
+        a time limit is 90 s too) is cancelled outright.
+
+        Raises:
+            UserError: scancel failed other than on a job that has ended.
+        """
+        self._scancel(job, "--state=PENDING")
+        self._scancel(job, "--signal=INT", "--state=RUNNING")
+        deadline = time.monotonic() + grace_s
+        while time.monotonic() < deadline:
+            if query_state(job.job_id).state not in ("running", "active"):
+                return
+            time.sleep(0.5)
+        self._scancel(job)
+
+    @staticmethod
+    def _scancel(job: JobHandle, *args: str) -> None:
+        proc = _run(["scancel", *args, str(job.job_id)])
         if proc.returncode != 0 and "already completed" not in proc.stderr and "Invalid job id" not in proc.stderr:
             raise UserError(f"scancel {job.job_id} failed: {proc.stderr.strip()}")
 
