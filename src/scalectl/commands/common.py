@@ -18,8 +18,9 @@ from rich.markup import escape
 
 from scalectl.errors import UserError
 
-#: Human output.
-out = Console(highlight=False)
+#: Human output.  Lines are not wrapped: a terminal folds them itself, and text written to a
+#: file or a pipe (a command to copy, the TOML ``validate`` prints) stays as it was made.
+out = Console(highlight=False, soft_wrap=True)
 #: Progress, logs and errors.
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 

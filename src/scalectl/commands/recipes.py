@@ -23,6 +23,8 @@ def validate(
 
     Also checks that model.path and data.source name what exists here (a
     checkpoint folder, a data file, a known builtin:, synthetic: or hf: source).
+    Without --setup each recipe is checked alone, while `scalectl run` merges the
+    default setup under it: give that setup to see the hash a run will have.
     """
     import tomli_w
 
@@ -50,6 +52,11 @@ def validate(
     if problems:
         raise UserError("\n".join(problems))
     err.print(f"{len(results)} file(s) valid")
+    if setup is None and results:
+        from scalectl.recipe_io import find_default_setup
+
+        err.print(f"checked without a setup; `scalectl run` merges {find_default_setup(files[0])} under each "
+                  "recipe (another hash): pass it with --setup to see what a run trains", markup=False)
 
 
 def _drop_none(d):

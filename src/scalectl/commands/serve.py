@@ -34,7 +34,7 @@ def serve(
 ) -> None:
     """Browse the store in Datasette, read-only, with canned queries: runs, points, fits, ablations.
 
-    Needs the serve extra (pip install 'scalectl[serve]').  Without scalectl:
+    Needs the serve extra (pip install 'scalectl\\[serve]').  Without scalectl:
     `datasette scalectl.db -m datasette.json` with the file `scalectl init` copies.
     """
     import importlib.util

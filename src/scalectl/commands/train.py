@@ -15,8 +15,16 @@ from scalectl.commands.progress import RichReporter
 from scalectl.errors import UserError
 
 
-def plan_lines(recipe, setup_path) -> list[str]:
-    """A short human summary of what a run will do."""
+def budget_text(budget) -> str:
+    """``steps=400``, ``gpu_hours=16000`` or both: the limits a run's budget sets."""
+    parts = [f"{key}={value:g}" for key, value in (("steps", budget.steps), ("gpu_hours", budget.gpu_hours))
+             if value is not None]
+    return " ".join(parts) or "none"
+
+
+def plan_lines(recipe, setup_path, launcher: str | None = None) -> list[str]:
+    """A short human summary of what a run will do (``launcher``: the one it is sent to, when
+    ``--launcher`` overrides the recipe's)."""
     r = recipe
     return [
         f"recipe {r.name} (hash {r.content_hash}, seed {r.seed}) on setup {setup_path}",
@@ -31,7 +39,7 @@ def plan_lines(recipe, setup_path) -> list[str]:
         f"  model {r.model.path} ({r.model.dtype}), data {r.data.source}, eval every {r.eval.every_steps} "
         f"steps on {r.eval.prompts} prompts x {r.eval.samples_per_prompt}",
         f"  hardware {r.hardware.name}: {r.hardware.generators} generator(s) + {r.hardware.trainers} "
-        f"trainer(s), launcher {r.launcher.type}, budget steps={r.budget.steps} gpu_hours={r.budget.gpu_hours}",
+        f"trainer(s), launcher {launcher or r.launcher.type}, budget {budget_text(r.budget)}",
     ]
 
 
@@ -94,7 +102,7 @@ def _run(recipe_file, setup, set_, name, seed, resume, runs_dir, launcher, detac
         recipe = load(recipe_file, setup_path, overrides)
         check_installed(recipe.logging)
         kind = launcher or recipe.launcher.type
-        for line in plan_lines(recipe, setup_path):
+        for line in plan_lines(recipe, setup_path, kind):
             err.print(line, highlight=False)
         layout = _check_layout(recipe, kind, dry_run)
         if dry_run:
@@ -206,8 +214,7 @@ def _prepare_resume(ref: str, overrides: list[str], db, held: contextlib.ExitSta
             job = read_job_file(run_dir)
             write_job_file(run_dir, db=job["db"], run_id=job["run_id"], recipe=recipe.to_dict())
             store.update_run(info["id"], recipe=recipe.to_dict(), recipe_hash=recipe.content_hash)
-            err.print(f"run {name}: budget steps={b.steps} gpu_hours={b.gpu_hours} "
-                      f"(was steps={old.budget.steps} gpu_hours={old.budget.gpu_hours})")
+            err.print(f"run {name}: budget {budget_text(b)} (was {budget_text(old.budget)})")
     return info, recipe
 
 

@@ -150,7 +150,7 @@ def _point_flags(theta, free, active, lo, hi, xw, yw, truncation, threshold, gri
     reach = float(xw.max()) / c_mid
     if past < MIN_POINTS_PAST_MIDPOINT or reach < MIN_REACH_PAST_MIDPOINT:
         flags.append(Flag("ceiling_not_identified",
-                          f"{past} points lie past the midpoint C_mid = {c_mid:.4g} and the last "
+                          f"{past} point{'' if past == 1 else 's'} lie{'s' if past == 1 else ''} past the midpoint C_mid = {c_mid:.4g} and the last "
                           f"is at {reach:.2f} x C_mid (need >= {MIN_POINTS_PAST_MIDPOINT} points and "
                           f">= {MIN_REACH_PAST_MIDPOINT} x C_mid): A trades off against C_mid and B; "
                           "extend the run"))
