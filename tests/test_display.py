@@ -87,3 +87,13 @@ def test_tables_show_names_and_ceilings_in_80_columns(narrow_db, args):
     if args[0] != "runs":
         # A with its interval, whole, in a table cell
         assert re.search(r"│ +0\.\d+ \[0\.\d+, 0\.\d+\] +│", proc.stdout), proc.stdout
+
+
+def test_fit_columns_takes_back_a_narrow_column_dropped_before_a_wide_one():
+    cols = [Column("run", keep=True), Column("B", priority=1), Column("C_mid", priority=2),
+            Column("A", keep=True)]
+    rows = [["run-s0", "1.9 [1.8, 2.0]", "2600 [1900, 9000] and more text", "0.61 [0.60, 0.63]"]]
+    # widths (cell + 3): run 9, B 17, C_mid 34, A 20; all four need 81 > 80; without B, 64 fits
+    assert fit_columns(cols, rows, 80) == [0, 2, 3]
+    # at 60: B goes, then C_mid (64 > 60); B comes back: 9 + 17 + 20 + 1 = 47 <= 60
+    assert fit_columns(cols, rows, 60) == [0, 1, 3]

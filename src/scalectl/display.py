@@ -129,17 +129,24 @@ def fit_columns(columns: Sequence[Column], rows: Sequence[Sequence[str]], width:
     Each column takes its longest cell (or header) plus 3 characters (padding and
     border of rich's default box), the table 1 more.  Droppable columns go lowest
     priority first (then rightmost first) until the rest fits; ``keep`` columns
-    always stay, even when they alone are wider (the terminal then wraps).
+    always stay, even when they alone are wider (the terminal then wraps).  Columns
+    dropped before the last one dropped come back, highest priority first, where they
+    fit beside the rest.
     """
     need = [max([len(c.name)] + [len(r[i]) for r in rows]) + 3 for i, c in enumerate(columns)]
     shown = list(range(len(columns)))
     order = sorted((i for i, c in enumerate(columns) if not c.keep),
                    key=lambda i: (columns[i].priority, -i))
+    dropped = []
     for i in order:
         if sum(need[j] for j in shown) + 1 <= width:
             break
         shown.remove(i)
-    return shown
+        dropped.append(i)
+    for i in reversed(dropped[:-1]):       # narrower columns dropped before a wide one may fit again
+        if sum(need[j] for j in shown) + need[i] + 1 <= width:
+            shown.append(i)
+    return sorted(shown)
 
 
 def fitted_table(title: str | None, columns: Sequence[Column], rows: Sequence[Sequence[str]],

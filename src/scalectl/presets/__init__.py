@@ -119,7 +119,7 @@ def resolve(arg: str | Path, kind: str) -> Path:
         candidate = root() / kind / f"{stem}.toml"
         if candidate.is_file():
             return candidate
-    raise UserError(f"{arg}: no such file, and not the name of a {kind[:-1]} preset "
+    raise UserError(f"{arg}: no such file, and not the name of {'an' if kind[0] in 'aeiou' else 'a'} {kind[:-1]} preset "
                     f"({kind}: {', '.join(names(kind))})")
 
 

@@ -124,7 +124,8 @@ def train_sft(model, tokenizer, train: list[Problem], check_set: list[Problem], 
                             samples_per_prompt=cfg.check_samples, seed=cfg.seed + step,
                             chunk_prompts=len(check_set))["pass_rate"]
             history.append((step, loss_val, rate))
-            log(f"[dim]warm start[/] step {step:5d}  loss {loss_val:.3f}  held-out pass rate "
+            trained = f"loss {loss_val:.3f}" if step else "before training"
+            log(f"[dim]warm start[/] step {step:5d}  {trained}  held-out pass rate "
                 f"{rate:.3f} (target {target})  {time.perf_counter() - t0:.0f}s")
             if rate >= target:
                 return {"steps": step, "pass_rate": rate, "seconds": time.perf_counter() - t0,
