@@ -103,6 +103,14 @@ def test_init_copies_the_presets_and_an_edited_copy_is_what_a_name_means_there(t
     here = json.loads(run_cli("validate", "scalerl", "--json", cwd=work, check=True).stdout)[0]
     elsewhere = json.loads(run_cli("validate", "scalerl", "--json", cwd=tmp_path, check=True).stdout)[0]
     assert (here["recipe"]["filter"]["retire_threshold"], elsewhere["recipe"]["filter"]["retire_threshold"]) == (0.8, 0.9)
+    # and `scalectl recipes` there lists the copy, with the hash a run of it gets
+    listed = {r["name"]: r for r in json.loads(run_cli("recipes", "--json", cwd=work, check=True).stdout)
+              if r["kind"] == "recipe"}
+    run_hash = json.loads(run_cli("run", "scalerl", "--dry-run", "--json", cwd=work, check=True).stdout)["hash"]
+    assert listed["scalerl"]["where"] == "here" and listed["scalerl"]["hash"] == run_hash
+    packaged = next(r for r in json.loads(run_cli("recipes", "--json", cwd=tmp_path, check=True).stdout)
+                    if r["kind"] == "recipe" and r["name"] == "scalerl")
+    assert packaged["where"] == "packaged" and packaged["hash"] != listed["scalerl"]["hash"]
     # the copied ablation's relative paths point at the copies
     plan = json.loads(run_cli("ablate", "scalerl-loo", "--dry-run", "--json", cwd=work, check=True).stdout)["plan"]
     assert (work / plan["base"]).resolve() == edited.resolve()
