@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import pickle
 import socket
 from datetime import timedelta
 
@@ -36,6 +37,8 @@ def test_a_task_whose_heartbeat_stops_is_named_with_its_pid_host_and_log():
         lost = leader.lost(closed, [1, 2])
         assert isinstance(lost, TaskLost) and isinstance(lost, PeerLost) and is_lost_peer(lost)
         assert str(lost) == f"trainer task 2 (trainer rank 1, pid {pid} on {host}) stopped answering"
+        assert lost.card.rank == 2 and not lost.leader and leader.lost_rank(1, "x").leader
+        assert str(pickle.loads(pickle.dumps(lost))) == str(lost)
         other = ValueError("a bug, not a lost peer")
         assert leader.lost(other, [1, 2]) is other
         assert leader.lost(closed, [0]) is closed                     # the generator still beats: nobody named

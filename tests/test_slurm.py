@@ -269,7 +269,7 @@ def _task_pids(job_id: str) -> dict[int, int]:
             env = dict(v.split(b"=", 1) for v in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0") if b"=" in v)
         except OSError:
             continue
-        if b"submitit.core._submit" in argv:
+        if Path(argv[0].decode()).name.startswith("python") and b"submitit.core._submit" in argv:
             out[int(env[b"SLURM_PROCID"])] = pid
     return out
 
@@ -283,45 +283,49 @@ def _job_pids(job_id: str) -> list[int]:
 @pytest.mark.slow
 def test_pipeline_of_two_generators_and_two_trainers_as_one_four_task_job(slurm, policy, submitted, tmp_path):
     """The 2 + 2 pipeline as one Slurm job of 4 tasks (2 generators, 2 data-parallel trainers): it
-    lands its points.  A second such job whose second trainer task is killed (SIGKILL) fails within
-    a minute with the run's error naming that task, its pid and its log; no process of the job is
-    left; `scalectl run --resume` completes the run from its last checkpoint."""
+    lands its points.  In two more such jobs a trainer task is killed (SIGKILL): the second trainer
+    rank in one, the first (which records the run) in the other.  Each run fails within a minute
+    with its error naming the killed task, its pid and its log; no process of either job is left;
+    `scalectl run --resume` completes the first from its last checkpoint."""
     db = tmp_path / "s.db"
     jobs = {}
-    for name, budget in (("landed", 6), ("killed", 1_000_000)):
+    for name, budget in (("landed", 6), ("follower", 1_000_000), ("leader", 1_000_000)):
         proc = run_cli("run", "recipes/scalerl.toml", "--launcher", "slurm", "--json", "--name", name,
                        "--runs-dir", str(tmp_path / "runs"), "--set", f"model.path={policy}", *PIPE,
                        "--set", f"budget.steps={budget}", db=db, env=OVERCOMMIT)
         assert proc.returncode == 0, proc.stderr
         jobs[name] = json.loads(proc.stdout)
         submitted.append(jobs[name]["job_id"])
-    killed, run_dir = jobs["killed"], Path(jobs["killed"]["run_dir"])
-    _wait(lambda: _latest_checkpoint(run_dir), 300, "the killed run's first checkpoint")
-    tasks = _task_pids(killed["job_id"])
-    assert sorted(tasks) == [0, 1, 2, 3]
-    every = _job_pids(killed["job_id"])
-    t0 = time.monotonic()
-    os.kill(tasks[3], signal.SIGKILL)
-    row = _wait_status(db, "killed", ("failed", "cancelled", "completed"), timeout=120)
-    took = time.monotonic() - t0
-    log = Path(killed["log"]).with_name(f"{killed['job_id']}_3_log.out")
-    assert row["status"] == "failed"
-    assert (f"TaskLost: trainer task 3 (trainer rank 1, pid {tasks[3]} on {socket.gethostname()}) stopped "
-            f"answering (log: {log})") in row["error"], row["error"]
-    assert took < 60, f"the run was marked failed {took:.0f} s after the kill"
-    _wait(lambda: _scontrol(killed["job_id"]).get("JobState") in ("FAILED", None), 60, "the job to end")
-    _wait(lambda: not [p for p in every if Path(f"/proc/{p}").exists()], 30, "every process of the job to exit")
+    for name, victim, role_rank in (("follower", 3, 1), ("leader", 2, 0)):
+        job, run_dir = jobs[name], Path(jobs[name]["run_dir"])
+        _wait(lambda: _latest_checkpoint(run_dir), 300, f"the first checkpoint of run {name}")
+        tasks = _task_pids(job["job_id"])
+        assert sorted(tasks) == [0, 1, 2, 3]
+        every = _job_pids(job["job_id"])
+        t0 = time.monotonic()
+        os.kill(tasks[victim], signal.SIGKILL)
+        row = _wait_status(db, name, ("failed", "cancelled", "completed"), timeout=120)
+        took = time.monotonic() - t0
+        log = Path(job["log"]).with_name(f"{job['job_id']}_{victim}_log.out")
+        assert row["status"] == "failed"
+        assert (f"TaskLost: trainer task {victim} (trainer rank {role_rank}, pid {tasks[victim]} on "
+                f"{socket.gethostname()}) stopped answering (log: {log})") in row["error"], row["error"]
+        assert took < 60, f"run {name} was marked failed {took:.0f} s after the kill"
+        _wait(lambda: _scontrol(job["job_id"]).get("JobState") in ("FAILED", None), 60, f"job {name} to end")
+        _wait(lambda: not [p for p in every if Path(f"/proc/{p}").exists()], 30,
+              f"every process of job {name} to exit")
 
+    run_dir = Path(jobs["follower"]["run_dir"])
     stopped = int(_latest_checkpoint(run_dir).split("-")[1])
-    resumed = run_cli("run", "--resume", "killed", "--runs-dir", str(tmp_path / "runs"), "--json",
+    resumed = run_cli("run", "--resume", "follower", "--runs-dir", str(tmp_path / "runs"), "--json",
                       "--set", f"budget.steps={stopped + 3}", db=db, env=OVERCOMMIT)
     assert resumed.returncode == 0, resumed.stderr
     submitted.append(json.loads(resumed.stdout)["job_id"])
-    for name in ("landed", "killed"):
+    for name in ("landed", "follower"):
         row = _wait_status(db, name, ("completed", "failed", "cancelled"), timeout=300)
         assert row["status"] == "completed", (name, row["error"])
     assert [p["step"] for p in _points(db, "landed")] == [0, 3, 6]
-    assert [p["step"] for p in _points(db, "killed")] == list(range(0, stopped + 4, 3))
+    assert [p["step"] for p in _points(db, "follower")] == list(range(0, stopped + 4, 3))
     landed = Path(jobs["landed"]["log"])
     assert "trainer rank 1 followed 6 step(s)" in landed.with_name(f"{jobs['landed']['job_id']}_3_log.out").read_text()
 

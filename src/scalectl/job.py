@@ -9,7 +9,9 @@ background process and every task of a Slurm job.  The job body alone
   a run in one process (``sync`` or ``ppo_off_policy`` with 1 generator + 1
   trainer) trains on task 0 and other tasks return at once; a run in processes
   (every other layout) runs every task's role, and the first trainer rank
-  records the run (generators and the trainer ranks that follow it do not);
+  records the run (generators and the trainer ranks that follow it do not,
+  except the failure of a job whose first trainer rank is gone, named by
+  :class:`scalectl.rl.board.TaskLost`);
 * decides to resume: it does whenever the run folder holds a checkpoint;
 * writes the run's status in the store: running, then completed, failed (with
   the error), cancelled, or what the launcher says an exception means
@@ -36,7 +38,7 @@ from typing import Callable
 from scalectl.points import EvalPoint
 from scalectl.recipe import Recipe
 from scalectl.run_lock import run_folder_lock
-from scalectl.rl.board import LOG_ENV
+from scalectl.rl.board import LOG_ENV, TaskLost
 from scalectl.rl.checkpoint import latest_checkpoint
 from scalectl.rl.data import load_prompt_sets
 from scalectl.rl.loop import Reporter
@@ -136,10 +138,15 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
         return None
     resume = latest_checkpoint(run_dir) is not None
     if task is not None and task.world_size > 1 and (task.role == "generator" or task.role_rank > 0):
-        # a generator or a follower trainer: the first trainer rank records the run
+        # a generator or a follower trainer: the first trainer rank records the run, unless it is gone
         train, held_out = load_prompt_sets(recipe)
-        return run_training(recipe, run_dir, sink=StoreSink(job["db"], run_id), train_problems=train,
-                            eval_problems=held_out, reporter=reporter, resume=resume, task=task)
+        try:
+            return run_training(recipe, run_dir, sink=StoreSink(job["db"], run_id), train_problems=train,
+                                eval_problems=held_out, reporter=reporter, resume=resume, task=task)
+        except TaskLost as exc:
+            if exc.leader:
+                _record(job, status="failed", ended=_now(), error="".join(traceback.format_exception_only(exc)).strip())
+            raise
     with Store.open(job["db"]) as store:
         store.update_run(run_id, status="running", started=_now(), error=None)
     try:

@@ -39,7 +39,23 @@ class PeerLost(RuntimeError):
 
 
 class TaskLost(PeerLost):
-    """A task of the job stopped answering; the message names it, its pid, host and log."""
+    """A task of the job stopped answering; the message names it, its pid, host and log.
+
+    Attributes:
+        card: the lost task's :class:`Card`.
+    """
+
+    def __init__(self, card: "Card"):
+        super().__init__(card.describe("stopped answering"))
+        self.card = card
+
+    def __reduce__(self):           # picklable (submitit stores a task's exception)
+        return (TaskLost, (self.card,))
+
+    @property
+    def leader(self) -> bool:
+        """Whether the lost task is the first trainer rank (the one that records the run)."""
+        return self.card.role == "trainer" and self.card.role_rank == 0
 
 
 def is_lost_peer(exc: BaseException) -> bool:
@@ -150,7 +166,7 @@ class Board:
         gone = self.gone(ranks)
         if not gone:
             return exc
-        return TaskLost(gone[0].describe("stopped answering"))
+        return TaskLost(gone[0])
 
     def lost_rank(self, rank: int, detail: str) -> PeerLost:
         """A :class:`TaskLost` naming task ``rank`` (its connection broke: ``detail``), or a plain
@@ -158,4 +174,4 @@ class Board:
         card = self.card_of(rank)
         if card is None:
             return PeerLost(detail)
-        return TaskLost(card.describe("stopped answering"))
+        return TaskLost(card)

@@ -96,6 +96,10 @@ class StopFlag:
             handler(self.signum, None)
 
 
+#: Seconds a generator leaving on its own waits for each of its last sends to the trainer.
+SEND_TIMEOUT_S = 120.0
+
+
 def first_trainer_rank(recipe, task) -> int:
     """Global rank of the first trainer (the leader): ranks ``0 .. generators-1`` generate."""
     return recipe.hardware.generators if task.world_size > 1 else 0
@@ -188,7 +192,8 @@ def run_generator(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) 
         Why it stopped: ``stopped`` (the trainer said so) or ``interrupted`` (a signal).
 
     Raises:
-        PeerLost: the trainer died.
+        PeerLost: the trainer died (a :class:`~scalectl.rl.board.TaskLost` naming it); the generator
+            then leaves without waiting for its pending sends.
     """
     recipe = Recipe.model_validate(spec.recipe)
     torch.manual_seed(recipe.seed + 1 + task.rank)
@@ -203,7 +208,7 @@ def run_generator(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) 
     problems, G, params = spec.train_problems, recipe.batch.generations_per_prompt, SamplingParams.for_training(recipe)
     requests: deque = deque()
     sends: deque = deque()
-    t_start, idle, reason = time.perf_counter(), 0.0, "interrupted"
+    t_start, idle, reason, lost = time.perf_counter(), 0.0, "interrupted", False
     try:
         while not stop.is_set():
             slot.poll()
@@ -236,14 +241,18 @@ def run_generator(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) 
             sends.extend(send_object(channel.groups["rollouts"], ("groups", items, info), trainer))
             while len(sends) > 4:                      # at most two messages in flight
                 sends.popleft().wait()
+    except PeerLost:
+        lost = True
+        raise
     finally:
-        for w in sends:
-            w.wait()
-        try:
-            for w in send_object(channel.groups["rollouts"], (BYE, reason), trainer):
-                w.wait()
-        except Exception:  # noqa: BLE001 - the trainer is gone
-            pass
+        # A send to a trainer that is gone may never complete (gloo waits for a receive that never
+        # comes): without the trainer, leave at once; otherwise wait, but not for ever.
+        if not lost:
+            try:
+                for w in [*sends, *send_object(channel.groups["rollouts"], (BYE, reason), trainer)]:
+                    w.wait(timedelta(seconds=SEND_TIMEOUT_S))
+            except Exception:  # noqa: BLE001 - the trainer is gone
+                pass
     if reason == "stopped":
         return reason
     # interrupted: wait for the trainer's stop (it checkpoints first), so that neither side sees the other vanish
