@@ -137,3 +137,15 @@ def test_compare_flags_mixed_hardware(db):
     data = json.loads(cli(db, "compare", "--json").stdout)      # every run in the store
     assert len(data["rows"]) == 5 and data["baseline"] == "scalerl"
     assert [f["code"] for f in data["flags"]] == ["mixed_hardware"]
+
+
+def test_compare_of_every_run_leaves_out_runs_that_cannot_be_fitted(db):
+    with Store.open(db) as store:
+        short = store.create_run("short", hardware="H100", recipe_hash="h-short")
+        store.add_points(short, [{"step": s, "gpu_hours": 10.0 * s, "pass_rate": 0.3} for s in (0, 1, 2)])
+    res = cli(db, "compare", "--bootstrap", "0", "--json")
+    assert res.exit_code == 0, res.output
+    assert sorted(r["name"] for r in json.loads(res.stdout)["rows"]) == ["base", "cispo", "magistral", "scalerl"]
+    assert "left out: run 'short':" in res.stderr
+    named = cli(db, "compare", "scalerl", "short", "--bootstrap", "0")
+    assert named.exit_code == 2 and "run 'short':" in named.stderr      # a run named must fit

@@ -119,7 +119,7 @@ def fit(
 
 @user_errors
 def compare(
-    runs: Annotated[list[str] | None, typer.Argument(help="Runs to compare (default: every run).")] = None,
+    runs: Annotated[list[str] | None, typer.Argument(help="Runs to compare (default: every run that can be fitted).")] = None,
     baseline: Annotated[str | None, typer.Option("--baseline", help="Run the others are judged "
                                                                     "against (default: the first).")] = None,
     margin: MarginOption = MARGIN,
@@ -148,7 +148,18 @@ def compare(
         names = [r["name"] for r in infos]
         if len(set(names)) != len(names):
             raise UserError(f"a run is named twice: {names}")
-        curves = {r["name"]: fit_run(store, r, opts)[0] for r in infos}
+        curves, left_out = {}, []
+        for r in infos:
+            try:
+                curves[r["name"]] = fit_run(store, r, opts)[0]
+            except UserError as exc:       # named runs must fit; of every run, those that can are compared
+                if runs:
+                    raise
+                left_out.append(str(exc))
+    for reason in left_out:
+        err.print(f"left out: {reason}", markup=False)
+    if len(curves) < 2 and left_out:
+        raise UserError(f"fewer than two runs in {store.path} can be fitted; compare needs two")
     if baseline is not None and baseline not in curves:
         ids = {str(r["id"]): r["name"] for r in infos}
         if baseline not in ids:
