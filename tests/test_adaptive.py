@@ -231,6 +231,28 @@ def test_loop_resumes_from_a_state_and_respects_the_total_budget():
     assert more.spent_hours == pytest.approx(full.spent_hours)
 
 
+def test_a_loop_resumed_after_it_ran_out_of_options_still_says_so(tmp_path):
+    """A variant stopped "undecided" at its limits stays so when the loop is started
+    again from the stages table (the same command run again): no stage is added and
+    the loop ends "out of options", not "decided"."""
+    from scalectl.ablation.staged import state_from_stages
+
+    base = SimCurve(A=0.60, B=2.0, C_mid=0.1, R0=0.30, hours_per_step=0.001)
+    be = SimBackend({"base": base, "v": replace(base, A=0.61)}, every=10)
+    # 100 steps reach 1 x C_mid (the rule wants 5 x) and --max-budget is 100: nothing left to try
+    lim = Limits(max_budget=100, max_seeds=1, step_multiple=10)
+    with Store.open(tmp_path / "s.db") as store:
+        first = run_loop(be, initial_state(["base", "v"], "base", 100), lim, fit_kw={"bootstrap": 50},
+                         record=lambda st: store.add_stage("abl", st.stage, st.rows, st.spent_hours))
+        rows = store.stages("abl")
+    assert first.ended == "out of options" and first.decisions["v"].verdict == UNDECIDED
+    assert [(r["stage"], r["variant"], r["action"]) for r in rows] == [(0, "base", STOP), (0, "v", STOP)]
+    state = state_from_stages(rows, "base", ["base", "v"], 100)
+    assert state.stage == 1 and state.arms["v"].stopped == UNDECIDED
+    again = run_loop(be, state, lim, fit_kw={"bootstrap": 50})
+    assert again.stages == () and again.ended == "out of options"
+
+
 @pytest.mark.slow
 def test_twenty_variants_adaptive_against_fixed():
     """The acceptance check (scripts/adaptive_vs_fixed.py prints the whole grid)."""

@@ -135,7 +135,9 @@ def run_loop(backend: Backend, state: LoopState, limits: Limits, *, total_budget
     fit_kw: keyword arguments of :func:`scalectl.curve.fit_sigmoid` (bootstrap,
     axis, min_compute, seed).  record: called with each stage as soon as it is
     decided (before the next stage trains).  Returns a :class:`LoopResult`;
-    ``ended`` is "decided", "total budget" or "max stages".
+    ``ended`` is "decided" (every variant stopped with a verdict), "out of
+    options" (some stopped undecided: nothing left within the limits), "total
+    budget" or "max stages".
     """
     from scalectl.compare import RunCurve, compare
     from scalectl.curve import FitError
@@ -148,8 +150,10 @@ def run_loop(backend: Backend, state: LoopState, limits: Limits, *, total_budget
     ended = "max stages"
     say = on_stage or (lambda _m: None)
     for _ in range(max_stages):
-        if all(a.stopped is not None for a in state.arms.values() if not a.is_base):
-            ended = "decided"
+        variants = [a for a in state.arms.values() if not a.is_base]
+        if all(a.stopped is not None for a in variants):
+            # a loop started again after every variant stopped: some may have stopped undecided
+            ended = "decided" if all(a.stopped in DECIDED for a in variants) else "out of options"
             break
         cost = stage_cost(state, backend)
         if total_budget is not None and state.spent_hours + cost > total_budget + 1e-12:
