@@ -14,8 +14,8 @@ from scalectl.ablation.adaptive import SimBackend, fixed_design, initial_state, 
 from scalectl.compare import FASTER, HIGHER, LOWER, UNDECIDED, RunCurve, compare
 from scalectl.curve import Flag, SigmoidFit
 from scalectl.ablation.decisions import (
-    CANNOT_WIN, EXTEND, HOLD, SEED, STOP, TIES, Arm, Limits, decide, extended_budget, is_true_verdict, pooled_seed_sd,
-    widen_for_seeds,
+    CANNOT_WIN, EXTEND, HOLD, SEED, STOP, TIES, Arm, Limits, Need, decide, extended_budget, is_true_verdict, needed,
+    pooled_seed_sd, widen_for_seeds,
 )
 from scalectl.errors import UserError
 from scalectl.ablation.power import delta_half_width, plan_power, seeds_needed
@@ -136,6 +136,27 @@ def test_extended_budget_bounds():
     f = _fit(0.6, 0.5, 0.7, C_mid=0.001)                     # advice below: at least 1.5 x, rounded to 20
     assert extended_budget(Arm("a", 100, 1, f, 0.001), lim) == 160
     assert extended_budget(Arm("a", 900, 1, f, 0.001), lim) == 1000
+
+
+def test_what_an_undecided_variant_needs_by_hand():
+    lim = Limits(max_budget=400, max_seeds=2, step_multiple=20)
+    # ceilings not identified: 5 x C_mid in steps, compute per step = last compute / budget
+    short = _fit(0.62, 0.5, 1.0, C_mid=0.3, last=0.4, flags=[Flag("ceiling_not_identified", "x")])
+    base = _fit(0.60, 0.59, 0.61, C_mid=0.05, last=0.4)             # identified: 0.4 >= 5 x 0.05
+    need = needed(Arm("v", 400, 1, short, 0.4 / 400), Arm("base", 400, 1, base, 0.4 / 400), (-0.1, 0.4), lim)
+    assert need == Need(budgets={"v": 1500}, seeds=None)             # 5 x 0.3 / 0.001 = 1500, a multiple of 20
+    far = _fit(0.60, 0.5, 1.0, C_mid=0.11, last=0.4, flags=[Flag("ceiling_not_identified", "x")])
+    need = needed(Arm("v", 400, 1, short, 0.001), Arm("base", 400, 1, far, 0.001), None, lim)
+    assert need.budgets == {"v": 1500, "base": 560}                  # 5 x 0.11 / 0.001 = 550 -> 560
+    # both identified, at --max-seeds 2 each: dA [-0.01, +0.03], half-width 0.02 = k sqrt(1/2 + 1/2);
+    # n per arm with k sqrt(2 / n) <= margin / 2 = 0.01: n >= 2 x 0.02^2 / 0.01^2 = 8
+    ok = _fit(0.61, 0.60, 0.62, C_mid=0.05, last=0.4)
+    need = needed(Arm("v", 400, 2, ok, 0.001), Arm("base", 400, 2, base, 0.001), (-0.01, 0.03), lim)
+    assert need == Need(budgets={}, seeds=8)
+    # with 1 and 3 seeds: k = 0.02 / sqrt(1 + 1/3) = 0.01732; n >= 2 x 0.01732^2 / 0.01^2 = 6
+    need = needed(Arm("v", 400, 1, ok, 0.001), Arm("base", 400, 3, base, 0.001), (-0.01, 0.03), lim)
+    assert need.seeds == 6
+    assert needed(Arm("v", 400, 1, None), Arm("base", 400, 1, base, 0.001), None, lim) == Need({"v": None}, None)
 
 
 def test_true_verdicts():

@@ -4,6 +4,7 @@ subprocesses, the local launcher, a real store; interrupted with SIGINT and resu
 from __future__ import annotations
 
 import json
+import math
 import os
 import signal
 import sqlite3
@@ -88,6 +89,55 @@ def test_until_decided_end_to_end(tmp_path):
     assert result["spent_hours"] <= result["fixed_hours"]
     text = (tmp_path / "rep" / "adaptive.md").read_text()
     assert "| up |" in text and "higher ceiling" in text and "device-hours" in text
+
+
+def test_until_decided_out_of_options_says_what_a_verdict_needs(tmp_path):
+    """At 100 steps the curves reach 1 x C_mid (a verdict waits for 5 x) and --max-budget
+    is 100: the variant stops undecided, the report says why and what a verdict needs
+    (priced at the simulated 0.001 device-hours per step); the same command again
+    trains nothing and still ends "out of options"."""
+    common = "B=2,C_mid=0.1,R0=0.3,hours_per_step=0.001,seconds_per_step=0"
+    path = tmp_path / "short.toml"
+    path.write_text(f"""
+name = "short"
+kind = "variants"
+base = "{ROOT / 'recipes/scalerl.toml'}"
+setup = "{ROOT / 'setups/simulated.toml'}"
+baseline = "base"
+set = ["model.path='simulated:A=0.6,{common}'", "budget.steps=100"]
+
+[[variants]]
+name = "base"
+
+[[variants]]
+name = "near"
+set = ["model.path='simulated:A=0.61,{common}'"]
+""")
+    db = tmp_path / "s.db"
+    args = ["ablate", str(path), "--until-decided", "--max-budget", "100", "--max-seeds", "1", "--bootstrap", "100",
+            "--poll", "0.2", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "rep")]
+    first = run_cli(*args, db=db, cwd=tmp_path, timeout=600)
+    assert first.returncode == 0, first.stderr
+    assert "1 stage(s), ended: out of options" in first.stdout
+    assert "- near: undecided: ceiling of near not identified at --max-budget 100" in first.stdout
+    conn = sqlite3.connect(db)
+    fits = {v: json.loads(f) for v, f in conn.execute("SELECT variant, fit FROM ablation_stages WHERE stage = 0")}
+    conn.close()
+    # 5 x C_mid in steps: compute per step = the fit's last compute / 100 steps; rounded up to eval.every_steps
+    steps = {v: 10 * math.ceil(5 * f["C_mid"] / (f["window"][1] / 100) / 10 - 1e-9) for v, f in fits.items()}
+    hours = sum(n - 100 for n in steps.values()) * 0.001
+    assert (f"near is undecided: a verdict needs both ceilings identified (5 x C_mid): about "
+            f"{steps['near']:,} steps per run for near and {steps['base']:,} for base "
+            f"(--max-budget {max(steps.values())}), about {hours:.4g} device-hours more") in first.stdout
+    again = run_cli(*args, db=db, cwd=tmp_path, timeout=600)
+    assert again.returncode == 0, again.stderr
+    assert "resuming adaptive ablation short at stage 1" in again.stderr
+    assert "1 stage(s), ended: out of options" in again.stdout and "near is undecided" in again.stdout
+    assert "stage 1: training" not in again.stderr                         # nothing trained, no stage added
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT DISTINCT stage FROM ablation_stages").fetchall() == [(0,)]
+    conn.close()
+    assert json.loads((tmp_path / "rep" / "adaptive.json").read_text())["ended"] == "out of options"
 
 
 @pytest.mark.slow

@@ -7,9 +7,10 @@ compares every variant with the base (:func:`scalectl.compare.compare`, margin
 
 * **decided**: "higher ceiling", "lower ceiling" or a tie ("tie on ceiling,
   faster/slower"), with intervals: stop it;
-* **ceiling not identified** (the fit's advice, :func:`scalectl.curve.advise`,
-  says extend the run to about 3 x C_mid): extend it to that budget, at most
-  ``max_growth`` times the current one and at most ``max_budget``;
+* **ceiling not identified** (flagged by the fit, or data short of
+  ``min_reach`` = 5 x C_mid; :func:`scalectl.curve.advise` asks for about 3 x):
+  extend it to 5 x C_mid, at most ``max_growth`` times the current budget and
+  at most ``max_budget``;
 * **identified, but the interval of the difference of ceilings straddles the
   margin**: the width is noise, so add a seed (at most ``max_seeds``) to
   whichever of the variant and the base has the wider A interval (both when
@@ -23,7 +24,7 @@ compares every variant with the base (:func:`scalectl.compare.compare`, margin
   narrows, already rules out both a tie (it needs floor < margin - |dA|) and
   a difference (|dA| - floor > claim x margin): then stop, "undecided";
 * nothing left to try (at ``max_budget`` and ``max_seeds``): stop it,
-  "undecided".
+  "undecided"; :func:`needed` says what a verdict would take beyond them.
 
 Intervals on A include the seed-to-seed spread (:func:`widen_for_seeds`): a
 fit's residual bootstrap treats the evaluation points as independent, but
@@ -204,9 +205,9 @@ def round_up(steps: float, multiple: int) -> int:
 
 
 def extended_budget(arm: Arm, limits: Limits) -> int:
-    """The budget the advice asks for: about 3 x C_mid (:func:`scalectl.curve.advise`).
+    """The budget that reaches ``limits.min_reach`` x C_mid (5 by default; :func:`scalectl.curve.advise` asks for 3).
 
-    In steps: 3 C_mid / compute_per_step, at least ``min_growth`` and at most
+    In steps: min_reach C_mid / compute_per_step, at least ``min_growth`` and at most
     ``max_growth`` times the current budget, rounded up to ``step_multiple``,
     capped by ``max_budget``.  Without a fit or a compute rate: ``min_growth``
     times the budget (same caps).
@@ -385,6 +386,53 @@ def decide(arms: Sequence[Arm], comparison: Comparison | None, limits: Limits,
     else:
         out[base.name] = Decision(base.name, HOLD, "baseline", "", base.budget, base.seeds)
     return out
+
+
+@dataclass(frozen=True)
+class Need:
+    """What a verdict on a variant would need beyond the limits it stopped at.
+
+    budgets: arm name -> optimiser steps per run that reach ``min_reach`` x
+    C_mid, for each of the variant and the base whose ceiling is not
+    identified (None where it has no fit or no compute rate to say); seeds:
+    runs per arm that narrow the dA interval to half the margin (when both
+    ceilings are identified), else None.
+    """
+
+    budgets: dict[str, int | None]
+    seeds: int | None
+
+
+def needed(arm: Arm, base: Arm, delta_interval: tuple[float, float] | None, limits: Limits) -> Need | None:
+    """What a variant left undecided at its limits would need for a verdict.
+
+    * A ceiling not identified (the variant's or the base's): the budget that
+      reaches ``limits.min_reach`` x C_mid, min_reach C_mid / compute_per_step
+      steps rounded up to ``step_multiple``, with no cap (the rule of
+      :func:`extended_budget` without its growth and ``max_budget`` caps).
+    * Both identified: the interval of dA, half-width h with n_v and n_b
+      seeds, narrows as k sqrt(1/n_v + 1/n_b) (both parts of each arm's
+      interval, the fit's and the seed spread, shrink as 1/sqrt(n)); seeds per
+      arm n = ceil(2 k^2 / (margin / 2)^2) bring it to half the margin, the
+      target of :mod:`scalectl.ablation.power`.
+
+    Returns None when neither applies (no interval of dA).
+    """
+    budgets: dict[str, int | None] = {}
+    for a in (arm, base):
+        if ceiling_identified(a.fit, limits.min_reach):
+            continue
+        if a.fit is None or not a.compute_per_step or a.compute_per_step <= 0:
+            budgets[a.name] = None
+        else:
+            budgets[a.name] = round_up(limits.min_reach * a.fit.C_mid / a.compute_per_step, limits.step_multiple)
+    if budgets:
+        return Need(budgets, None)
+    if delta_interval is None:
+        return None
+    lo, hi = delta_interval
+    k = (hi - lo) / 2 / math.sqrt(1 / arm.seeds + 1 / base.seeds)
+    return Need({}, max(1, math.ceil(2 * k * k / (limits.margin / 2) ** 2 - 1e-9)))
 
 
 def is_true_verdict(verdict: str, true_delta: float, margin: float) -> bool | None:

@@ -250,13 +250,64 @@ def summary(rows: list[dict], hours_per_step: dict[str, float], spent: float, ma
             "margin": margin, "variants": variants}
 
 
-def needs(state, backend) -> list[str]:
+def needs(rows: list[dict], state, backend, limits) -> list[str]:
+    """What each variant without a verdict would need next, one sentence each.
+
+    rows: the ablation's stage rows (:meth:`scalectl.store.Store.stages`);
+    state: the loop's state at its end; backend: for device-hours per step;
+    limits: the :class:`scalectl.ablation.decisions.Limits` it ran under.  A
+    variant still running (the loop stopped by ``--total-budget``) needs its
+    next stage; one stopped "undecided" at ``--max-budget`` / ``--max-seeds``
+    needs what :func:`scalectl.ablation.decisions.needed` says, from the fits
+    of the stage it stopped at (compute per step: the fit's last compute /
+    the budget), priced at the arms' device-hours per step (the base's part is
+    shared by every variant that needs it).  Variants with a verdict need nothing.
+    """
+    from scalectl.ablation.decisions import CANNOT_WIN, DECIDED, Arm, needed
+    from scalectl.curve import SigmoidFit
+
+    hist = paths(rows)
     out_ = []
     for a in state.arms.values():
-        if a.stopped is None and not a.is_base:
+        if a.is_base or a.stopped in DECIDED or a.stopped == CANNOT_WIN:
+            continue
+        if a.stopped is None:
             need = sum(max(0, a.budget - a.trained.get(i, 0)) for i in range(a.seeds))
             out_.append(f"{a.name} is undecided: it would next train to {a.budget} steps x {a.seeds} seed(s), "
                         f"about {need * backend.hours_per_step(a.name):.4g} device-hours")
+            continue
+        last = hist[a.name][-1]
+        base_row = next((r for r in rows if r["is_base"] and r["stage"] == last["stage"]), None)
+        if base_row is None:
+            continue
+        arms = {}
+        for r in (last, base_row):
+            fit = SigmoidFit.from_dict(r["fit"]) if r.get("fit") else None
+            cps = fit.window[1] / r["budget"] if fit is not None and r["budget"] else None
+            arms[r["variant"]] = (Arm(r["variant"], r["budget"], r["seeds"], fit, cps, r["is_base"]), r)
+        (arm, _), (base, _) = arms[last["variant"]], arms[base_row["variant"]]
+        dA = None if last.get("dA_lo") is None else (last["dA_lo"], last["dA_hi"])
+        n = needed(arm, base, dA, limits)
+        if n is None:
+            out_.append(f"{a.name} is undecided: no estimate of what a verdict needs (no interval of dA)")
+            continue
+        if n.budgets:
+            who = ("both ceilings" if len(n.budgets) == 2 else
+                   "its ceiling" if a.name in n.budgets else "the base's ceiling")
+            parts = [f"{v:,} for {k}" if v is not None else f"? for {k} (not fitted)" for k, v in n.budgets.items()]
+            known = [v for v in n.budgets.values() if v is not None]
+            hours = sum((v - arms[k][0].budget) * arms[k][0].seeds * backend.hours_per_step(k)
+                        for k, v in n.budgets.items() if v is not None and v > arms[k][0].budget)
+            text = (f"{a.name} is undecided: a verdict needs {who} identified ({limits.min_reach:g} x C_mid): "
+                    f"about {parts[0].replace(' for', ' steps per run for', 1)}"
+                    + "".join(f" and {p}" for p in parts[1:])
+                    + (f" (--max-budget {max(known)})" if known else "")
+                    + f", about {hours:.4g} device-hours more")
+        else:
+            hours = sum(max(0, n.seeds - x.seeds) * x.budget * backend.hours_per_step(x.name) for x in (arm, base))
+            text = (f"{a.name} is undecided: a verdict needs about {n.seeds} seeds per arm to bring the dA "
+                    f"interval to half the margin (--max-seeds {n.seeds}), about {hours:.4g} device-hours more")
+        out_.append(text)
     return out_
 
 

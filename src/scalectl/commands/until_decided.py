@@ -33,10 +33,16 @@ def render(s: dict, name: str, ended: str, needs: list[str]) -> str:
         path = " -> ".join(f"{h['stage']}: {_fmt_step(h)}" for h in v["path"])
         lines.append(f"| {v['variant']} | {path} | {'baseline' if v['is_base'] else v['verdict']} |")
     lines.append("")
+    for v in s["variants"]:
+        if not v["is_base"]:
+            lines.append(f"- {v['variant']}: {v['verdict']}" + (f": {v['reason']}" if v["reason"] else ""))
+    lines.append("")
     fd = s["fixed_design"]
     share = "" if s["saved_share"] is None else f" ({s['saved_share']:.0%} saved)"
     lines.append(f"Spent {s['spent_hours']:.4g} device-hours; training every variant to the largest budget used "
                  f"({fd['budget']} steps x {fd['seeds']} seeds) would have spent {s['fixed_hours']:.4g}{share}.")
+    if needs:
+        lines += ["", "What the variants without a verdict would need:"]
     for n in needs:
         lines.append(f"- {n}")
     return "\n".join(lines) + "\n"
@@ -128,7 +134,7 @@ def run_until_decided(*, db: str, plan, kind: str, runs_dir: Path, out_dir: Path
         rows = store.stages(name)
     hps = {n: backend.hours_per_step(n) for n in names}
     s = summary(rows, hps, backend.spent_hours(), limits.margin)
-    needs = _needs(result.state, backend) if result.ended != "decided" else []
+    needs = _needs(rows, result.state, backend, limits)
     if result.ended == "total budget":
         needs.insert(0, f"stopped: the next stage would pass --total-budget {total_budget:g} device-hours")
     text = render(s, name, result.ended, needs)
