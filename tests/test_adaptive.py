@@ -256,7 +256,7 @@ def test_a_loop_resumed_after_it_ran_out_of_options_still_says_so(tmp_path):
     """A variant stopped "undecided" at its limits stays so when the loop is started
     again from the stages table (the same command run again): no stage is added and
     the loop ends "out of options", not "decided"."""
-    from scalectl.ablation.staged import state_from_stages
+    from scalectl.ablation.staged import reopen_undecided, state_from_stages
 
     base = SimCurve(A=0.60, B=2.0, C_mid=0.1, R0=0.30, hours_per_step=0.001)
     be = SimBackend({"base": base, "v": replace(base, A=0.61)}, every=10)
@@ -272,6 +272,13 @@ def test_a_loop_resumed_after_it_ran_out_of_options_still_says_so(tmp_path):
     assert state.stage == 1 and state.arms["v"].stopped == UNDECIDED
     again = run_loop(be, state, lim, fit_kw={"bootstrap": 50})
     assert again.stages == () and again.ended == "out of options"
+    # decided again from the stored fits: the same limits stop it again, a larger budget reopens it
+    assert reopen_undecided(rows, state, lim) == [] and state.arms["v"].stopped == UNDECIDED
+    assert reopen_undecided(rows, state, replace(lim, max_seeds=3)) == []     # seeds do not identify a ceiling
+    assert reopen_undecided(rows, state, replace(lim, max_budget=800)) == ["v"]
+    assert state.arms["v"].stopped is None and (state.arms["v"].budget, state.arms["v"].seeds) == (100, 1)
+    more = run_loop(be, state, replace(lim, max_budget=800), fit_kw={"bootstrap": 50}, max_stages=1)
+    assert more.stages[0].stage == 1 and more.decisions["v"].action == EXTEND
 
 
 @pytest.mark.slow

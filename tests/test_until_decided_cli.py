@@ -95,7 +95,7 @@ def test_until_decided_out_of_options_says_what_a_verdict_needs(tmp_path):
     """At 100 steps the curves reach 1 x C_mid (a verdict waits for 5 x) and --max-budget
     is 100: the variant stops undecided, the report says why and what a verdict needs
     (priced at the simulated 0.001 device-hours per step); the same command again
-    trains nothing and still ends "out of options"."""
+    trains nothing and still ends "out of options"; a larger --max-budget reopens it."""
     common = "B=2,C_mid=0.1,R0=0.3,hours_per_step=0.001,seconds_per_step=0"
     path = tmp_path / "short.toml"
     path.write_text(f"""
@@ -138,6 +138,20 @@ set = ["model.path='simulated:A=0.61,{common}'"]
     assert conn.execute("SELECT DISTINCT stage FROM ablation_stages").fetchall() == [(0,)]
     conn.close()
     assert json.loads((tmp_path / "rep" / "adaptive.json").read_text())["ended"] == "out of options"
+    # a larger --max-budget reopens the variant stopped at the old one: stage 1 decides again
+    # on the same runs (nothing to train), extends them, and stage 2 trains the extension
+    args[args.index("--max-budget") + 1] = "800"
+    more = run_cli(*args, db=db, cwd=tmp_path, timeout=600)
+    assert more.returncode == 0, more.stderr
+    assert "reopening near: stopped undecided, with something left to try under --max-budget 800" in more.stderr
+    conn = sqlite3.connect(db)
+    stage1 = dict(conn.execute("SELECT variant, action FROM ablation_stages WHERE stage = 1").fetchall())
+    budgets = dict(conn.execute("SELECT variant, budget FROM ablation_stages WHERE stage = 2").fetchall())
+    top = conn.execute("SELECT MAX(step) FROM eval_points p JOIN runs r ON r.id = p.run_id "
+                       "WHERE r.name = 'short--near--s0'").fetchone()[0]
+    conn.close()
+    assert stage1 == {"base": "extend", "near": "extend"}
+    assert budgets["near"] > 100 and top >= budgets["near"]
 
 
 @pytest.mark.slow

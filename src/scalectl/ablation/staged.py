@@ -212,6 +212,62 @@ def state_from_stages(rows: list[dict], baseline: str, names: list[str], initial
     return LoopState(last + 1, arms)
 
 
+def _stopped_pair(rows: list[dict], variant: str):
+    """(variant Arm, base Arm, variant row) at the stage where ``variant`` stopped, rebuilt
+    from the stored rows (fits as stored, compute per step = the fit's last compute / the
+    budget); None when that stage has no base row."""
+    from scalectl.ablation.decisions import Arm
+    from scalectl.curve import SigmoidFit
+
+    last = paths(rows)[variant][-1]
+    base_row = next((r for r in rows if r["is_base"] and r["stage"] == last["stage"]), None)
+    if base_row is None:
+        return None
+    arms = []
+    for r in (last, base_row):
+        fit = SigmoidFit.from_dict(r["fit"]) if r.get("fit") else None
+        cps = fit.window[1] / r["budget"] if fit is not None and r["budget"] else None
+        arms.append(Arm(r["variant"], r["budget"], r["seeds"], fit, cps, r["is_base"]))
+    return arms[0], arms[1], last
+
+
+def reopen_undecided(rows: list[dict], state, limits) -> list[str]:
+    """Reopen the variants stopped "undecided" that the limits now given leave something to try.
+
+    Each such variant and the base are rebuilt from the stage it stopped at
+    (:func:`_stopped_pair`) and decided again (:func:`scalectl.ablation.decisions.decide`,
+    the stored seed spread) under ``limits``: when that decision is no longer to
+    stop (a larger ``--max-budget`` or ``--max-seeds``), the variant runs again
+    from its budget and seeds (its next stage decides anew on fresh fits).  The
+    same limits give the same stop, so the same command again reopens nothing.
+    Returns the reopened names.
+    """
+    from scalectl.ablation.decisions import CANNOT_WIN, DECIDED, STOP, decide
+    from scalectl.compare import UNDECIDED, Comparison, Row
+
+    names = []
+    for a in state.arms.values():
+        if a.is_base or a.stopped is None or a.stopped in DECIDED or a.stopped == CANNOT_WIN:
+            continue
+        pair = _stopped_pair(rows, a.name)
+        if pair is None:
+            continue
+        arm, base, row = pair
+        comparison = None
+        if row.get("dA") is not None and arm.fit is not None and base.fit is not None:
+            cmp_rows = tuple(Row(x.name, x.fit.A, x.fit.B, x.fit.C_mid, x.fit.interval("A"),
+                                 0.0 if x.is_base else row["dA"],
+                                 (0.0, 0.0) if x.is_base else (row["dA_lo"], row["dA_hi"]),
+                                 "baseline" if x.is_base else UNDECIDED, "" if x.is_base else row["reason"])
+                             for x in (base, arm))
+            comparison = Comparison(base.name, limits.margin, cmp_rows)
+        d = decide([base, arm], comparison, limits, seed_sd=row.get("seed_sd"))
+        if d[arm.name].action != STOP:
+            a.stopped = None
+            names.append(a.name)
+    return names
+
+
 # --------------------------------------------------------------------------- the report
 
 
@@ -263,10 +319,8 @@ def needs(rows: list[dict], state, backend, limits) -> list[str]:
     the budget), priced at the arms' device-hours per step (the base's part is
     shared by every variant that needs it).  Variants with a verdict need nothing.
     """
-    from scalectl.ablation.decisions import CANNOT_WIN, DECIDED, Arm, needed
-    from scalectl.curve import SigmoidFit
+    from scalectl.ablation.decisions import CANNOT_WIN, DECIDED, needed
 
-    hist = paths(rows)
     out_ = []
     for a in state.arms.values():
         if a.is_base or a.stopped in DECIDED or a.stopped == CANNOT_WIN:
@@ -276,16 +330,11 @@ def needs(rows: list[dict], state, backend, limits) -> list[str]:
             out_.append(f"{a.name} is undecided: it would next train to {a.budget} steps x {a.seeds} seed(s), "
                         f"about {need * backend.hours_per_step(a.name):.4g} device-hours")
             continue
-        last = hist[a.name][-1]
-        base_row = next((r for r in rows if r["is_base"] and r["stage"] == last["stage"]), None)
-        if base_row is None:
+        pair = _stopped_pair(rows, a.name)
+        if pair is None:
             continue
-        arms = {}
-        for r in (last, base_row):
-            fit = SigmoidFit.from_dict(r["fit"]) if r.get("fit") else None
-            cps = fit.window[1] / r["budget"] if fit is not None and r["budget"] else None
-            arms[r["variant"]] = (Arm(r["variant"], r["budget"], r["seeds"], fit, cps, r["is_base"]), r)
-        (arm, _), (base, _) = arms[last["variant"]], arms[base_row["variant"]]
+        arm, base, last = pair
+        arms = {arm.name: arm, base.name: base}
         dA = None if last.get("dA_lo") is None else (last["dA_lo"], last["dA_hi"])
         n = needed(arm, base, dA, limits)
         if n is None:
@@ -296,8 +345,8 @@ def needs(rows: list[dict], state, backend, limits) -> list[str]:
                    "its ceiling" if a.name in n.budgets else "the base's ceiling")
             parts = [f"{v:,} for {k}" if v is not None else f"? for {k} (not fitted)" for k, v in n.budgets.items()]
             known = [v for v in n.budgets.values() if v is not None]
-            hours = sum((v - arms[k][0].budget) * arms[k][0].seeds * backend.hours_per_step(k)
-                        for k, v in n.budgets.items() if v is not None and v > arms[k][0].budget)
+            hours = sum((v - arms[k].budget) * arms[k].seeds * backend.hours_per_step(k)
+                        for k, v in n.budgets.items() if v is not None and v > arms[k].budget)
             text = (f"{a.name} is undecided: a verdict needs {who} identified ({limits.min_reach:g} x C_mid): "
                     f"about {parts[0].replace(' for', ' steps per run for', 1)}"
                     + "".join(f" and {p}" for p in parts[1:])

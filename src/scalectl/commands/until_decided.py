@@ -12,7 +12,8 @@ import json
 from pathlib import Path
 
 from scalectl.ablation.staged import (
-    StoreBackend, needs as _needs, power_plan, state_from_stages, summary, write_manifest as _write_manifest,
+    StoreBackend, needs as _needs, power_plan, reopen_undecided, state_from_stages, summary,
+    write_manifest as _write_manifest,
 )
 from scalectl.commands.common import err, open_store, out, print_json
 from scalectl.errors import UserError
@@ -97,6 +98,10 @@ def run_until_decided(*, db: str, plan, kind: str, runs_dir: Path, out_dir: Path
     with open_store(db, create=True) as store:
         rows = store.stages(name)
     state = state_from_stages(rows, baseline, names, initial)
+    reopened = reopen_undecided(rows, state, limits)
+    if reopened:
+        err.print(f"reopening {', '.join(reopened)}: stopped undecided, with something left to try under "
+                  f"--max-budget {limits.max_budget} --max-seeds {limits.max_seeds}", highlight=False, soft_wrap=True)
     for n, a in state.arms.items():
         a.trained = backend.trained(n)
     state.spent_hours = backend.spent_hours()
