@@ -144,6 +144,8 @@ set = ["model.path='simulated:A=0.61,{common}'"]
     more = run_cli(*args, db=db, cwd=tmp_path, timeout=600)
     assert more.returncode == 0, more.stderr
     assert "reopening near: stopped undecided, with something left to try under --max-budget 800" in more.stderr
+    assert "stage 1: nothing to train, deciding again on base 100 steps x1, near 100 steps x1" in more.stderr
+    assert "stage 2: training " in more.stderr
     conn = sqlite3.connect(db)
     stage1 = dict(conn.execute("SELECT variant, action FROM ablation_stages WHERE stage = 1").fetchall())
     budgets = dict(conn.execute("SELECT variant, budget FROM ablation_stages WHERE stage = 2").fetchall())

@@ -160,7 +160,10 @@ def run_loop(backend: Backend, state: LoopState, limits: Limits, *, total_budget
             ended = "total budget"
             break
         targets = {a.name: (a.budget, a.seeds) for a in state.arms.values() if a.stopped is None}
-        say(f"stage {state.stage}: training " + ", ".join(f"{n} {b} steps x{s}" for n, (b, s) in targets.items()))
+        to_train = [n for n, (b, s) in targets.items()
+                    if any(state.arms[n].trained.get(i, 0) < b for i in range(s))]
+        say(f"stage {state.stage}: " + ("training " if to_train else "nothing to train, deciding again on ")
+            + ", ".join(f"{n} {b} steps x{s}" for n, (b, s) in targets.items()))
         backend.ensure(targets)
         for n, (b, s) in targets.items():
             arm = state.arms[n]
