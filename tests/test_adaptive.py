@@ -129,6 +129,31 @@ def test_decide_base_seed_caps_and_cannot_win():
     assert decide(arms, cmp, lim)["mid"].action != STOP
 
 
+def test_a_run_that_declines_after_a_peak_is_not_extended():
+    """A pass rate that falls after a peak (late_decline: the sigmoid does not describe
+    the run) is not a ceiling that a longer run identifies: the variant stops undecided,
+    whether its own run or the base's declines, and nothing is asked of a budget."""
+    lim = Limits(max_budget=2400, max_seeds=2, step_multiple=20)
+    decline = Flag("late_decline", "pass rate falls after a peak")
+    short = [Flag("ceiling_not_identified", "x")]
+    base = _fit(0.60, 0.5, 1.0, C_mid=0.3, last=0.4, flags=short)
+    arms, cmp = _arms_and_comparison(base, {
+        "falls": _fit(0.64, 0.58, 1.0, C_mid=0.3, last=0.4, flags=[*short, decline]),
+        "rises": _fit(0.64, 0.58, 1.0, C_mid=0.3, last=0.4, flags=short),
+    })
+    d = decide(arms, cmp, lim)
+    assert (d["falls"].action, d["falls"].verdict) == (STOP, UNDECIDED)
+    assert "falls declines after a peak" in d["falls"].reason
+    assert (d["rises"].action, d["base"].action) == (EXTEND, EXTEND)     # the base is still extended for "rises"
+    assert needed(arms[1], arms[0], None, lim) == Need({}, None, declining=("falls",))
+    # the base declines: no variant can be judged against it, nothing is extended
+    arms, cmp = _arms_and_comparison(replace(base, flags=(*base.flags, decline)), {
+        "rises": _fit(0.64, 0.58, 1.0, C_mid=0.3, last=0.4, flags=short)})
+    d = decide(arms, cmp, lim)
+    assert (d["rises"].action, d["rises"].verdict, d["base"].action) == (STOP, UNDECIDED, STOP)
+    assert "base declines after a peak" in d["rises"].reason
+
+
 def test_extended_budget_bounds():
     lim = Limits(max_budget=1000, step_multiple=20, min_reach=3.0)
     f = _fit(0.6, 0.5, 0.7, C_mid=10.0)                      # advice far away: capped at 4 x budget

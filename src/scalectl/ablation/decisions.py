@@ -23,6 +23,9 @@ compares every variant with the base (:func:`scalectl.compare.compare`, margin
   interval, z sd_seed sqrt(1/n_variant + 1/n_base), which no extension
   narrows, already rules out both a tie (it needs floor < margin - |dA|) and
   a difference (|dA| - floor > claim x margin): then stop, "undecided";
+* **a run that declines after a peak** (the variant's or the base's fit
+  flagged ``late_decline``): the sigmoid does not describe it and a longer
+  run identifies no ceiling: stop it, "undecided";
 * nothing left to try (at ``max_budget`` and ``max_seeds``): stop it,
   "undecided"; :func:`needed` says what a verdict would take beyond them.
 
@@ -64,6 +67,8 @@ MIN_REACH = 5.0
 #: "higher"/"lower" stops a variant only when the interval of dA also excludes
 #: +-CLAIM x margin (the paper's rule only asks it to exclude 0).
 CLAIM = 0.25
+#: The fit's flag of a pass rate that falls after a peak (:func:`scalectl.curve.detect_late_decline`).
+DECLINE = "late_decline"
 #: Interval half-widths within this ratio count as equal when choosing which arm gets a seed.
 WIDTH_TIE = 1.25
 
@@ -283,6 +288,14 @@ def decide(arms: Sequence[Arm], comparison: Comparison | None, limits: Limits,
                 row = None
         verdict = row.verdict if row is not None else UNDECIDED
         reason = row.reason if row is not None else (arm.error or base.error or "not compared")
+        falling = [a.name for a in (arm, base) if a.fit is not None and a.fit.has_flag(DECLINE)]
+        if falling:
+            out[arm.name] = Decision(
+                arm.name, STOP, UNDECIDED,
+                f"the pass rate of {' and '.join(falling)} {'declines' if len(falling) == 1 else 'decline'} "
+                f"after a peak ({DECLINE}): the sigmoid "
+                "does not describe the run, and a longer run does not identify a ceiling", arm.budget, arm.seeds)
+            continue
         if verdict in (HIGHER, LOWER) and row is not None:
             lo, hi = row.delta_A_interval
             bound = limits.claim * margin
@@ -396,11 +409,14 @@ class Need:
     C_mid, for each of the variant and the base whose ceiling is not
     identified (None where it has no fit or no compute rate to say); seeds:
     runs per arm that narrow the dA interval to half the margin (when both
-    ceilings are identified), else None.
+    ceilings are identified), else None; declining: the arms whose pass
+    rate falls after a peak (then no budget or seed count is given: the
+    sigmoid does not describe them).
     """
 
     budgets: dict[str, int | None]
     seeds: int | None
+    declining: tuple[str, ...] = ()
 
 
 def needed(arm: Arm, base: Arm, delta_interval: tuple[float, float] | None, limits: Limits) -> Need | None:
@@ -416,8 +432,14 @@ def needed(arm: Arm, base: Arm, delta_interval: tuple[float, float] | None, limi
       arm n = ceil(2 k^2 / (margin / 2)^2) bring it to half the margin, the
       target of :mod:`scalectl.ablation.power`.
 
-    Returns None when neither applies (no interval of dA).
+    * A run that declines after a peak (``late_decline``, the variant's or
+      the base's): nothing of the above applies; the names are returned.
+
+    Returns None when nothing applies (no interval of dA).
     """
+    falling = tuple(a.name for a in (arm, base) if a.fit is not None and a.fit.has_flag(DECLINE))
+    if falling:
+        return Need({}, None, declining=falling)
     budgets: dict[str, int | None] = {}
     for a in (arm, base):
         if ceiling_identified(a.fit, limits.min_reach):

@@ -340,7 +340,12 @@ def needs(rows: list[dict], state, backend, limits) -> list[str]:
         if n is None:
             out_.append(f"{a.name} is undecided: no estimate of what a verdict needs (no interval of dA)")
             continue
-        if n.budgets:
+        if n.declining:
+            verb = "declines" if len(n.declining) == 1 else "decline"
+            text = (f"{a.name} is undecided: the pass rate of {' and '.join(n.declining)} {verb} after a peak: "
+                    "no budget or seed count gives a sigmoid ceiling; a verdict needs a run that does not decline "
+                    "(look at its curve, truncation and learning rate)")
+        elif n.budgets:
             who = ("both ceilings" if len(n.budgets) == 2 else
                    "its ceiling" if a.name in n.budgets else "the base's ceiling")
             parts = [f"{v:,} for {k}" if v is not None else f"? for {k} (not fitted)" for k, v in n.budgets.items()]
