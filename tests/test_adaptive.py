@@ -277,6 +277,47 @@ def test_loop_resumes_from_a_state_and_respects_the_total_budget():
     assert more.spent_hours == pytest.approx(full.spent_hours)
 
 
+def test_the_loop_counts_what_a_backend_measured_not_its_estimate():
+    """A real run's device-hours per step drift (load, completion lengths): the estimate
+    that gates a stage is not what it spent.  Here the estimate is twice the rate
+    the runs measure; the loop's spend and its --total-budget check use the measure."""
+
+    class Measured(SimBackend):
+        def hours_per_step(self, name):
+            return 2 * super().hours_per_step(name)          # 0.002: the estimate
+
+        def spent_hours(self):                               # 0.001 per step trained, as measured
+            return 0.001 * sum(sum(a.trained.values()) for a in self.state.arms.values())
+
+    base = SimCurve(A=0.60, B=2.0, C_mid=0.1, R0=0.30, hours_per_step=0.001)
+    be = Measured({"base": base, "v": replace(base, A=0.605)}, every=10)
+    lim = Limits(max_budget=400, max_seeds=1, step_multiple=10)
+    be.state = initial_state(["base", "v"], "base", 100)
+    first = run_loop(be, be.state, lim, fit_kw={"bootstrap": 50}, max_stages=1)
+    assert first.spent_hours == pytest.approx(0.2)                 # 200 steps measured at 0.001, not 0.4
+    need = sum(a.budget - a.trained[0] for a in first.state.arms.values())   # stage 1's steps to go
+    assert need > 0
+    # stage 1 is gated on spent + estimate: 0.2 + 0.002 need measured, 0.4 + 0.002 need estimated;
+    # a --total-budget between the two lets it run, and what it spent is measured again
+    be.state = initial_state(["base", "v"], "base", 100)
+    res = run_loop(be, be.state, lim, fit_kw={"bootstrap": 50}, max_stages=2, total_budget=0.3 + 0.002 * need)
+    assert len(res.stages) == 2 and res.spent_hours == pytest.approx(0.2 + 0.001 * need)
+
+
+def test_the_total_budget_stop_says_what_the_next_stage_costs():
+    from scalectl.ablation.adaptive import ArmState, LoopState
+    from scalectl.ablation.staged import total_budget_line
+
+    be = SimBackend({"base": SimCurve(hours_per_step=0.001), "v": SimCurve(hours_per_step=0.001)})
+    state = LoopState(2, {"base": ArmState("base", 400, 1, is_base=True, trained={0: 100}),
+                          "v": ArmState("v", 400, 2, trained={0: 100}),
+                          "done": ArmState("done", 100, 1, stopped=HIGHER, trained={0: 100})}, spent_hours=0.3)
+    # base 300 steps to go, v 300 + 400 (a new seed): 1,000 steps x 0.001 device-hours
+    assert total_budget_line(state, be, 0.35) == (
+        "stopped: the next stage (base 400 steps x1, v 400 steps x2) would cost about 1 device-hours, "
+        "past --total-budget 0.35 (0.3 spent)")
+
+
 def test_a_loop_resumed_after_it_ran_out_of_options_still_says_so(tmp_path):
     """A variant stopped "undecided" at its limits stays so when the loop is started
     again from the stages table (the same command run again): no stage is added and

@@ -36,7 +36,11 @@ class Backend(Protocol):
         """Per seed: (compute on the fit axis, pass rate) of the arm's runs at that budget."""
 
     def hours_per_step(self, name: str) -> float:
-        """Device-hours per optimiser step of the arm's runs."""
+        """Device-hours per optimiser step of the arm's runs (the estimate of a stage's cost)."""
+
+    # Optional: ``spent_hours() -> float``, the device-hours the runs have measured so far.
+    # After each stage the loop takes it as what was spent (a real run's rate per step
+    # drifts with the machine's load and the completions' length), else it adds the estimate.
 
 
 @dataclass
@@ -169,7 +173,8 @@ def run_loop(backend: Backend, state: LoopState, limits: Limits, *, total_budget
             arm = state.arms[n]
             for i in range(s):
                 arm.trained[i] = max(arm.trained.get(i, 0), b)
-        state.spent_hours += cost
+        measured = getattr(backend, "spent_hours", None)
+        state.spent_hours = measured() if callable(measured) else state.spent_hours + cost
 
         fits, errors, per_seed, curves = {}, {}, {}, {}
         for n, (b, s) in targets.items():

@@ -306,6 +306,17 @@ def summary(rows: list[dict], hours_per_step: dict[str, float], spent: float, ma
             "margin": margin, "variants": variants}
 
 
+def total_budget_line(state, backend, total_budget: float) -> str:
+    """Why a loop stopped at ``--total-budget``: the next stage's runs and its cost
+    (:func:`scalectl.ablation.adaptive.stage_cost`, device-hours) against the budget and
+    what was spent."""
+    from scalectl.ablation.adaptive import stage_cost
+
+    running = ", ".join(f"{a.name} {a.budget} steps x{a.seeds}" for a in state.arms.values() if a.stopped is None)
+    return (f"stopped: the next stage ({running}) would cost about {stage_cost(state, backend):.4g} device-hours, "
+            f"past --total-budget {total_budget:g} ({state.spent_hours:.4g} spent)")
+
+
 def needs(rows: list[dict], state, backend, limits) -> list[str]:
     """What each variant without a verdict would need next, one sentence each.
 

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 
 from scalectl.ablation.staged import (
-    StoreBackend, needs as _needs, power_plan, reopen_undecided, state_from_stages, summary,
+    StoreBackend, needs as _needs, power_plan, reopen_undecided, state_from_stages, summary, total_budget_line,
     write_manifest as _write_manifest,
 )
 from scalectl.commands.common import err, open_store, out, print_json
@@ -141,7 +141,7 @@ def run_until_decided(*, db: str, plan, kind: str, runs_dir: Path, out_dir: Path
     s = summary(rows, hps, backend.spent_hours(), limits.margin)
     needs = _needs(rows, result.state, backend, limits)
     if result.ended == "total budget":
-        needs.insert(0, f"stopped: the next stage would pass --total-budget {total_budget:g} device-hours")
+        needs.insert(0, total_budget_line(result.state, backend, total_budget))
     text = render(s, name, result.ended, needs)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "adaptive.md").write_text(text)
