@@ -197,8 +197,8 @@ def test_power_by_hand():
     assert seeds_needed(0.004, 0.0075, 0.02) == 6
     p = plan_power(C_mid=0.1, compute_per_step=0.001, s_fit=0.004, s_seed=0.0075, arms=8, margin=0.02,
                    hours_per_step=0.001, step_multiple=20)
-    assert (p.budget_steps, p.seeds) == (300, 6)
-    assert p.device_hours == pytest.approx(8 * 6 * 300 * 0.001)
+    assert (p.budget_steps, p.seeds) == (500, 6)                    # 5 x C_mid / compute per step
+    assert p.device_hours == pytest.approx(8 * 6 * 500 * 0.001)
     assert p.half_width == pytest.approx(delta_half_width(0.004, 0.0075, 6)) and p.half_width <= 0.01
     capped = plan_power(C_mid=0.1, compute_per_step=0.001, s_fit=0.004, s_seed=0.0075, arms=8,
                         max_budget=200, max_seeds=3)

@@ -7,9 +7,10 @@ does that cost?
 
 * **Budget.** The ceiling is identified when the data reach well past the
   midpoint: :func:`scalectl.curve.advise` asks for about 3 x C_mid (the fit's
-  ``ceiling_not_identified`` flag needs >= 1.5 x C_mid and 3 points past it).
-  In steps: reach x C_mid / (compute per step), reach 3 by default (the
-  adaptive loop's ``min_reach``).
+  ``ceiling_not_identified`` flag needs >= 1.5 x C_mid and 3 points past it),
+  the adaptive loop for 5 x before a verdict (its ``min_reach``, tuned on
+  simulated ablations: docs/ablations.md).  In steps: reach x C_mid / (compute
+  per step), reach 5 by default, as in the loop.
 * **Seeds.** With n seeds per arm the A interval of an arm has half-width
   h(n) = z sqrt(s_fit^2 + s_seed^2) / sqrt(n), where s_fit is the sd of A from
   one run's fit (bootstrap) and s_seed the seed-to-seed sd (Khatri et al.
@@ -29,6 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from statistics import NormalDist
+
+from scalectl.ablation.decisions import MIN_REACH
 
 
 @dataclass(frozen=True)
@@ -80,14 +83,14 @@ def delta_half_width(s_fit: float, s_seed: float, seeds: int, level: float = 0.9
 def plan_power(*, C_mid: float, compute_per_step: float, s_fit: float, s_seed: float, arms: int,
                margin: float = 0.02, hours_per_step: float | None = None, step_multiple: int = 1,
                max_budget: int | None = None, max_seeds: int | None = None, level: float = 0.95,
-               reach: float = 3.0) -> PowerPlan:
+               reach: float = MIN_REACH) -> PowerPlan:
     """Budget, seeds and cost to resolve a difference of ``margin`` (module docstring).
 
     C_mid and compute_per_step on one compute axis (e.g. device-hours and
     device-hours per step); s_fit: sd of A from one run's fit at that budget
     (e.g. a 95 % bootstrap half-width / 1.96); s_seed: seed-to-seed sd of A;
     arms: variants + base; reach: the budget's compute as a multiple of C_mid
-    (3: the advice of :func:`scalectl.curve.advise`); hours_per_step: device-hours per optimiser step
+    (default 5, the adaptive loop's ``min_reach``); hours_per_step: device-hours per optimiser step
     (None: no cost); max_budget / max_seeds: caps (``capped`` says one bit).
     Raises ValueError on non-positive C_mid, compute_per_step or arms.
     """
