@@ -208,7 +208,7 @@ def adaptive_command(spec, *, setup, overrides, launcher, runs_dir: Path, out_di
             print_power(p, spec.name)
         return
     if not json_:
-        err.print(f"adaptive ablation {spec.name}: {len(plan.variants)} arms (base {plan.baseline}), first stage "
+        err.print(f"adaptive ablation {spec.name}: {len(plan.variants)} arms (baseline: {plan.baseline}), first stage "
                   f"{initial} steps x1 seed; at most {max_budget} steps and {max_seeds} seeds per variant"
                   + (f", {total_budget:g} device-hours in all" if total_budget else "")
                   + f"; margin {limits.margin:g}, launcher {kind}", highlight=False, soft_wrap=True)
