@@ -84,7 +84,7 @@ def test_dry_run_accepts_the_paper_setup(tmp_path):
     assert "node 0: ranks 0-7 -> generators 0-7" in out and "node 9: ranks 72-79 -> trainers 8-15" in out
     # bf16 with AdamW: 2 + 2 + 12 bytes per parameter, all three partitioned over 16 trainers at ZeRO-3
     assert "trainer memory (ZeRO-3, 16 trainer(s), 8 B parameters): 8.0 GB per trainer" in out
-    assert "16 GB per update from trainer 0 to 64 generator(s)" in out
+    assert "16.0 GB per update from trainer 0 to 64 generator(s)" in out
     assert not (tmp_path / "s.db").exists()
 
 

@@ -166,3 +166,13 @@ def fitted_table(title: str | None, columns: Sequence[Column], rows: Sequence[Se
     for r in rows:
         table.add_row(*(r[i] for i in shown))
     return table
+
+
+def bytes_text(n: float) -> str:
+    """``8.0 GB`` from 1 GB up, ``4.47 MB`` below (decimal units)."""
+    return f"{n / 1e9:.1f} GB" if n >= 1e9 else f"{n / 1e6:.3g} MB"
+
+
+def count_text(n: float) -> str:
+    """``8 B`` (billions) from 1e9 up, ``1.12 M`` below."""
+    return f"{n / 1e9:.3g} B" if n >= 1e9 else f"{n / 1e6:.3g} M"

@@ -28,6 +28,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from scalectl.display import bytes_text, count_text
 from scalectl.weight_sync import WeightSyncPlan, weight_sync_plan
 
 #: Modes whose generators sample a round of requests with one policy version and then
@@ -92,6 +93,12 @@ def role_map(generators: int, trainers: int, tasks_per_node: int) -> list[Slot]:
     return slots
 
 
+def _ranks(ranks) -> str:
+    """``rank 0`` or ``ranks 0-3``."""
+    ranks = list(ranks)
+    return f"{'rank' if len(ranks) == 1 else 'ranks'} {_span(ranks)}"
+
+
 def _span(values: list[int]) -> str:
     return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
 
@@ -136,9 +143,10 @@ class MemoryEstimate:
     def line(self) -> str:
         """One line for the dry run."""
         return (f"trainer memory (ZeRO-{self.zero_stage}, {self.trainers} trainer(s), "
-                f"{self.params / 1e9:.3g} B parameters): {self.total / 1e9:.1f} GB per trainer = "
-                f"weights {self.weights / 1e9:.1f} + gradients {self.gradients / 1e9:.1f} + "
-                f"optimiser states {self.optimizer / 1e9:.1f} (activations not included)")
+                f"{count_text(self.params)} parameters): {bytes_text(self.total)} per trainer = "
+                f"weights {bytes_text(self.weights)} + gradients {bytes_text(self.gradients)} + "
+                f"optimiser states {bytes_text(self.optimizer)} (activations not included)")
+
 
 
 def trainer_memory(params: int, zero_stage: int, trainers: int, dtype: str = "bf16") -> MemoryEstimate:
@@ -269,8 +277,8 @@ def check_layout(recipe, params: int | None, launcher: str | None = None) -> Lay
     elif single:
         lines.append("role map: one process generates and trains")
     else:
-        lines.append(f"role map (processes on this machine): ranks {_span(list(range(gens)))} generator(s), "
-                     f"ranks {_span(list(range(gens, tasks)))} trainer(s)")
+        lines.append(f"role map (processes on this machine): {_ranks(range(gens))} generator(s), "
+                     f"{_ranks(range(gens, tasks))} trainer(s)")
 
     prompts = recipe.batch.prompts_per_step
     if prompts % trains:

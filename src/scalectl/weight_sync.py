@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from scalectl.display import bytes_text
+
 #: Default bucket size: 256 MiB.
 BUCKET_BYTES = 256 * 2**20
 
@@ -77,7 +79,7 @@ class WeightSyncPlan:
     def line(self) -> str:
         """One line for the dry run."""
         about = "" if self.exact else "about "
-        return (f"weight sync: {self.bytes_per_update / 1e9:.3g} GB per update from trainer 0 to "
+        return (f"weight sync: {bytes_text(self.bytes_per_update)} per update from trainer 0 to "
                 f"{self.generators} generator(s), {about}{self.buckets} bucket(s) of at most "
                 f"{self.bucket_bytes / 2**20:.0f} MiB (one broadcast each)")
 
