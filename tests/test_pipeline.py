@@ -28,7 +28,7 @@ from scalectl.recipe import Async
 from scalectl.rl.schedule import schedule_for
 from scalectl.rl.rollout.cpu import CPURolloutEngine
 from scalectl.rl.rollout.sampling import SamplingParams
-from scalectl.rl.stream import Channel, WeightSlot, flatten_weights, send_weights, weight_layout
+from scalectl.rl.stream import Channel, WeightSlot, end_weights, push_weights, weight_layout
 
 PROMPT = "12+34-5="
 T, S = 16, 7          # completion length; the weights change before the forward pass of call S
@@ -67,7 +67,7 @@ def _channel_pair():
 
 def _sample_with_update(tok, v0, v1):
     """Sample 2 completions with weights ``v0``; the trainer side sends ``v1`` (version 1) over the
-    weight channel so that it lands just before forward pass number S."""
+    weight channel (the broadcast) so that it lands just before forward pass number S."""
     gen, trainer = _channel_pair()
     engine = CPURolloutEngine(copy.deepcopy(v0), tok, version=0)
     slot = WeightSlot(gen.groups["weights"], 1, engine, weight_layout(engine.model))
@@ -76,13 +76,17 @@ def _sample_with_update(tok, v0, v1):
     def poll():
         calls["n"] += 1
         if calls["n"] == S:
-            for w in send_weights(trainer.groups["weights"], flatten_weights(v1), 1, 0):
-                w.wait()
-            assert slot.arrived.wait(30)
-        slot.poll()
+            stats = push_weights(trainer.groups["weights"], v1, 1)
+            assert stats.bytes == 8 + sum(n for *_, n in weight_layout(v1))   # the header, then the weights
+            assert slot.poll(wait=True)
+        else:
+            assert not slot.poll()
 
     engine.poll_weights = poll
     comps = engine.generate([PROMPT], 2, SamplingParams(max_new_tokens=T), seed=3)[0]
+    end_weights(trainer.groups["weights"], weight_layout(v1))     # the trainer's last word
+    slot.drain()
+    assert slot.ended and not slot.poll()
     return comps, slot
 
 

@@ -72,15 +72,17 @@ class StatelessGroup:
         size: the group's size (1 + generators).
         device: ``cuda`` for NCCL when a GPU is present, else gloo.
         timeout_s: how long a collective may wait.
+        store: a store to meet on instead of a new ``TCPStore`` at ``host:port`` (e.g. a
+            ``PrefixStore`` over a job's rendezvous store); ``host`` and ``port`` are then unused.
     """
 
     def __init__(self, host: str, port: int, rank: int, size: int, device: str = "cpu",
-                 timeout_s: float = 300.0):
+                 timeout_s: float = 300.0, store=None):
         import torch.distributed as dist
         from datetime import timedelta
 
         timeout = timedelta(seconds=timeout_s)
-        self.store = dist.TCPStore(host, port, size, rank == 0, timeout=timeout)
+        self.store = store if store is not None else dist.TCPStore(host, port, size, rank == 0, timeout=timeout)
         self.rank, self.size = rank, size
         if device == "cuda" and torch.cuda.is_available():
             self.backend = "nccl"
@@ -189,7 +191,8 @@ class WeightReceiver:
         group: the weights' process group (or a :class:`StatelessGroup`).
         bucket_bytes: as the trainer's.
         on_update: called as ``on_update(version)`` after a version is loaded (e.g. to
-            tag later tokens with it); versions count from 1.
+            tag later tokens with it); versions count from 1.  When it returns False the
+            receiver posts no further broadcast (that version was the sender's last).
 
     Attributes:
         version: updates loaded so far.
@@ -221,12 +224,13 @@ class WeightReceiver:
         """Load the next version if it has arrived (or, with ``wait``, once it has).
 
         Returns:
-            True when a version was loaded.
+            True when a version was loaded; False at once after the last one (``on_update``
+            returned False) or after :meth:`close`.
 
         Raises:
             RuntimeError: from torch.distributed (the trainer is gone).
         """
-        if not wait and not self.ready():
+        if not self.works or (not wait and not self.ready()):
             return False
         started = time.perf_counter()
         for work in self.works:
@@ -240,9 +244,10 @@ class WeightReceiver:
             total += buf.numel() * buf.element_size()
         self.version += 1
         self.stats = BroadcastStats(total, len(self.ranges), time.perf_counter() - started)
+        if self.on_update is not None and self.on_update(self.version) is False:
+            self.works = []
+            return True
         self._post()
-        if self.on_update is not None:
-            self.on_update(self.version)
         return True
 
     def close(self) -> None:

@@ -11,6 +11,8 @@ leader's next command over the trainers' process group and executes its part:
   (:mod:`scalectl.rl.sharding`), so the update is the 1-trainer update;
 * ``save`` / ``load``: DeepSpeed's checkpoint calls, which every rank makes
   (under ZeRO each saves its partition);
+* ``gather``: gather the full parameters (ZeRO-3) while the leader reads them
+  (e.g. to push them to the generators), a collective over every rank;
 * ``stop``: return.
 
 The leader's :class:`TrainerRanks` sends the commands; with one trainer it is
@@ -24,7 +26,7 @@ from __future__ import annotations
 from scalectl.rl.batch import build_train_batch
 from scalectl.rl.sharding import allreduce_sum, split_groups
 
-STEP, SAVE, LOAD, STOP = "step", "save", "load", "stop"
+STEP, SAVE, LOAD, GATHER, STOP = "step", "save", "load", "gather", "stop"
 
 
 def _scatter(commands: list | None, src: int, group) -> tuple:
@@ -44,6 +46,8 @@ def _execute(trainer, command: tuple, normalization: str, pad_id: int, reduce):
         return trainer.save(arg)
     if kind == LOAD:
         return trainer.load(arg)
+    if kind == GATHER:
+        return trainer.gathered(arg)
     raise ValueError(f"unknown trainer command {kind!r}")
 
 
@@ -73,9 +77,12 @@ class TrainerRanks:
         self.reduce = allreduce_sum(group) if self.size > 1 else None
         self.on_lost = None
 
-    def _all(self, commands: list[tuple]):
+    def _all(self, commands: list[tuple], mine: tuple | None = None):
+        """Send ``commands`` (one per rank) and execute this rank's (``mine`` instead when given:
+        one that is not sent, e.g. holding a function)."""
         try:
-            mine = _scatter(commands, self.src, self.group) if self.size > 1 else commands[0]
+            sent = _scatter(commands, self.src, self.group) if self.size > 1 else commands[0]
+            mine = sent if mine is None else mine
             return _execute(self.trainer, mine, self.normalization, self.pad_id, self.reduce)
         except RuntimeError as exc:
             if self.size == 1 or self.on_lost is None:
@@ -108,6 +115,16 @@ class TrainerRanks:
     def load(self, folder: str) -> None:
         """Every rank loads what :meth:`save` wrote."""
         self._all([(LOAD, folder)] * self.size)
+
+    def gathered(self, fn):
+        """``fn(model)`` on this rank with the full parameters: every rank gathers its ZeRO-3
+        partitions meanwhile (:meth:`scalectl.rl.trainer.PolicyTrainer.gathered`); at other
+        stages the parameters are whole already.
+
+        Returns:
+            What ``fn`` returns.
+        """
+        return self._all([(GATHER, None)] * self.size, mine=(GATHER, fn))
 
     def stop(self) -> None:
         """Release the followers (:func:`follow` returns)."""

@@ -24,7 +24,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from scalectl.rl.collect import collect_batch, count_groups
-from scalectl.rl.stream import BYE, STOP, Channel, Inbox, PeerLost, end_weights, flatten_weights, send_object, send_weights
+from scalectl.rl.stream import BYE, STOP, Channel, Inbox, PeerLost, end_weights, push_weights, send_object, weight_layout
 
 
 class StalenessError(RuntimeError):
@@ -55,12 +55,21 @@ class StreamLink:
     Attributes:
         channel: the job's :class:`~scalectl.rl.stream.Channel`; generators: their ranks;
         inbox: the ``rollouts`` flow from them; stop: a stop flag (``is_set``, ``event``).
+        gather: ``gather(fn)`` -> ``fn(model)`` called with the full weights on this rank
+            (every trainer rank gathers its ZeRO-3 partitions for it:
+            :meth:`scalectl.rl.data_parallel.TrainerRanks.gathered`); None: ``fn(model)`` on
+            the model as it is (one process, or weights not partitioned).
     """
 
     channel: Channel
     generators: list[int]
     inbox: Inbox
     stop: object
+    gather: object = None
+
+    def with_weights(self, model, fn):
+        """``fn(model)`` with the full weights (see ``gather``)."""
+        return self.gather(fn) if self.gather is not None else fn(model)
 
     def lost(self, rank: int, detail: str) -> PeerLost:
         """The error for generator ``rank`` gone: named by its card (pid, host, log) when the
@@ -107,14 +116,20 @@ class Feeder:
         self.replay = deque(self.state.requests)     # requested before the checkpoint, not consumed
         self._step = {}
         self._gen_prev = (0.0, 0.0)
+        self._layout = None
 
     # -- scheduling
     def push(self, version: int) -> None:
-        """Send weights ``version`` to every generator."""
-        flat = flatten_weights(self.model)
-        for g in self.generators:
-            for w in send_weights(self.channel.groups["weights"], flat, version, g):
-                w.wait()
+        """Broadcast weights ``version`` to every generator (gathered under ZeRO-3); the push's
+        time and bytes go into the step's metrics."""
+        group = self.channel.groups["weights"]
+
+        def send(model):
+            self._layout = weight_layout(model)
+            return push_weights(group, model, version)
+
+        stats = self.link.with_weights(self.model, send)
+        self._step.setdefault("pushes", []).append(stats)
         self.pushed = version
 
     def dispatch(self, n: int) -> None:
@@ -216,21 +231,30 @@ class Feeder:
         gwall = sum(i["wall_s"] for i in self.gen_info.values())
         prev, self._gen_prev = self._gen_prev, (idle, gwall)
         gen_share = (idle - prev[0]) / (gwall - prev[1]) if gwall > prev[1] else None
-        return {"staleness_max": st["staleness_max"], "staleness_mean": st["staleness_mean"],
+        pushes = self._step.get("pushes", [])
+        push_s, push_bytes = sum(p.seconds for p in pushes), sum(p.bytes for p in pushes)
+        return {"weights_push_s": push_s if pushes else None,
+                "weights_push_bytes_per_s": push_bytes / push_s if pushes and push_s > 0 else None,
+                "staleness_max": st["staleness_max"], "staleness_mean": st["staleness_mean"],
                 "multi_version_share": st["multi_version_share"], "step_seconds": wall,
                 "trainer_idle_s": self._step["idle"], "trainer_idle_share": self._step["idle"] / wall,
                 "generator_idle_share": gen_share, "generator_idle_s": idle, "generator_wall_s": gwall,
                 "samples_per_s": st["completions"] / wall, "tokens_per_s": st["tokens"] / wall}
 
     def close(self, timeout_s: float = 60.0) -> None:
-        """Tell every generator to stop, end the flows to it, and wait for its last word."""
+        """Tell every generator to stop, end the weights' flow, and wait for every last word."""
         for g in self.generators:
             try:
-                for w in (send_object(self.channel.groups["control"], (STOP,), g)
-                          + end_weights(self.channel.groups["weights"], g)):
+                for w in send_object(self.channel.groups["control"], (STOP,), g):
                     w.wait()
             except Exception:  # noqa: BLE001 - a dead generator has nothing to stop
                 self.byes.setdefault(g, "lost")
+        try:
+            layout = self._layout or self.link.with_weights(self.model, weight_layout)
+            device = next(self.model.parameters()).device
+            end_weights(self.channel.groups["weights"], layout, device)
+        except Exception:  # noqa: BLE001 - a generator (or a trainer rank) is gone; it has no weights to end
+            pass
         deadline = time.monotonic() + timeout_s
         while len(self.byes) < len(self.generators) and time.monotonic() < deadline:
             try:

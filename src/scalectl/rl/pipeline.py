@@ -151,7 +151,7 @@ def run_trainer(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) ->
     from scalectl.rl.board import is_lost_peer
 
     recipe, run_dir = Recipe.model_validate(spec.recipe), Path(spec.run_dir)
-    channel = Channel.connect(task, trainer=first_trainer_rank(recipe, task))
+    channel = Channel.connect(task, trainer=first_trainer_rank(recipe, task), device=recipe.hardware.device)
     channel.board.read_cards()              # every task's card, while the store's host is surely alive
     trainers = list(range(channel.trainer, task.world_size))
     join_trainers(task, channel, recipe.hardware.device)
@@ -170,7 +170,8 @@ def run_trainer(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) ->
     policy, state = prepare(recipe, run_dir, len(spec.train_problems), reporter, spec.resume)
     policy.ranks.on_lost = lambda exc: channel.board.lost(exc, trainers)   # a follower gone: name it
     gens = list(range(channel.trainer))
-    link = StreamLink(channel, gens, Inbox(channel.groups["rollouts"], gens, "rollouts"), stop)
+    link = StreamLink(channel, gens, Inbox(channel.groups["rollouts"], gens, "rollouts"), stop,
+                      gather=policy.ranks.gathered)
     source = schedule_for(recipe.async_).batches(recipe, policy, state, spec.train_problems, link=link)
     try:
         return train(recipe, policy, state, source, run_dir=run_dir, eval_problems=spec.eval_problems,
@@ -200,9 +201,11 @@ def run_generator(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) 
     model, tokenizer = load_model(recipe, reporter)
     engine = make_engine(recipe, model, tokenizer)
     engine.update_weights(None, -1)                    # no weights from the trainer yet
-    channel = Channel.connect(task, trainer=first_trainer_rank(recipe, task))
+    channel = Channel.connect(task, trainer=first_trainer_rank(recipe, task), device=recipe.hardware.device)
     trainer = channel.trainer
-    slot = WeightSlot(channel.groups["weights"], trainer, engine, weight_layout(model))
+    weights = channel.groups["weights"]
+    slot = WeightSlot(weights, trainer, engine, weight_layout(model),
+                      device="cuda" if weights.backend == "nccl" else "cpu")
     engine.poll_weights = slot.poll
     control = Inbox(channel.groups["control"], [trainer], "control")
     problems, G, params = spec.train_problems, recipe.batch.generations_per_prompt, SamplingParams.for_training(recipe)
@@ -254,15 +257,24 @@ def run_generator(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) 
             except Exception:  # noqa: BLE001 - the trainer is gone
                 pass
     if reason == "stopped":
+        slot.drain()                                   # the trainer's last weights follow its stop
         return reason
-    # interrupted: wait for the trainer's stop (it checkpoints first), so that neither side sees the other vanish
+    # interrupted: wait for the trainer's stop (it checkpoints first), so that neither side sees the
+    # other vanish, taking the weights it still pushes meanwhile (a push waits for every generator)
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
-            _, msg = control.get(timeout=0.5)
+            slot.poll()
+        except PeerLost:
+            return reason
+        try:
+            _, msg = control.get(timeout=0.2)
         except queue.Empty:
             continue
-        if isinstance(msg, PeerLost) or msg[0] == STOP:
+        if isinstance(msg, PeerLost):
+            return reason
+        if msg[0] == STOP:
+            slot.drain()
             break
     return reason
 

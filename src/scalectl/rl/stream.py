@@ -1,14 +1,17 @@
 """The transport between generator and trainer processes, on torch.distributed.
 
-A pipeline job has ``G`` generator tasks (global ranks ``0 .. G-1``) and one
-trainer task (rank ``G``), as :mod:`scalectl.rl.roles` numbers them.  They
-meet at a ``TCPStore`` on the job's rendezvous address (hosted by rank 0) and
-build three point-to-point gloo process groups on it, one per flow:
+A pipeline job has ``G`` generator tasks (global ranks ``0 .. G-1``) and
+trainer tasks (ranks ``G ..``, the first of them the leader), as
+:mod:`scalectl.rl.roles` numbers them.  They meet at a ``TCPStore`` on the
+job's rendezvous address (hosted by rank 0) and build three process groups on
+it, one per flow:
 
-* ``rollouts``: generator -> trainer, pickled finished groups;
-* ``control``: trainer -> generator, pickled work requests and the stop word;
-* ``weights``: trainer -> generator, the policy's weights as one flat byte
-  tensor after a header ``[version, nbytes]`` (int64).
+* ``rollouts``: generator -> trainer, pickled finished groups (point to point, gloo);
+* ``control``: trainer -> generator, pickled work requests and the stop word (point to point, gloo);
+* ``weights``: the leader trainer -> every generator at once, the policy's
+  weights as a bucketed broadcast (:mod:`scalectl.rl.broadcast`) after a
+  one-element header holding the version; the group holds the generators and
+  the leader (ranks ``0 .. G``, the leader last), gloo on CPUs and NCCL on GPUs.
 
 They are not torch.distributed's default group on purpose: the trainer's
 DeepSpeed engine takes the default group as its data-parallel world, which
@@ -17,13 +20,16 @@ must hold trainers only.
 A pickled object travels as its size (one int64) then its bytes (uint8).
 Gloo completes a send only once the receiver has posted the matching receive,
 and a gloo receive cannot be polled (``Work.is_completed`` turns true only in
-``wait``), so every receiving end is a thread blocked in ``wait`` that hands
-what arrives to the process's main thread (:class:`Inbox`,
-:class:`WeightSlot`).  A peer that dies closes its connections: the blocked
-receive raises at once and the inbox reports :class:`PeerLost`.  A process
-must not exit while one of its receives is pending (gloo aborts it), so
-every flow ends with a last message (:data:`BYE`, :data:`STOP`, a weights
-header with version -1) that ends its receiving thread.
+``wait``), so every receiving end of a point-to-point flow is a thread blocked
+in ``wait`` that hands what arrives to the process's main thread
+(:class:`Inbox`).  A generator keeps the broadcast of the next weights posted
+and loads them between two decoding steps (:class:`WeightSlot`), so the
+leader's push waits only for every generator to have taken the previous
+version.  A peer that dies closes its connections: the blocked receive raises
+at once and the inbox reports :class:`PeerLost`.  A process must not exit
+while one of its receives is pending (gloo aborts it), so every flow ends
+with a last message (:data:`BYE`, :data:`STOP`, weights of version -1) that
+ends its receiving end.
 """
 
 from __future__ import annotations
@@ -38,8 +44,10 @@ import torch
 import torch.distributed as dist
 
 from scalectl.rl.board import Board, PeerLost
+from scalectl.rl.broadcast import StatelessGroup, WeightReceiver, broadcast_weights
+from scalectl.weight_sync import BUCKET_BYTES
 
-FLOWS = ("rollouts", "control", "weights")
+FLOWS = ("rollouts", "control")
 #: The last message on ``rollouts``: ``(BYE, reason)`` from a generator.
 BYE = "bye"
 #: The last message on ``control``: ``(STOP,)`` from the trainer.
@@ -48,7 +56,8 @@ STOP = "stop"
 
 @dataclass
 class Channel:
-    """This task's three process groups (see the module docstring).
+    """This task's process groups (see the module docstring): ``groups`` by flow name; only the
+    generators and the leader trainer have ``weights`` (a :class:`~scalectl.rl.broadcast.StatelessGroup`).
 
     Attributes:
         rank: this task's global rank; world: tasks in the job; trainer: the trainer's rank.
@@ -64,7 +73,7 @@ class Channel:
 
     @classmethod
     def connect(cls, task, timeout_s: float = 600.0, idle_timeout_s: float = 7 * 24 * 3600.0, *,
-                trainer: int | None = None) -> "Channel":
+                trainer: int | None = None, device: str = "cpu") -> "Channel":
         """Join the job's rendezvous as ``task`` (a :class:`scalectl.rl.roles.Task`).
 
         Every task of the job joins (the groups span the job), but only the generators and the
@@ -76,6 +85,7 @@ class Channel:
             timeout_s: how long to wait for every task to join.
             idle_timeout_s: how long a receive may wait for data (generators and
                 trainers idle for long stretches; a dead peer is noticed at once anyway).
+            device: ``cuda``: the weights' broadcast runs on NCCL when a GPU is present.
         """
         store = dist.TCPStore(task.master_addr, task.master_port, task.world_size, task.rank == 0,
                               timeout=timedelta(seconds=timeout_s))
@@ -83,8 +93,11 @@ class Channel:
         groups = {name: dist.ProcessGroupGloo(dist.PrefixStore(f"scalectl/{name}", store), task.rank,
                                               task.world_size, timedelta(seconds=idle_timeout_s))
                   for name in FLOWS}
-        return cls(task.rank, task.world_size, task.world_size - 1 if trainer is None else trainer, groups, store,
-                   board)
+        trainer = task.world_size - 1 if trainer is None else trainer
+        if task.rank <= trainer:
+            groups["weights"] = StatelessGroup("", 0, task.rank, trainer + 1, device, idle_timeout_s,
+                                               store=dist.PrefixStore("scalectl/weights", store))
+        return cls(task.rank, task.world_size, trainer, groups, store, board)
 
     def close(self) -> None:
         """Drop the process groups (pending operations fail) and stop the heartbeat."""
@@ -92,7 +105,7 @@ class Channel:
             self.board.close()
         for pg in self.groups.values():
             try:
-                pg.shutdown()
+                getattr(pg, "pg", pg).shutdown()
             except Exception:  # noqa: BLE001 - best effort at exit
                 pass
 
@@ -153,102 +166,103 @@ class Inbox:
 
 def weight_layout(model) -> list[tuple[str, torch.Size, torch.dtype, int]]:
     """(name, shape, dtype, nbytes) of every tensor of ``model.state_dict()``, in order.
-    Generator and trainer build the same model, so they agree on it."""
+    Generator and trainer build the same model, so they agree on it (under ZeRO-3, only
+    while the trainer's parameters are gathered)."""
     return [(name, t.shape, t.dtype, t.numel() * t.element_size()) for name, t in model.state_dict().items()]
 
 
-def flatten_weights(model) -> torch.Tensor:
-    """The state dict as one uint8 tensor (the concatenated bytes of :func:`weight_layout`'s tensors)."""
-    return torch.cat([t.detach().contiguous().reshape(-1).view(torch.uint8) for t in model.state_dict().values()])
+def _header(version: int, device) -> torch.Tensor:
+    return torch.tensor([int(version)], dtype=torch.int64, device=device)
 
 
-def unflatten_weights(flat: torch.Tensor, layout) -> dict:
-    """Inverse of :func:`flatten_weights`: a state dict of views into ``flat``.
+def push_weights(group, model, version: int, bucket_bytes: int = BUCKET_BYTES):
+    """Broadcast ``model``'s state dict, tagged ``version``, from the trainer to every generator.
+
+    The tensors travel as :func:`scalectl.rl.broadcast.broadcast_weights` sends them
+    (buckets of one dtype, at most ``bucket_bytes``), after a one-element int64 header
+    holding the version (a bucket of its own).  Under ZeRO-3 call it while the parameters
+    are gathered (:meth:`scalectl.rl.trainer.PolicyTrainer.gathered`).  Blocks until every
+    generator has taken the previous version (:class:`WeightSlot` keeps one posted).
+
+    Args:
+        group: the channel's weights group (``Channel.groups["weights"]``); the trainer is
+            its last rank.
+
+    Returns:
+        The :class:`~scalectl.rl.broadcast.BroadcastStats` of the push (header included).
 
     Raises:
-        ValueError: ``flat`` has the wrong number of bytes for ``layout``.
+        RuntimeError: from torch.distributed (a generator gone).
     """
-    total = sum(n for *_, n in layout)
-    if flat.numel() != total:
-        raise ValueError(f"weights of {flat.numel()} bytes received, the model has {total}")
-    out, at = {}, 0
-    for name, shape, dtype, n in layout:
-        out[name] = flat[at:at + n].view(dtype).view(shape)
-        at += n
-    return out
+    tensors = [t.detach() for t in model.state_dict().values()]
+    device = tensors[0].device if tensors else "cpu"
+    return broadcast_weights([_header(version, device), *tensors], group.rank, group, bucket_bytes)
 
 
-def send_weights(pg, flat: torch.Tensor, version: int, dst: int) -> list:
-    """Send flat weights tagged ``version`` to rank ``dst``; returns the pending works."""
-    header = torch.tensor([int(version), flat.numel()], dtype=torch.int64)
-    return [pg.send([header], dst, 0), pg.send([flat], dst, 0)]
-
-
-def end_weights(pg, dst: int) -> list:
-    """The last message on the weights flow to rank ``dst`` (ends its :class:`WeightSlot` thread)."""
-    return [pg.send([torch.tensor([-1, 0], dtype=torch.int64)], dst, 0)]
+def end_weights(group, layout, device="cpu", bucket_bytes: int = BUCKET_BYTES) -> None:
+    """The last message on the weights flow: version -1 on tensors of ``layout`` (their
+    contents unused), which ends every generator's :class:`WeightSlot`."""
+    tensors = [torch.empty(shape, dtype=dtype, device=device) for _, shape, dtype, _ in layout]
+    broadcast_weights([_header(-1, device), *tensors], group.rank, group, bucket_bytes)
 
 
 class WeightSlot:
-    """The newest weights the trainer has sent, received by a thread; :meth:`poll`
-    (the CPU engine's ``poll_weights`` hook) loads them into the engine between
-    decoding steps.
+    """A generator's end of the weights flow: the next version is kept posted (a
+    :class:`~scalectl.rl.broadcast.WeightReceiver`); :meth:`poll` (the CPU engine's
+    ``poll_weights`` hook) loads it into the engine between decoding steps once it has
+    arrived whole.
 
     Args:
-        pg: the ``weights`` process group; src: the trainer's rank.
+        group: the weights group; src: the trainer's rank in it.
         engine: the rollout engine (``update_weights(state_dict, version)``).
         layout: :func:`weight_layout` of the engine's model.
+        device: where the received tensors live (``cuda`` with NCCL).
+
+    Attributes:
+        loads: versions loaded; ended: the trainer's last word (version -1) came;
+        stats: the last load's :class:`~scalectl.rl.broadcast.BroadcastStats`.
     """
 
-    def __init__(self, pg, src: int, engine, layout):
-        self.engine, self.layout = engine, layout
-        self._latest: tuple[int, torch.Tensor] | None = None
-        self._error: Exception | None = None
-        self._lock = threading.Lock()
-        self.arrived = threading.Event()
-        self.loads = 0
-        self.thread = threading.Thread(target=self._run, args=(pg, src), name="weights", daemon=True)
-        self.thread.start()
+    def __init__(self, group, src: int, engine, layout, device="cpu", bucket_bytes: int = BUCKET_BYTES):
+        self.engine, self.src = engine, src
+        self.names = [name for name, *_ in layout]
+        self.header = _header(0, device)
+        self.tensors = [torch.empty(shape, dtype=dtype, device=device) for _, shape, dtype, _ in layout]
+        self.loads, self.ended = 0, False
+        self.receiver = WeightReceiver([self.header, *self.tensors], src, group, bucket_bytes,
+                                       on_update=self._loaded)
 
-    def _run(self, pg, src: int) -> None:
-        nbytes = sum(n for *_, n in self.layout)
-        while True:
-            header = torch.zeros(2, dtype=torch.int64)
-            try:
-                pg.recv([header], src, 0).wait()
-                if int(header[0]) < 0:                 # the trainer's last word
-                    return
-                flat = torch.empty(int(header[1]), dtype=torch.uint8)
-                pg.recv([flat], src, 0).wait()
-            except Exception as exc:  # noqa: BLE001
-                with self._lock:
-                    self._error = PeerLost(f"the trainer (rank {src}) stopped sending weights: {exc}")
-                self.arrived.set()
-                return
-            if flat.numel() != nbytes:
-                with self._lock:
-                    self._error = ValueError(f"weights of {flat.numel()} bytes received, the model has {nbytes}")
-                self.arrived.set()
-                return
-            with self._lock:
-                self._latest = (int(header[0]), flat)
-            self.arrived.set()
-
-    def poll(self) -> bool:
-        """Load the newest weights if any arrived since the last call; True if it loaded.
-
-        Raises:
-            PeerLost: the trainer's connection closed (only once no weights are pending).
-        """
-        with self._lock:
-            latest, self._latest = self._latest, None
-            error = self._error
-            self.arrived.clear()
-        if latest is None:
-            if error is not None:
-                raise error
+    def _loaded(self, _count: int) -> bool:
+        version = int(self.header[0])
+        if version < 0:
+            self.ended = True
             return False
-        version, flat = latest
-        self.engine.update_weights(unflatten_weights(flat, self.layout), version)
+        self.engine.update_weights(dict(zip(self.names, self.tensors)), version)
         self.loads += 1
         return True
+
+    @property
+    def stats(self):
+        return self.receiver.stats
+
+    def poll(self, wait: bool = False) -> bool:
+        """Load the newest weights if a whole version arrived (with ``wait``, once one has);
+        True if it loaded one.  False at once after the trainer's last word.
+
+        Raises:
+            PeerLost: the trainer's connection closed.
+        """
+        try:
+            return self.receiver.poll(wait) and not self.ended
+        except RuntimeError as exc:
+            self.receiver.close()
+            raise PeerLost(f"the trainer (rank {self.src}) stopped sending weights: {exc}") from exc
+
+    def drain(self) -> None:
+        """Load versions until the trainer's last word (after its stop, before exiting, so
+        that no broadcast is left pending); returns at once if the trainer is gone."""
+        try:
+            while not self.ended and self.receiver.works:
+                self.poll(wait=True)
+        except PeerLost:
+            pass

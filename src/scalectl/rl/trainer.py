@@ -301,6 +301,23 @@ class PolicyTrainer:
         """The policy's weights (for the rollout engine and checkpoints)."""
         return self.model.state_dict()
 
+    def gathered(self, fn=None):
+        """``fn(model)`` with the full parameters (None: only take part in the gathering).
+
+        Under ZeRO-3 each rank holds a partition of every parameter; DeepSpeed's
+        ``zero.GatheredParameters`` all-gathers them over the trainers' group for the call
+        (every trainer rank must call this together) and partitions them again after it
+        (changes made inside are dropped).  At other stages the parameters are whole and
+        nothing is communicated.
+
+        Returns:
+            What ``fn`` returns (None without ``fn``).
+        """
+        import deepspeed
+
+        with deepspeed.zero.GatheredParameters(list(self.model.parameters()), modifier_rank=None):
+            return fn(self.model) if fn is not None else None
+
     def save(self, folder: str) -> None:
         """Save engine, optimiser and scheduler state under ``folder``."""
         self.engine.save_checkpoint(folder, tag="latest", save_latest=False)
