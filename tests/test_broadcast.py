@@ -55,3 +55,41 @@ def test_generators_load_each_version_between_decoding_steps(tmp_path):
         seen = {x for v in per_completion for x in v}
         assert 0 in seen and seen <= {0, 1, 2, 3}
         assert got[r]["stats"][0] == 4 * 1_118_080
+
+
+def test_a_zero3_leader_pushes_the_gathered_weights_a_zero0_leader_would(tmp_path):
+    """Two trainer ranks take one step at ZeRO 0, then at ZeRO 3, and the leader pushes to a
+    generator each time: under ZeRO-3 the leader holds a partition of each parameter (half of its
+    elements, padded), yet pushes and the generator loads the full weights, equal to ZeRO 0's
+    within fp32 rounding (the same step, reduced in another order), and bit for bit what it read."""
+    worker = str(ROOT / "tests" / "zero3_push_worker.py")
+    out = str(tmp_path / "z")
+    port, weights_port = free_port(), free_port()
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT / "tests") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    procs = [subprocess.Popen([sys.executable, worker, str(r), str(port), str(weights_port), out], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(3)]
+    logs = [p.communicate(timeout=600)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(logs)
+    pushed, got = torch.load(f"{out}.0.pt"), torch.load(f"{out}.2.pt")
+    assert got["ended"] and got["loads"] == 2 and sorted(got["versions"]) == [1, 2]
+    from scalectl.rl.model import build_tiny_model
+
+    init = build_tiny_model(seed=0).state_dict()
+    nbytes = sum(t.numel() * t.element_size() for t in init.values())
+    assert nbytes == 4 * 1_118_080
+    # ZeRO 0: whole parameters on the leader; ZeRO 3: outside the gathering a parameter's data is
+    # empty (its partition lives in ds_tensor)
+    params = dict(build_tiny_model(seed=0).named_parameters())
+    assert pushed["1/partition"] == {k: (p.numel(), False) for k, p in params.items()}
+    assert pushed["2/partition"] == {k: (0, True) for k in params}
+    for v in (1, 2):
+        assert pushed[f"{v}/stats"][0] == 8 + nbytes                       # the header, then every weight
+        for name, t in pushed[v].items():
+            assert torch.equal(got["versions"][v][name], t), (v, name)       # loaded as sent, bit for bit
+    moved = 0
+    for name, t in init.items():
+        z0, z3 = got["versions"][1][name], got["versions"][2][name]
+        assert z3.shape == t.shape
+        torch.testing.assert_close(z3, z0, rtol=1e-5, atol=1e-6)
+        moved += not torch.equal(z0, t)
+    assert moved > len(init) // 2                                           # the step changed the weights

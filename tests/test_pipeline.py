@@ -254,6 +254,12 @@ def test_two_generators_two_trainers_then_a_killed_trainer_fails_the_run(tmp_pat
     assert len(steps) >= 3
     assert max(s["staleness_max"] for s in steps) <= K
     assert all(s["groups_kept"] == P and not s.get("skipped") for s in steps)   # every step trained
+    # the weights' pushes: version 0 and 1 in the first step, one after every step since, each the
+    # same bytes (the version header and the weights)
+    pushed = [s["weights_push_bytes_per_s"] * s["weights_push_s"] for s in steps]
+    assert all(s["weights_push_s"] > 0 for s in steps)
+    assert pushed[0] == pytest.approx(2 * pushed[1], rel=1e-9)
+    assert all(b == pytest.approx(8 + 4 * 1_118_080, rel=1e-9) for b in pushed[1:])   # the tiny model in fp32
     points = shown["points"]
     assert [p["step"] for p in points][:2] == [0, 3]
     assert all(p["samples"] == p["step"] * P * G for p in points)    # P groups of G consumed per step

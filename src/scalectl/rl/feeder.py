@@ -121,14 +121,25 @@ class Feeder:
     # -- scheduling
     def push(self, version: int) -> None:
         """Broadcast weights ``version`` to every generator (gathered under ZeRO-3); the push's
-        time and bytes go into the step's metrics."""
+        time and bytes go into the step's metrics.
+
+        Raises:
+            PeerLost: a generator (or a trainer rank) is gone, named by its card.
+        """
         group = self.channel.groups["weights"]
 
         def send(model):
             self._layout = weight_layout(model)
             return push_weights(group, model, version)
 
-        stats = self.link.with_weights(self.model, send)
+        try:
+            stats = self.link.with_weights(self.model, send)
+        except RuntimeError as exc:           # a generator gone: name it
+            board = getattr(self.channel, "board", None)
+            instead = board.lost(exc, self.generators) if board is not None else exc
+            if instead is exc:
+                raise
+            raise instead from exc
         self._step.setdefault("pushes", []).append(stats)
         self.pushed = version
 
@@ -181,6 +192,7 @@ class Feeder:
         except queue.Empty:
             return
         if isinstance(msg, PeerLost):
+            self.byes[src] = "lost"
             raise self.link.lost(src, f"generator rank {src} stopped: {msg}")
         if msg[0] == BYE:
             self.byes[src] = msg[1]
@@ -242,19 +254,21 @@ class Feeder:
                 "samples_per_s": st["completions"] / wall, "tokens_per_s": st["tokens"] / wall}
 
     def close(self, timeout_s: float = 60.0) -> None:
-        """Tell every generator to stop, end the weights' flow, and wait for every last word."""
+        """Tell every generator to stop, end the weights' flow (unless a generator is gone), and
+        wait for every last word."""
         for g in self.generators:
             try:
                 for w in send_object(self.channel.groups["control"], (STOP,), g):
                     w.wait()
             except Exception:  # noqa: BLE001 - a dead generator has nothing to stop
                 self.byes.setdefault(g, "lost")
-        try:
-            layout = self._layout or self.link.with_weights(self.model, weight_layout)
-            device = next(self.model.parameters()).device
-            end_weights(self.channel.groups["weights"], layout, device)
-        except Exception:  # noqa: BLE001 - a generator (or a trainer rank) is gone; it has no weights to end
-            pass
+        if "lost" not in self.byes.values():      # a broadcast to a generator gone would wait for it
+            try:
+                layout = self._layout or self.link.with_weights(self.model, weight_layout)
+                device = next(self.model.parameters()).device
+                end_weights(self.channel.groups["weights"], layout, device)
+            except Exception:  # noqa: BLE001 - a generator (or a trainer rank) is gone; it has no weights to end
+                pass
         deadline = time.monotonic() + timeout_s
         while len(self.byes) < len(self.generators) and time.monotonic() < deadline:
             try:
