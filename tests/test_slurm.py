@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import socket
 import sqlite3
@@ -103,6 +104,14 @@ def _submit(tmp_path, policy, submitted, name, *args) -> dict:
     return job
 
 
+#: The preemption test's budget: room for two interruptions between checkpoints (every 2 steps).
+LAST = 12
+
+
+def _step_of(checkpoint: str) -> int:
+    return int(checkpoint.split("-")[1]) if checkpoint else -1
+
+
 def _scontrol(job_id) -> dict:
     out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
     return dict(t.split("=", 1) for t in out.split() if "=" in t)
@@ -137,19 +146,22 @@ def test_slurm_run_and_a_preempted_run_end_with_the_same_points(slurm, policy, s
     checkpoint and end with the same evaluation points: contiguous, none duplicated."""
     db = tmp_path / "s.db"
     t0 = time.monotonic()
-    plain = _submit(tmp_path, policy, submitted, "plain", "--set", "budget.steps=6")
-    preempted = _submit(tmp_path, policy, submitted, "preempted", "--set", "budget.steps=6")
+    plain = _submit(tmp_path, policy, submitted, "plain", "--set", f"budget.steps={LAST}")
+    preempted = _submit(tmp_path, policy, submitted, "preempted", "--set", f"budget.steps={LAST}")
     assert plain["job_id"].isdigit() and preempted["job_id"].isdigit()
     run_dir, job_id = Path(preempted["run_dir"]), preempted["job_id"]
 
-    _wait(lambda: _latest_checkpoint(run_dir) == "step-000002", 240, "the checkpoint of step 2")
+    # the checkpoints seen here depend on how often this process is scheduled, not only on the job:
+    # any checkpoint before the last step will do, and the job must resume from that one
+    first_ckpt = _wait(lambda: _step_of(_latest_checkpoint(run_dir)) in range(2, LAST - 2) and _latest_checkpoint(run_dir),
+                       240, "a checkpoint before the last steps")
     subprocess.run(["scancel", "--signal=USR2", job_id], check=True)
     row = _wait_status(db, "preempted", ("pending",), timeout=60)
     assert row["error"] == "requeued after pre-emption or time limit; resumes from its last checkpoint"
 
     log = Path(preempted["log"])
-    _wait(lambda: "resumed from step-000002" in log.read_text() and _latest_checkpoint(run_dir) == "step-000004",
-          240, "the restarted job's checkpoint of step 4")
+    _wait(lambda: f"resumed from {first_ckpt}" in log.read_text() and _latest_checkpoint(run_dir) != first_ckpt,
+          240, f"the restarted job's first checkpoint after {first_ckpt}")
     subprocess.run(["scontrol", "requeue", job_id], check=True)
 
     for name, job in (("plain", plain), ("preempted", preempted)):
@@ -165,17 +177,17 @@ def test_slurm_run_and_a_preempted_run_end_with_the_same_points(slurm, policy, s
     for name, job in (("plain", plain), ("preempted", preempted)):
         assert rows[name]["status"] == "completed", rows[name]["error"]
         assert rows[name]["launcher"] == "slurm" and rows[name]["job_ids"] == [job["job_id"]]
-        assert rows[name]["last_step"] == 6
+        assert rows[name]["last_step"] == LAST
     assert int(_scontrol(job_id)["Restarts"]) == 2                      # one job, requeued twice in place
     text = log.read_text()
     assert "Calling checkpoint method" in text and "DUE TO JOB REQUEUE" in text
-    # the requeue lands after the checkpoint of step 4, or after the final one of step 6 when the job
-    # got there first (a busy machine decides which): the restart resumes from that one
-    assert "resumed from step-000002" in text
-    assert "resumed from step-000004" in text or "resumed from step-000006" in text
+    # the requeue lands after a later checkpoint (the final one when the job got there first: a
+    # busy machine decides which); each restart resumes from the checkpoint latest at its signal
+    resumed = re.findall(r"resumed from step-(\d+)", text)
+    assert len(resumed) == 2 and f"step-{resumed[0]}" == first_ckpt and int(resumed[1]) > int(resumed[0])
     keys = ("step", "tokens", "samples", "flops", "pass_rate", "truncation_rate", "mean_length")
     reference = [{k: p[k] for k in keys} for p in _points(db, "plain")]
-    assert [p["step"] for p in reference] == [0, 2, 4, 6]
+    assert [p["step"] for p in reference] == list(range(0, LAST + 1, 2))
     assert [{k: p[k] for k in keys} for p in _points(db, "preempted")] == reference
 
 
