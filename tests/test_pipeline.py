@@ -236,17 +236,8 @@ def test_two_generators_two_trainers_then_a_killed_trainer_fails_the_run(tmp_pat
     assert [(t["rank"], t["role"]) for t in tasks] == [(0, "generator"), (1, "generator"),
                                                         (2, "trainer"), (3, "trainer")]
     follower = tasks[3]
-    try:
-        os.kill(follower["pid"], signal.SIGKILL)
-        out, _ = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1
-    db = tmp_path / "s.db"
-    shown = json.loads(run_cli("show", "pipe", "--json", db=db, check=True).stdout)
+    shown = _kill_and_show(proc, follower["pid"], tmp_path / "s.db")
     row = shown["run"]
-    assert row["status"] == "failed"
     assert (f"PipelineFailed: pipeline trainer process (rank 3, pid {follower['pid']}) was killed by signal "
             f"SIGKILL (log: {follower['log']})" in row["error"]), row["error"]
     assert not any(pid_alive(t["pid"]) for t in tasks)             # no orphan
@@ -263,6 +254,21 @@ def test_two_generators_two_trainers_then_a_killed_trainer_fails_the_run(tmp_pat
     points = shown["points"]
     assert [p["step"] for p in points][:2] == [0, 3]
     assert all(p["samples"] == p["step"] * P * G for p in points)    # P groups of G consumed per step
+
+
+def _kill_and_show(proc, pid: int, db) -> dict:
+    """SIGKILL process ``pid`` of the run ``proc`` started; the run exits 1 and is stored as
+    failed.  Returns ``scalectl show pipe --json``."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+        proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    shown = json.loads(run_cli("show", "pipe", "--json", db=db, check=True).stdout)
+    assert shown["run"]["status"] == "failed"
+    return shown
 
 
 def _checkpoint(run_dir, step: int) -> dict:
@@ -286,17 +292,8 @@ def test_killed_generator_fails_the_run(tmp_path, policy):
     # a budget never reached: the generator is killed mid-run however fast the machine
     proc, run_dir, tasks = _launch(tmp_path, policy, "pipe", "--set", "budget.steps=1000000")
     gen = next(t for t in tasks if t["role"] == "generator")
-    try:
-        os.kill(gen["pid"], signal.SIGKILL)
-        proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 1
-    db = tmp_path / "s.db"
-    shown = json.loads(run_cli("show", "pipe", "--json", db=db, check=True).stdout)
+    shown = _kill_and_show(proc, gen["pid"], tmp_path / "s.db")
     row = shown["run"]
-    assert row["status"] == "failed"
     assert (f"PipelineFailed: pipeline generator process (rank 0, pid {gen['pid']}) was killed by signal SIGKILL"
             in row["error"]), row["error"]
     assert not any(pid_alive(t["pid"]) for t in tasks)             # no orphan

@@ -16,11 +16,19 @@ import pytest
 from conftest import ROOT, SCALECTL, run_cli
 
 
-def _ablation(tmp_path, seconds_per_step: float = 0.0) -> str:
+def _ablation(tmp_path, seconds_per_step: float = 0.0, *, name: str = "simab",
+              variants: dict[str, float] | None = None) -> str:
+    """An ablation file on the simulated setup: a base curve with A = 0.6 and one variant
+    per ``variants`` entry (name -> its A), 100 steps per run."""
     common = f"B=2,C_mid=0.1,R0=0.3,hours_per_step=0.001,seconds_per_step={seconds_per_step:g}"
-    path = tmp_path / "sim.toml"
+    arms = "".join(f"""
+[[variants]]
+name = "{arm}"
+set = ["model.path='simulated:A={a:g},{common}'"]
+""" for arm, a in (variants or {"down": 0.5, "up": 0.7}).items())
+    path = tmp_path / f"{name}.toml"
     path.write_text(f"""
-name = "simab"
+name = "{name}"
 kind = "variants"
 base = "{ROOT / 'recipes/scalerl.toml'}"
 setup = "{ROOT / 'setups/simulated.toml'}"
@@ -29,15 +37,7 @@ set = ["model.path='simulated:A=0.6,{common}'", "budget.steps=100"]
 
 [[variants]]
 name = "base"
-
-[[variants]]
-name = "down"
-set = ["model.path='simulated:A=0.5,{common}'"]
-
-[[variants]]
-name = "up"
-set = ["model.path='simulated:A=0.7,{common}'"]
-""")
+{arms}""")
     return str(path)
 
 
@@ -96,23 +96,7 @@ def test_until_decided_out_of_options_says_what_a_verdict_needs(tmp_path):
     is 100: the variant stops undecided, the report says why and what a verdict needs
     (priced at the simulated 0.001 device-hours per step); the same command again
     trains nothing and still ends "out of options"; a larger --max-budget reopens it."""
-    common = "B=2,C_mid=0.1,R0=0.3,hours_per_step=0.001,seconds_per_step=0"
-    path = tmp_path / "short.toml"
-    path.write_text(f"""
-name = "short"
-kind = "variants"
-base = "{ROOT / 'recipes/scalerl.toml'}"
-setup = "{ROOT / 'setups/simulated.toml'}"
-baseline = "base"
-set = ["model.path='simulated:A=0.6,{common}'", "budget.steps=100"]
-
-[[variants]]
-name = "base"
-
-[[variants]]
-name = "near"
-set = ["model.path='simulated:A=0.61,{common}'"]
-""")
+    path = _ablation(tmp_path, name="short", variants={"near": 0.61})
     db = tmp_path / "s.db"
     args = ["ablate", str(path), "--until-decided", "--max-budget", "100", "--max-seeds", "1", "--bootstrap", "100",
             "--poll", "0.2", "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "rep")]
