@@ -230,3 +230,33 @@ def test_a_single_process_trainer_takes_no_port(tmp_path):
                              capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split()[-2:] == ["1", "0"]
+
+
+_GROUP_AT_EXIT = """
+import atexit, torch
+import torch.distributed as dist
+from scalectl.recipe import Loss, Optim
+from scalectl.rl.model import build_tiny_model
+from scalectl.rl.trainer import PolicyTrainer
+atexit.register(lambda: print("group at exit:", dist.is_initialized()))   # runs after later handlers
+torch.set_num_threads(1)
+PolicyTrainer(build_tiny_model(seed=0), loss=Loss(type="cispo"), optim=Optim(),
+              head_fp32=True, temperature=1.0, micro_batch_size=2, zero_stage=3)
+print("group made:", dist.is_initialized())
+"""
+
+
+def test_the_single_process_group_is_destroyed_before_the_interpreter_exits(tmp_path):
+    """The one-process group the trainer makes is destroyed by an exit handler: a gloo group
+    left to interpreter teardown can abort the finished process (exit status 134).  The
+    checker's handler is registered first, so it runs last and sees the group gone."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    out = subprocess.run([sys.executable, "-c", _GROUP_AT_EXIT], env=env, cwd=tmp_path,
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.splitlines()[-2:] == ["group made: True", "group at exit: False"]

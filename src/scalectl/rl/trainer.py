@@ -26,6 +26,7 @@ rate is the one the optimiser applied, read before the scheduler advances.
 
 from __future__ import annotations
 
+import atexit
 import os
 from dataclasses import dataclass
 
@@ -46,6 +47,11 @@ def init_distributed_env() -> None:
     bound later can be taken by another process in between, EADDRINUSE), and
     DeepSpeed uses that group.  The variables DeepSpeed checks are still set,
     so it does not look for MPI.
+
+    The group made here is destroyed at interpreter exit (``atexit``): a gloo
+    group left to interpreter teardown can still hold asynchronous work (ZeRO-3's
+    gathers) whose release then aborts the process ("terminate called without an
+    active exception", exit status 134) after the run has finished.
     """
     import torch.distributed as dist
 
@@ -59,6 +65,15 @@ def init_distributed_env() -> None:
 
         dist.init_process_group(get_accelerator().communication_backend_name(),
                                 store=dist.HashStore(), rank=0, world_size=1)
+        atexit.register(_destroy_default_group)
+
+
+def _destroy_default_group() -> None:
+    """Destroy torch.distributed's default group if it still exists (an ``atexit`` handler)."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 @dataclass
