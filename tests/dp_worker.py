@@ -8,6 +8,12 @@ recovered from the first AdamW update, and its metrics to OUT.RANK.pt; then
 three steps led through :class:`scalectl.rl.data_parallel.TrainerRanks`
 (rank 0) and followed by the other ranks, with a checkpoint saved and loaded.
 
+``python tests/dp_worker.py RANK WORLD PORT OUT STAGE``: the same gradient check at
+ZeRO stage STAGE (every parameter partitioned at stage 3), two completions per
+micro-batch, for a few combinations, where the ranks' shares keep different
+numbers of completions (the all-wrong group has no gradient and leaves the
+pass), so the ranks run different numbers of micro-batches.
+
 Recovering the gradient: with lr = eps = C the first AdamW step moves each
 parameter by u = C g / (|g| + C) (bias-corrected moments m = g, sqrt(v) = |g|),
 so g = C u / (C - |u|) exactly.
@@ -53,7 +59,11 @@ def make_groups(seed: int = 0, n_groups: int = 6, size: int = 4) -> list:
 ONE_GROUP = [("cispo", "prompt", "batch"), ("cispo", "token", "none")]
 
 
-def main(rank: int, world: int, port: int, out: str) -> None:
+#: Combinations checked at ZeRO stages 2 and 3.
+ZERO_COMBOS = [("cispo", "prompt", "prompt"), ("cispo", "token", "batch")]
+
+
+def main(rank: int, world: int, port: int, out: str, stage: int | None = None) -> None:
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     torch.set_num_threads(1)
@@ -63,23 +73,45 @@ def main(rank: int, world: int, port: int, out: str) -> None:
     from scalectl.rl.sharding import allreduce_sum, split_groups
     from scalectl.rl.trainer import PolicyTrainer
 
+    if stage is not None:
+        partition_everything()
     grads, metrics = {}, {}
-    for (loss, agg, norm), one in [(c, False) for c in COMBOS] + [(c, True) for c in ONE_GROUP]:
+    combos = [(c, False) for c in COMBOS] + [(c, True) for c in ONE_GROUP]
+    if stage is not None:
+        combos = [(c, False) for c in ZERO_COMBOS] + [(ONE_GROUP[0], True)]
+    for (loss, agg, norm), one in combos:
         model = build_tiny_model(seed=0)
         before = [p.detach().clone() for p in model.parameters()]
         trainer = PolicyTrainer(model, loss=Loss(type=loss, aggregation=agg),
                                 optim=Optim(lr=C, warmup_steps=0, eps=C, weight_decay=0.0, grad_clip=None),
-                                head_fp32=True, temperature=1.0, micro_batch_size=5)
+                                head_fp32=True, temperature=1.0, micro_batch_size=5 if stage is None else 2,
+                                zero_stage=stage or 0)
         groups = make_groups()[4:5] if one else make_groups()       # group 4 has varied rewards
         share = split_groups(len(groups), world)[rank]
         batch = build_train_batch([groups[i] for i in share], norm, pad_id=0,
                                   reduce=allreduce_sum() if world > 1 else None)
         key = ("one-group/" if one else "") + f"{loss}/{agg}/{norm}"
         metrics[key] = trainer.train_step(batch)
-        u = torch.cat([(b - p.detach()).flatten() for b, p in zip(before, trainer.model.parameters())]).double()
+        after = trainer.gathered(_flat)
+        u = (torch.cat([b.flatten() for b in before]) - after).double()
         grads[key] = C * u / (C - u.abs())
-    saved = {"grads": grads, "metrics": metrics, "ranks": leader_and_followers(rank, out + ".ckpt")}
-    torch.save(saved, f"{out}.{rank}.pt")
+    ranks = leader_and_followers(rank, out + ".ckpt") if stage is None else None
+    torch.save({"grads": grads, "metrics": metrics, "ranks": ranks}, f"{out}.{rank}.pt")
+
+
+def partition_everything() -> None:
+    """Make DeepSpeed partition every parameter at ZeRO-3: it keeps tensors under
+    ``stage3_param_persistence_threshold`` elements (1e5 by default: every tiny-model
+    tensor) whole on every rank; 0 partitions them all."""
+    import deepspeed
+
+    initialize = deepspeed.initialize
+
+    def initialize_partitioned(*args, config, **kwargs):
+        config["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+        return initialize(*args, config=config, **kwargs)
+
+    deepspeed.initialize = initialize_partitioned
 
 
 def _flat(model) -> torch.Tensor:
@@ -114,4 +146,5 @@ def leader_and_followers(rank: int, ckpt: str) -> dict:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4],
+         int(sys.argv[5]) if len(sys.argv) > 5 else None)

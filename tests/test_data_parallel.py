@@ -83,3 +83,29 @@ def test_two_trainers_give_the_one_trainer_gradient(tmp_path):
         assert m2["grad_norm"] > 0.05                                        # clipping was active
         assert m2["loss"] == pytest.approx(m1["loss"], rel=1e-5, abs=1e-7)
 
+
+
+@pytest.mark.parametrize("stage", [2, 3])
+def test_ranks_with_different_micro_batch_counts_give_the_one_trainer_gradient(tmp_path, stage):
+    """ZeRO-2 reduces and ZeRO-3 gathers and reduces at every micro-batch, so two ranks must
+    run as many micro-batches as each other: here one rank's share loses its all-wrong group
+    (no gradient, out of the pass) and keeps 8 completions (4 micro-batches of 2), the other
+    keeps 12 (6).  The gradient equals one trainer's on the whole batch (tolerance as above)."""
+    env = dict(os.environ, PYTHONPATH=str(ROOT / "tests") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    port = free_port()
+    procs = [subprocess.Popen([sys.executable, WORKER, str(r), "2", str(port), two, str(stage)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    single = subprocess.run([sys.executable, WORKER, "0", "1", str(free_port()), one, str(stage)], env=env,
+                            capture_output=True, text=True, timeout=900)
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert single.returncode == 0, single.stdout + single.stderr
+    assert all(p.returncode == 0 for p in procs), "\n".join(outs)
+    r1, r2 = torch.load(one + ".0.pt"), torch.load(two + ".0.pt")
+    assert set(r1["grads"]) == set(r2["grads"]) and len(r1["grads"]) == 3
+    for key, g1 in r1["grads"].items():
+        assert g1.abs().max() > 1e-3, key
+        diff = (g1 - r2["grads"][key]).abs().max().item()
+        assert diff < 1e-6, f"{key}: max |g1 - g2| = {diff:.3g}"
+        assert r2["metrics"][key]["rows"] == r1["metrics"][key]["rows"], key
+    assert r1["metrics"]["cispo/prompt/prompt"]["rows"] == 20      # 24 completions, the all-wrong 4 out

@@ -267,13 +267,10 @@ class PolicyTrainer:
         max_ratio = 0.0
         tokens_total = max(batch.n_tokens, 1)
         chunks = list(range(0, n, self.micro_batch_size))
-        if not chunks:    # an empty share of a data-parallel step: a zero gradient meets the ranks' all-reduce
-            self.engine.set_gradient_accumulation_boundary(True)
-            zero = sum(p.sum() for p in self.engine.module.parameters()) * 0.0
-            self.engine.backward(zero, scale_wrt_gas=False)
+        passes = self._passes(len(chunks), ranks)
         for i, lo in enumerate(chunks):
             hi = min(lo + self.micro_batch_size, n)
-            self.engine.set_gradient_accumulation_boundary(i == len(chunks) - 1)
+            self.engine.set_gradient_accumulation_boundary(i == passes - 1)
             logp, entropy = self.engine(batch.input_ids[lo:hi], batch.attention_mask[lo:hi],
                                         head_fp32=self.head_fp32, temperature=self.temperature, start=batch.start)
             mask = batch.loss_mask[lo:hi]
@@ -287,6 +284,9 @@ class PolicyTrainer:
             totals["logprob_mismatch"] += metrics["logprob_mismatch"] * share
             totals["entropy"] += float((entropy.detach() * mask).sum()) / tokens_total
             max_ratio = max(max_ratio, metrics["ratio_max"])
+        for i in range(len(chunks), passes):   # a shorter share than another rank's: zero-gradient passes
+            self.engine.set_gradient_accumulation_boundary(i == passes - 1)
+            self._empty_pass()
         # read before step(): the scheduler advances inside it, to the next step's rate
         totals["lr"] = float(self.engine.optimizer.param_groups[0]["lr"])
         own_norm = self._clip() if self.clips_itself else None
@@ -304,6 +304,26 @@ class PolicyTrainer:
             group = self.engine.data_parallel_group
             totals = batch_metrics(totals, float(batch.n_tokens), allreduce_sum(group), allreduce_max(group))
         return totals
+
+    def _passes(self, chunks: int, ranks: int) -> int:
+        """The forward/backward passes every data-parallel rank runs this step: the most
+        micro-batches of any rank.  ZeRO-2 reduces gradients and ZeRO-3 gathers parameters and
+        reduces gradients in every pass, so a rank with a shorter share (fewer completions
+        carry gradient there) must run as many passes, or the ranks' collectives mismatch."""
+        if ranks == 1:
+            return max(chunks, 1)
+        from scalectl.rl.sharding import allreduce_max
+
+        most = allreduce_max(self.engine.data_parallel_group)(torch.tensor(float(chunks)))
+        return max(int(most.item()), 1)
+
+    def _empty_pass(self) -> None:
+        """One forward/backward with zero gradient (a one-token input, loss times 0): it takes
+        part in every collective of a real pass."""
+        ids = torch.zeros((1, 2), dtype=torch.long, device=self.engine.device)
+        logp, _ = self.engine(ids, torch.ones_like(ids), head_fp32=self.head_fp32,
+                              temperature=self.temperature, start=0)
+        self.engine.backward(logp.sum() * 0.0, scale_wrt_gas=False)
 
     def _clip(self) -> float:
         """Clip the (all-reduced) gradients to ``optim.grad_clip`` (none: only measure) and
