@@ -164,3 +164,21 @@ def test_loo_lines_share_A_and_have_slope_B():
         slope = np.polyfit(ln.log_c, ln.log_f, 1)[0]
         assert slope == pytest.approx(ln.B, rel=0.05)
     assert lines[0].B > lines[1].B
+
+
+def test_a_run_that_collapses_after_its_peak_is_undecided_whatever_its_ceiling():
+    """A run rising to 0.65 then falling to 0.45 over its last fifth is flagged late_decline;
+    compare calls it undecided against a steady baseline (and the baseline's comparison with it
+    when the roles swap), naming the decline, though its fitted A may sit far from the base's."""
+    steady = run(0.55, 1.9, seed=5)
+    x = np.linspace(0.0, 5 * 2542.0, 61)
+    y = sigmoid(x, 0.65, 1.9, 2542.0, 0.3) + np.random.default_rng(6).normal(0.0, 0.005, x.size)
+    y[-12:] = np.linspace(0.60, 0.45, 12)
+    collapsing = RunCurve(x, y, fit_sigmoid(x, y, min_compute=1500, seed=6), None)
+    assert collapsing.fit.has_flag("late_decline") and not steady.fit.has_flag("late_decline")
+    c = compare({"base": steady, "new": collapsing}, baseline="base")
+    assert c.row("new").verdict == UNDECIDED
+    assert c.row("new").reason.startswith("new declines after a peak")
+    swapped = compare({"base": collapsing, "new": steady}, baseline="base")
+    assert swapped.row("new").verdict == UNDECIDED
+    assert swapped.row("new").reason.startswith("base declines after a peak")

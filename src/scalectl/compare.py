@@ -197,6 +197,9 @@ def _verdict(name: str, cur: RunCurve, base: RunCurve, base_name: str, margin: f
     lo, hi = delta_interval(run, ref)
     iv = f"dA = {d:+.3f} [{lo:+.3f}, {hi:+.3f}]"
     for n, f in ((name, run), (base_name, ref)):
+        if f.has_flag("late_decline"):
+            why = "; ".join(fl.message for fl in f.flags if fl.code == "late_decline")
+            return UNDECIDED, f"{n} declines after a peak: {why}", {}
         if _unidentified(f):
             why = "; ".join(fl.message for fl in f.flags
                             if fl.code == "ceiling_not_identified" or fl.param == "A")
@@ -236,6 +239,9 @@ def compare(runs: Mapping[str, RunCurve], baseline: str | None = None, margin: f
     shared-A refit of the tie rule).  baseline: a key of ``runs`` (default: the
     first).  margin: the noise margin on A (paper: 0.02).  Flags runs on
     different hardware classes or compute axes (their compute is not comparable).
+    A run whose ceiling is not identified, or whose pass rate falls after a peak
+    (``late_decline``: the sigmoid does not describe it, method.md section 7), is
+    undecided against the baseline, and so is every run against such a baseline.
     Raises ValueError on an unknown baseline, an empty mapping or margin <= 0.
     """
     if not runs:
