@@ -50,16 +50,22 @@ def split_groups(n_groups: int, ranks: int) -> list[range]:
     return shares
 
 
-def allreduce_sum(group=None) -> Reduce:
-    """A reduce over ``group`` (default: the whole torch.distributed world) with SUM."""
+def _allreduce(op: str, group=None) -> Reduce:
+    """A reduce over ``group`` (default: the whole torch.distributed world) with ``op``
+    (a ``torch.distributed.ReduceOp`` name); the input tensor is left unchanged."""
     import torch.distributed as dist
 
     def reduce(x: torch.Tensor) -> torch.Tensor:
         y = x.clone()
-        dist.all_reduce(y, op=dist.ReduceOp.SUM, group=group)
+        dist.all_reduce(y, op=getattr(dist.ReduceOp, op), group=group)
         return y
 
     return reduce
+
+
+def allreduce_sum(group=None) -> Reduce:
+    """Elementwise sum over ``group`` (default: the whole torch.distributed world)."""
+    return _allreduce("SUM", group)
 
 
 @dataclass(frozen=True)
@@ -148,11 +154,4 @@ def batch_metrics(local: dict, tokens: float, reduce: Reduce, reduce_max: Reduce
 
 def allreduce_max(group=None) -> Reduce:
     """Elementwise maximum over ``group`` (default: the whole world)."""
-    import torch.distributed as dist
-
-    def reduce(x: torch.Tensor) -> torch.Tensor:
-        y = x.clone()
-        dist.all_reduce(y, op=dist.ReduceOp.MAX, group=group)
-        return y
-
-    return reduce
+    return _allreduce("MAX", group)
