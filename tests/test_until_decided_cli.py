@@ -168,3 +168,19 @@ def test_until_decided_interrupted_then_resumed(tmp_path):
     assert [r for r in after if r[0] == 0] == stage0          # stage 0 was not decided again
     final = {r[1]: r[5] for r in after if r[0] == max(x[0] for x in after)}
     assert final == {"base": "baseline", "down": "lower ceiling", "up": "higher ceiling"}
+
+
+def test_plan_from_a_stored_base_whose_ceiling_is_not_identified_says_so(tmp_path):
+    """A completed base run of 60 steps reaches 0.6 x C_mid: its fit does not identify A, so the
+    plan built on it carries a warning naming the run and how to extend it (and --plan prints it)."""
+    db = tmp_path / "s.db"
+    common = "B=2,C_mid=0.1,R0=0.3,hours_per_step=0.001,seconds_per_step=0"
+    run_cli("run", "recipes/scalerl.toml", "--setup", "setups/simulated.toml", "--name", "short-base",
+            "--runs-dir", str(tmp_path / "runs"), "--set", f"model.path='simulated:A=0.6,{common}'",
+            "--set", "budget.steps=60", db=db, check=True, timeout=600)
+    p = json.loads(run_cli("ablate", _ablation(tmp_path), "--plan", "--json", db=db, check=True).stdout)["power"]
+    assert p["source"] == "fit of stored run short-base (60 steps)"
+    assert p["warning"].startswith("the fit of short-base does not identify its ceiling")
+    assert "--resume short-base" in p["warning"]
+    shown = run_cli("ablate", _ablation(tmp_path), "--plan", db=db, check=True)
+    assert "warning: the fit of short-base does not identify its ceiling" in " ".join(shown.stderr.split())

@@ -385,7 +385,8 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
     The base's numbers come from ``assume`` (C_mid, compute_per_step, s_fit,
     s_seed), else from the largest completed stored run of the base recipe
     (any budget), else, for a simulated base, from its curve.
-    Raises UserError when none is available.
+    Raises UserError when none is available.  ``warning`` in the result says when the
+    stored fit it rests on does not identify the base's ceiling (None otherwise).
     """
     from statistics import NormalDist
 
@@ -394,7 +395,7 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
 
     base = plan.variants[0].recipe
     z = NormalDist().inv_cdf(0.5 + level / 2)
-    src, C_mid, cps, s_fit = None, None, None, None
+    src, C_mid, cps, s_fit, warning = None, None, None, None, None
     stored = Path(db).exists()
     with open_store(db, create=True) if stored else _nothing() as store:
         from scalectl.run_fits import FitOptions, fit_run
@@ -421,6 +422,13 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
             iv = f.interval("A")
             s_fit = (iv[1] - iv[0]) / (2 * z) if iv else None
             src = f"fit of stored run {found['name']} ({found['last_step']} steps)"
+            weak = [fl.message for fl in f.flags
+                    if fl.code == "ceiling_not_identified" or (fl.code == "on_bound" and fl.param == "A")]
+            if weak:
+                warning = (f"the fit of {found['name']} does not identify its ceiling ({'; '.join(weak)}): its C_mid "
+                           "and the spread of its A are not to be trusted, nor the budget and seeds below; "
+                           f"extend {found['name']} (scalectl run --resume {found['name']} --set budget.steps=N) "
+                           "or state the base with --assume")
             if rate is None and found.get("last_gpu_hours"):
                 rate = found["last_gpu_hours"] / found["last_step"]
     if src is None and is_simulated(base.model.path):
@@ -451,7 +459,7 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
                    max_budget=limits.max_budget, max_seeds=limits.max_seeds, level=level,
                    reach=limits.min_reach)
     worst = None if rate is None else len(plan.variants) * limits.max_seeds * limits.max_budget * rate
-    return {"source": src, **p.to_dict(), "worst_case_hours": worst, "rate": rate}
+    return {"source": src, **p.to_dict(), "worst_case_hours": worst, "rate": rate, "warning": warning}
 
 
 @contextlib.contextmanager

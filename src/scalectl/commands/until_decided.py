@@ -52,6 +52,8 @@ def render(s: dict, name: str, ended: str, needs: list[str]) -> str:
 def print_power(p: dict, name: str) -> None:
     cost = "no cost rate (--rate)" if p["device_hours"] is None else f"about {p['device_hours']:.4g} device-hours"
     out.print(f"power plan for {name} from {p['source']}:", soft_wrap=True, highlight=False)
+    if p.get("warning"):
+        err.print(f"[yellow]warning:[/yellow] {p['warning']}", soft_wrap=True, highlight=False)
     out.print(f"  budget {p['budget_steps']} steps per run (reaches {p['reach']:.1f} x C_mid), "
               f"{p['seeds']} seed(s) per arm, {p['arms']} arms: {cost}"
               + (f" (capped by --max-budget/--max-seeds: resolving the margin needs {p['budget_uncapped']} steps "
