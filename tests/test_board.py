@@ -24,15 +24,17 @@ def test_a_task_whose_heartbeat_stops_is_named_with_its_pid_host_and_log():
     named (role, ranks, pid, host, log) when a trainers' collective fails, and only a lost connection
     is turned into TaskLost."""
     store = dist.TCPStore("127.0.0.1", free_port(), 1, True, timeout=timedelta(seconds=10))
-    boards = [Board(store, _task(0, "generator", 0), log="/runs/x/0.log", interval_s=0.05),
-              Board(store, _task(1, "trainer", 0), log="/runs/x/1.log", interval_s=0.05),
-              Board(store, _task(2, "trainer", 1), log="", interval_s=0.05)]
+    boards = [Board(store, _task(0, "generator", 0), log="/runs/x/0.log", interval_s=0.25),
+              Board(store, _task(1, "trainer", 0), log="/runs/x/1.log", interval_s=0.25),
+              Board(store, _task(2, "trainer", 1), log="", interval_s=0.25)]
     leader = boards[1]
     try:
-        assert leader.gone(wait_s=0.3) == []                         # everyone beating
+        # 2 s is 8 heartbeat intervals: a beating thread moves its counter in that time even on a
+        # loaded machine; close() returns after the last beat, so the stopped one stays still
+        assert leader.gone(wait_s=2.0) == []                         # everyone beating
         boards[2].close()                                            # the second trainer stops beating
         host, pid = socket.gethostname(), os.getpid()
-        assert [c.rank for c in leader.gone(wait_s=0.3)] == [2]
+        assert [c.rank for c in leader.gone(wait_s=2.0)] == [2]
         closed = RuntimeError("[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:4242")
         lost = leader.lost(closed, [1, 2])
         assert isinstance(lost, TaskLost) and isinstance(lost, PeerLost) and is_lost_peer(lost)

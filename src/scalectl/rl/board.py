@@ -120,8 +120,13 @@ class Board:
                 return
 
     def close(self) -> None:
-        """Stop the heartbeat (the task is leaving on purpose)."""
+        """Stop the heartbeat (the task is leaving on purpose).  Returns once the heartbeat
+        thread has ended (or after 5 s plus 10 intervals, when a beat hangs on a store whose
+        host is gone), so no beat lands after it: a beat already past its wait would
+        otherwise be written late and make the task look alive."""
         self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5.0 + 10 * self.interval_s)
 
     def card_of(self, rank: int) -> Card | None:
         """The card of task ``rank`` (read once, then kept), or None when it cannot be read."""
