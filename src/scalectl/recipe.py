@@ -358,13 +358,18 @@ class Logging(_Section):
     (``RUN_DIR/metrics.jsonl``), several at once.  ``project`` is the W&B
     project and the MLflow experiment.  ``wandb_mode`` and
     ``mlflow_tracking_uri`` left unset mean the library's own default
-    (``WANDB_MODE``, ``MLFLOW_TRACKING_URI``)."""
+    (``WANDB_MODE``, ``MLFLOW_TRACKING_URI``).  ``rollouts``: every trained
+    completion goes to ``RUN_DIR/rollouts.jsonl`` (:func:`scalectl.rl.loop.rollout_lines`)."""
 
     backends: list[Literal["tensorboard", "wandb", "mlflow", "jsonl"]] = Field(default_factory=list, max_length=4)
     project: Line = Field(default="scalectl", min_length=1)
     wandb_mode: Literal["online", "offline"] | None = None
     wandb_entity: Line | None = None
     mlflow_tracking_uri: Line | None = None
+    rollouts: bool = Field(default=False, description=(
+        "write every trained completion to RUN_DIR/rollouts.jsonl: tokens, per-token policy versions, "
+        "the generator's log-probs and the trainer's recomputation (one extra forward pass per step, "
+        "not counted in the run's compute)"))
 
     @model_validator(mode="after")
     def _no_repeats(self) -> "Logging":

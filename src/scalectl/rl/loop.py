@@ -127,17 +127,20 @@ def restore_state(run_dir: Path, trainer, state: LoopState, reporter: Reporter) 
 
 
 def trim_steps(run_dir: Path, step: int) -> None:
-    """Drop the lines of ``RUN_DIR/steps.jsonl`` after ``step`` (steps a crash lost after the
-    checkpoint, which the resumed run takes again): every step is logged once."""
-    path = Path(run_dir) / "steps.jsonl"
-    if not path.exists():
-        return
-    lines = path.read_text().splitlines(keepends=True)
-    kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= step]
-    if len(kept) != len(lines):
-        tmp = path.with_suffix(".jsonl.tmp")
-        tmp.write_text("".join(kept))
-        tmp.replace(path)
+    """Drop the lines of ``RUN_DIR/steps.jsonl`` after ``step``, and those of
+    ``RUN_DIR/rollouts.jsonl`` trained by a step after it (their ``step`` is the trainer
+    version before the step: >= ``step``): steps a crash lost after the checkpoint, which
+    the resumed run takes again.  Every step is logged once."""
+    for name, last in (("steps.jsonl", step), ("rollouts.jsonl", step - 1)):
+        path = Path(run_dir) / name
+        if not path.exists():
+            continue
+        lines = path.read_text().splitlines(keepends=True)
+        kept = [line for line in lines if line.strip() and json.loads(line).get("step", 0) <= last]
+        if len(kept) != len(lines):
+            tmp = path.with_suffix(".jsonl.tmp")
+            tmp.write_text("".join(kept))
+            tmp.replace(path)
 
 
 def budget_spent(budget, state: LoopState) -> bool:
@@ -189,6 +192,44 @@ def append_step(run_dir: Path, metrics: dict) -> dict:
         fh.write(json.dumps(metrics) + "\n")
     return {"train_reward": metrics["reward"], "entropy": metrics.get("entropy"),
             "logprob_mismatch": metrics.get("logprob_mismatch")}
+
+
+def rollout_lines(recipe, policy: Policy, step: int, groups: list) -> list[dict]:
+    """The completions trained by the step taken at trainer version ``step``, one dict per
+    completion (``logging.rollouts``; a line of ``RUN_DIR/rollouts.jsonl`` each).
+
+    Each holds ``step``, ``prompt_id``, ``prompt_ids`` and ``token_ids`` (token ids),
+    ``loss_mask`` (0 on forced interruption tokens), ``versions`` (the policy version that
+    sampled each token: its staleness is ``step - version``), ``gen_logprobs`` (the
+    generator's log-prob of each token, nats; NaN where it recorded none) and
+    ``train_logprobs`` (the trainer's teacher-forced log-prob of each token on its weights
+    of version ``step``, before the step: :func:`scalectl.rl.model.token_logprobs` on the
+    unpadded prompt + completion, with the loss's LM-head precision and temperature), and
+    ``reward``.  Under ZeRO-3 every trainer rank gathers its partitions for the pass
+    (:meth:`~scalectl.rl.data_parallel.TrainerRanks.gathered`).
+    """
+    from scalectl.rl.model import token_logprobs
+
+    head_fp32 = recipe.precision.lm_head == "fp32"
+    temperature = SamplingParams.for_training(recipe).temperature
+    completions = [(g, i, c) for g in groups for i, c in enumerate(g.completions)]
+
+    def recompute(model) -> list[list[float]]:
+        device = next(model.parameters()).device
+        out = []
+        with torch.no_grad():
+            for _, _, c in completions:
+                ids = torch.tensor([list(c.prompt_ids) + list(c.token_ids)], device=device)
+                logp, _ = token_logprobs(model, ids, torch.ones_like(ids), head_fp32=head_fp32,
+                                         temperature=temperature, start=len(c.prompt_ids) - 1, with_entropy=False)
+                out.append(logp[0].float().tolist())
+        return out
+
+    train_lp = policy.ranks.gathered(recompute) if policy.ranks is not None else recompute(policy.model)
+    return [{"step": step, "prompt_id": g.prompt_id, "prompt_ids": list(c.prompt_ids), "token_ids": list(c.token_ids),
+             "loss_mask": list(c.loss_mask), "versions": list(c.versions), "gen_logprobs": list(c.logprobs),
+             "train_logprobs": lp, "reward": float(g.rewards[i])}
+            for (g, i, c), lp in zip(completions, train_lp)]
 
 
 def prepare(recipe, run_dir: Path, n_train: int, reporter: Reporter, resume: bool) -> tuple[Policy, LoopState]:
@@ -260,6 +301,11 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
             boundary = snapshot()
             with state.meter.timer():
                 groups, stats = source.next_batch(state.step)
+            if recipe.logging.rollouts and groups:     # a diagnostic: outside the run's compute
+                with (Path(run_dir) / "rollouts.jsonl").open("a") as fh:
+                    for line in rollout_lines(recipe, policy, state.step, groups):
+                        fh.write(json.dumps(line) + "\n")
+            with state.meter.timer():
                 metrics = train_on_groups(recipe, policy, groups, stats, state.meter)
                 state.step += 1
                 boundary = None
