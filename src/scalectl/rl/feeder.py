@@ -200,6 +200,8 @@ class Feeder:
                 self.stop.event.set()     # a generator was interrupted: the job stops
             return
         _, items, info = msg
+        for group in items.values():
+            group.generator = src
         self.received.update(items)
         self.gen_info[src] = info
 

@@ -27,12 +27,15 @@ class Group:
         completions: G rollout completions (:class:`scalectl.rl.rollout.base.Completion`).
         correct: G booleans from the checker.
         rewards: (G,) float, +1/-1 plus any length shaping.
+        generator: the rank of the generator process that sampled it (None: sampled in the
+            trainer's process).
     """
 
     prompt_id: int
     completions: list
     correct: list[bool]
     rewards: torch.Tensor = field(repr=False)
+    generator: int | None = None
 
     @property
     def n_correct(self) -> int:

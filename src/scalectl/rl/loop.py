@@ -205,7 +205,8 @@ def rollout_lines(recipe, policy: Policy, step: int, groups: list) -> list[dict]
     ``train_logprobs`` (the trainer's teacher-forced log-prob of each token on its weights
     of version ``step``, before the step: :func:`scalectl.rl.model.token_logprobs` on the
     unpadded prompt + completion, with the loss's LM-head precision and temperature), and
-    ``reward``.  Under ZeRO-3 every trainer rank gathers its partitions for the pass
+    ``reward`` and ``generator`` (the rank of the generator process that sampled it; None
+    in one process).  Under ZeRO-3 every trainer rank gathers its partitions for the pass
     (:meth:`~scalectl.rl.data_parallel.TrainerRanks.gathered`).
     """
     from scalectl.rl.model import token_logprobs
@@ -228,7 +229,7 @@ def rollout_lines(recipe, policy: Policy, step: int, groups: list) -> list[dict]
     train_lp = policy.ranks.gathered(recompute) if policy.ranks is not None else recompute(policy.model)
     return [{"step": step, "prompt_id": g.prompt_id, "prompt_ids": list(c.prompt_ids), "token_ids": list(c.token_ids),
              "loss_mask": list(c.loss_mask), "versions": list(c.versions), "gen_logprobs": list(c.logprobs),
-             "train_logprobs": lp, "reward": float(g.rewards[i])}
+             "train_logprobs": lp, "reward": float(g.rewards[i]), "generator": g.generator}
             for (g, i, c), lp in zip(completions, train_lp)]
 
 
