@@ -157,6 +157,8 @@ def run_trainer(spec: PipelineSpec, task, reporter: Reporter, stop: StopFlag) ->
     join_trainers(task, channel, recipe.hardware.device)
     if task.role_rank > 0:
         torch.manual_seed(recipe.seed)
+        # with its rollout engine, which it never uses: a vLLM engine builds its parallel groups over
+        # torch.distributed's default group (the trainers here), a collective every trainer rank joins
         policy = build_policy(recipe, reporter)
         try:
             steps = follow(policy.trainer, recipe.advantage.normalization, pad_token_id(policy.tokenizer))
