@@ -499,11 +499,25 @@ class VLLMRolloutEngine(RolloutEngine):
         row.forced = []
 
 
+def save_for_vllm(model, tokenizer, path: Path) -> None:
+    """Write ``model``'s config and weights (``model.safetensors``) and the tokenizer to ``path``
+    on every process: transformers' ``save_pretrained`` writes the weights only on
+    torch.distributed rank 0 (a second trainer rank would leave a folder vLLM cannot load)."""
+    from safetensors.torch import save_file
+
+    path.mkdir(parents=True, exist_ok=True)
+    model.config.save_pretrained(path)
+    save_file({k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()},
+              str(path / "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save_pretrained(path)
+
+
 def engine_from_recipe(recipe, model, tokenizer, *, model_path: str | Path | None = None) -> VLLMRolloutEngine:
     """A :class:`VLLMRolloutEngine` for ``recipe``, holding the weights of the trainer's ``model``.
 
-    vLLM loads ``model_path``, else ``model.path`` when it is a checkpoint folder, else
-    the trainer's ``model`` saved to a temporary folder; ``update_weights(None, v)``
+    vLLM loads ``model_path``, else ``model.path`` when it is a checkpoint folder, else the
+    folder ``model`` was loaded from (``name_or_path``; the warm start of ``builtin:tiny``),
+    else the trainer's ``model`` saved to a temporary folder; ``update_weights(None, v)``
     then copies the trainer's weights (``source_model=model``).  The recipe gives the
     dtype, the LM-head precision, the sampling temperature/top-p and the longest
     sequence (``length.max_prompt_tokens + length.max_new_tokens`` plus the
@@ -516,10 +530,12 @@ def engine_from_recipe(recipe, model, tokenizer, *, model_path: str | Path | Non
     path = model_path
     if path is None:
         path = recipe.model.path if Path(recipe.model.path).is_dir() else None
+    if path is None:          # the folder the model was loaded from (e.g. the warm start of builtin:tiny)
+        loaded = Path(str(getattr(model, "name_or_path", "") or "."))
+        path = loaded if (loaded / "config.json").is_file() else None
     if path is None:
         path = Path(tempfile.mkdtemp(prefix="scalectl-vllm-")) / "policy"
-        model.save_pretrained(path)
-        tokenizer.save_pretrained(path)
+        save_for_vllm(model, tokenizer, path)
     length = recipe.length
     longest = length.max_prompt_tokens + length.max_new_tokens
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
