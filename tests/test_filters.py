@@ -199,3 +199,15 @@ def test_collect_batch_refill_fills_the_batch_in_the_last_allowed_round():
     assert calls == [(16, 0), (8, 1)]
     assert len(kept) == 16 and stats["groups_kept"] == 16
     assert stats["zero_variance_share"] == (5 + 3) / 24
+
+
+def test_the_pool_warning_starts_at_half_the_pool_retired():
+    from scalectl.rl.filters import pool_warning
+
+    assert pool_warning(1999, 4000) is None
+    warning = pool_warning(2000, 4000)
+    assert warning.startswith("2000 of the 4000 training prompts are retired")
+    assert pool_warning(3, 4, share=0.8) is None and pool_warning(4, 4, share=0.8) is not None
+    for bad in ((5, 4), (-1, 4), (0, 0)):
+        with pytest.raises(ValueError):
+            pool_warning(*bad)

@@ -131,3 +131,21 @@ def record() -> None:
 
 if __name__ == "__main__":
     record()
+
+
+def test_a_run_retiring_half_its_pool_is_warned(policy, tmp_path):
+    """Sixteen training prompts the warm-started policy partly solves, retired at a pass rate of
+    1/4: the run retires at least half of them within its 3 steps, and its log says so once, at
+    the step the eighth is retired (filters.pool_warning)."""
+    sets = ["async.mode=sync", "batch.prompts_per_step=4", "batch.generations_per_prompt=4", "eval.every_steps=100",
+            "eval.prompts=16", "eval.samples_per_prompt=2", "checkpoint.every_steps=100", f"model.path={policy}",
+            "budget.steps=3", "length.max_new_tokens=10", "data.difficulty=1", "data.train_size=16", "seed=3",
+            "filter.retire_solved=true", "filter.retire_threshold=0.25", "filter.zero_variance=false"]
+    db = tmp_path / "s.db"
+    proc = run_cli("run", "recipes/grpo.toml", "--runs-dir", str(tmp_path / "runs"), "--name", "pool",
+                   *[a for s in sets for a in ("--set", s)], db=db, check=True, timeout=600)
+    steps = [json.loads(x) for x in (tmp_path / "runs" / "pool" / "steps.jsonl").read_text().splitlines()]
+    first = next(s["step"] for s in steps if s["retired_prompts"] >= 8)
+    log = " ".join((proc.stdout + proc.stderr).split())
+    assert log.count("training prompts are retired") == 1
+    assert f"warning: step {first}: " in log

@@ -175,6 +175,35 @@ class PromptHistory:
 # -- prompt order ----------------------------------------------------------------------------------
 
 
+#: Share of the training pool retired by ``retire_solved`` past which a run is warned.
+POOL_WARN_SHARE = 0.5
+
+
+def pool_warning(retired: int, n_prompts: int, share: float = POOL_WARN_SHARE) -> str | None:
+    """The warning for a training pool that retirement is emptying, or None.
+
+    When ``retired`` of ``n_prompts`` training prompts (counts) reach ``share`` of the
+    pool, the prompts left are mostly ones the policy cannot yet solve: steps then draw
+    groups that are all wrong (zero variance) and the held-out pass rate can fall.  On
+    the tiny setup (4,000 synthetic prompts) ScaleRL peaked at 0.67 near step 900 with
+    2,633 retired and fell to 0.22 by step 2,340 with 3,862 retired, the training pass
+    rate 0.  Retiring solved prompts is ScaleRL's No-Positive-Resampling (Khatri et al.
+    2025, section 3), on a pool far larger than what a run retires.
+
+    Raises:
+        ValueError: n_prompts < 1, retired outside [0, n_prompts], or share outside (0, 1].
+    """
+    if n_prompts < 1 or not 0 <= retired <= n_prompts or not 0 < share <= 1:
+        raise ValueError(f"need n_prompts >= 1, 0 <= retired <= n_prompts, 0 < share <= 1; "
+                         f"got retired={retired}, n_prompts={n_prompts}, share={share}")
+    if retired < share * n_prompts:
+        return None
+    return (f"{retired} of the {n_prompts} training prompts are retired (filter.retire_solved): the "
+            "prompts left are mostly unsolved, the held-out pass rate may fall from here and the "
+            "sigmoid fit would not describe it; a larger pool (data.train_size or the data source) "
+            "keeps the run in the regime the fit assumes")
+
+
 class AllPromptsRetired(RuntimeError):
     """Every prompt of the prompt set is retired: there is nothing left to sample."""
 
@@ -209,7 +238,7 @@ class PromptSampler:
         if all(p in retired for p in range(self.n_prompts)):
             raise AllPromptsRetired(
                 f"all {self.n_prompts} prompts are retired (pass rate reached filter.retire_threshold); "
-                "lower the threshold, use a larger or harder prompt set, or stop the run"
+                "raise the threshold, use a larger or harder prompt set, or stop the run"
             )
         out: list[int] = []
         while len(out) < k:

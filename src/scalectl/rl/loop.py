@@ -22,7 +22,7 @@ from scalectl.points import EvalPoint
 from scalectl.rl.accounting import ComputeMeter
 from scalectl.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from scalectl.rl.evaluate import evaluate
-from scalectl.rl.filters import PromptHistory, PromptSampler
+from scalectl.rl.filters import PromptHistory, PromptSampler, pool_warning
 from scalectl.rl.model import pad_token_id
 from scalectl.rl.rollout.sampling import SamplingParams
 
@@ -289,6 +289,7 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
         return budget_spent(recipe.budget, state)
 
     boundary = None        # while a step is under way: the state saved if it is interrupted
+    warned_pool = False    # the warning of a training pool emptied by retirement: once per process
     reporter.start(recipe.budget.steps, state.step)
     try:
         if eval_due_on_start(recipe, state):
@@ -316,6 +317,9 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
             metrics.update(step=state.step, gpu_hours=state.meter.gpu_hours, flops=state.meter.flops)
             state.last_metrics = append_step(run_dir, metrics)
             reporter.step(state.step, metrics)
+            if not warned_pool and (warning := pool_warning(len(state.history.retired), state.sampler.n_prompts)):
+                reporter.log(f"warning: step {state.step}: {warning}")
+                warned_pool = True
             if state.step % recipe.eval.every_steps == 0 or done():
                 do_eval()
             if state.step % recipe.checkpoint.every_steps == 0 or done():   # done: a raised budget continues here
