@@ -123,6 +123,8 @@ def test_tokens_axis_and_errors(db):
     assert res.exit_code == 2 and "--axis 'hours' is not one of" in res.stderr
     res = cli(db, "extrapolate", "scalerl")
     assert res.exit_code == 2 and "exactly one of --until" in res.stderr
+    res = cli(db, "extrapolate", "scalerl", "--fraction", "1e-9")
+    assert res.exit_code == 2 and "too short to fit; give a larger --fraction" in " ".join(res.stderr.split())
     res = cli(db, "fit", "nope")
     assert res.exit_code == 2 and "no run 'nope'" in res.stderr
     res = cli(db, "compare", "scalerl", "magistral", "--baseline", "zzz")

@@ -69,7 +69,7 @@ def test_window_sensitivity_on_clean_and_noisy_runs():
     noisy = window_sensitivity(x, y, [(1500, 100_000), (1500, 20_000), (90_000, 100_000),
                                       (99_500, 100_000)], bootstrap=0)
     assert noisy.rows[2].fit.has_flag("rise_not_identified")     # plateau only
-    assert noisy.rows[3].fit is None and "holds 1 points" in noisy.rows[3].error
+    assert noisy.rows[3].fit is None and "holds 1 point;" in noisy.rows[3].error
     a_full, a_short = noisy.rows[0].fit.A, noisy.rows[1].fit.A
     assert noisy.A_spread == pytest.approx(abs(a_full - a_short))
     assert noisy.to_dict()["rows"][3]["error"]

@@ -251,7 +251,10 @@ def extrapolate(
         ex = extrap(x, y, until=until, fraction=fraction, truncation=trunc, drift_sd=drift_sd, **kw)
         kw.pop("min_compute")
         sens = window_sensitivity(x, y, min_compute=min_compute, **kw)
-    except (FitError, ValueError) as exc:
+    except FitError as exc:
+        raise UserError(f"run {info['name']!r}: {exc}: the part before the cut is too short to fit; "
+                        "give a larger --fraction or --until, or extend the run") from None
+    except ValueError as exc:
         raise UserError(f"run {info['name']!r}: {exc}") from None
     written = None
     if plot is not None:
