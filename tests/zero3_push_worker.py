@@ -44,9 +44,18 @@ def main(rank: int, port: int, weights_port: int, out: str) -> None:
 
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-    from dp_worker import make_groups, partition_everything
+    from dp_worker import make_groups
+    import deepspeed
 
-    partition_everything()
+    initialize = deepspeed.initialize
+
+    def partition_everything(*args, config, **kwargs):
+        # DeepSpeed keeps parameters under stage3_param_persistence_threshold elements (1e5 by
+        # default: every tiny-model tensor) whole on every rank; 0 partitions them all
+        config["zero_optimization"]["stage3_param_persistence_threshold"] = 0
+        return initialize(*args, config=config, **kwargs)
+
+    deepspeed.initialize = partition_everything
     from scalectl.recipe import Loss, Optim
     from scalectl.rl.data_parallel import TrainerRanks, follow
     from scalectl.rl.trainer import PolicyTrainer
