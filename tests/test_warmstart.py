@@ -24,9 +24,9 @@ TARGET = 0.1
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-def _cfgs(target=TARGET, path="builtin:tiny", source="synthetic:arithmetic"):
+def _cfgs(target=TARGET, path="builtin:tiny", source="synthetic:arithmetic", train_size=60):
     return dict(model_cfg=NS(path=path, warm_start_target=target),
-                data_cfg=NS(source=source, difficulty=1, seed=0, train_size=60), max_new_tokens=12)
+                data_cfg=NS(source=source, difficulty=1, seed=0, train_size=train_size), max_new_tokens=12)
 
 
 @pytest.fixture(scope="module")
@@ -95,6 +95,21 @@ def test_key_depends_on_what_determines_the_weights():
               ws.cache_key(SMALL, 1, 0, 60, 0.3, 13, SFT), ws.cache_key({}, 1, 0, 60, 0.3, 12, SFT),
               ws.cache_key(SMALL, 1, 0, 60, 0.3, 12, ws.SFTConfig(lr=1e-3))]
     assert len({base, *others}) == 1 + len(others)
+
+
+def test_a_larger_pool_shares_the_warm_start(built, monkeypatch):
+    """The SFT set is the first SFT_PROBLEMS problems of the training split: a pool larger than
+    that finds the same cache entry (nothing trained, nothing logged); a smaller one trains on
+    its own pool, so its key differs."""
+    path, cache, _ = built
+    monkeypatch.setattr(ws, "SFT_PROBLEMS", 60)
+    logs = []
+    larger = ws.ensure_warm_start(**_cfgs(train_size=75), cache_dir=cache, sft=SFT, model_overrides=SMALL,
+                                  log=logs.append)
+    assert larger == path and logs == []
+    assert train_problems(75, seed=0, difficulty=1)[:60] == train_problems(60, seed=0, difficulty=1)
+    smaller = ws.cache_key(SMALL, 1, 0, 40, TARGET, 12, SFT)
+    assert smaller != path.name == ws.cache_key(SMALL, 1, 0, 60, TARGET, 12, SFT)
 
 
 def test_crash_leaves_no_cache_entry(tmp_path, monkeypatch):

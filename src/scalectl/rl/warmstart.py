@@ -46,6 +46,9 @@ from scalectl.rl.tasks import Problem, eval_problems, sft_target, train_problems
 
 #: Bump when the SFT procedure changes: old cache entries are then ignored.
 WARMSTART_VERSION = 1
+#: The SFT set: the first this many problems of the training split (fewer when
+#: ``data.train_size`` is smaller), so that a larger RL pool starts from the same weights.
+SFT_PROBLEMS = DEFAULT_SYNTHETIC_TRAIN
 BUILTIN_TINY = "builtin:tiny"
 
 
@@ -192,7 +195,9 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
 
     The warm start depends only on the setup (model, data, ``length.max_new_tokens``),
     never on the recipe's training choices, so that every variant of an ablation starts
-    from the same weights.  Its checks sample without interruption.
+    from the same weights.  It trains on the first ``min(data.train_size, SFT_PROBLEMS)``
+    problems of the training split (the split is prefix-stable), so pools of 4,000
+    prompts or more share one warm start.  Its checks sample without interruption.
 
     Args:
         recipe: a :class:`~scalectl.recipe.Recipe`; or give ``model_cfg``, ``data_cfg`` and
@@ -227,7 +232,7 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
             f"got {data_cfg.source!r}; give a checkpoint folder in model.path instead"
         )
     overrides = dict(model_overrides or {})
-    train_size = data_cfg.train_size or DEFAULT_SYNTHETIC_TRAIN
+    train_size = min(data_cfg.train_size or DEFAULT_SYNTHETIC_TRAIN, SFT_PROBLEMS)   # the SFT set's size
     target = model_cfg.warm_start_target
     key = cache_key(overrides, data_cfg.difficulty, data_cfg.seed, train_size, target, max_new_tokens, sft)
     models = Path(cache_dir) if cache_dir is not None else cache_root() / "models"
