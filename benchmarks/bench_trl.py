@@ -46,8 +46,10 @@ count) the fp32 matmul rate of this machine is measured (``--peak-size``
 square matrices, best of repeats): the physical limit.  A step's useful FLOPs
 are the project's count (:mod:`scalectl.rl.accounting`: 2N per token
 generated or prefilled, 6N per token trained, N parameters), applied to the
-same tokens on both sides; each rate is printed as a fraction of the limit at
-its thread count.  The mean completion length of each run is printed, so equal
+same tokens on both sides: training is counted only for groups whose rewards
+differ (a group of equal rewards has advantage 0 and no gradient; scalectl
+skips it, TRL computes it, and neither side is credited with it); each rate is
+printed as a fraction of the limit at its thread count.  The mean completion length of each run is printed, so equal
 work on both sides can be checked, and for scalectl the share of groups whose
 rewards are all equal (advantage 0: its trainer skips them, TRL computes them).
 Targets: scalectl >= 2x TRL at each side's best, and >= 70 % of the FLOP limit.
@@ -201,12 +203,20 @@ def run_trl(loss: str, mode: str, k: int, steps: int, model: str | None, threads
     counted = {"completions": 0, "flops": 0.0, "tokens": 0}
 
     def reward(prompts, completions, completion_ids, answer, **_):
-        prompt_tokens = sum(len(tokenizer(p, add_special_tokens=False).input_ids) for p in prompts)
-        tokens = prompt_tokens + sum(len(ids) for ids in completion_ids)
+        rewards = [1.0 if check(c, a) else -1.0 for c, a in zip(completions, answer)]
+        lengths = [len(tokenizer(p, add_special_tokens=False).input_ids) + len(ids)
+                   for p, ids in zip(prompts, completion_ids)]
         counted["completions"] += len(completions)
         counted["tokens"] += sum(len(ids) for ids in completion_ids)
-        counted["flops"] += 8.0 * n_params * tokens   # 2N generating + 6N training, every token
-        return [1.0 if check(c, a) else -1.0 for c, a in zip(completions, answer)]
+        # useful FLOPs, counted as scalectl's meter counts them: 2N per token prefilled or
+        # generated, 6N per token trained only in groups whose rewards differ (GRPOTrainer
+        # repeats each prompt G times in a row; a group of equal rewards has advantage 0 and
+        # no gradient, so its training pass is not useful work on either side)
+        counted["flops"] += 2.0 * n_params * sum(lengths)
+        for i in range(0, len(rewards), G):
+            if len(set(rewards[i:i + G])) > 1:
+                counted["flops"] += 6.0 * n_params * sum(lengths[i:i + G])
+        return rewards
 
     marks = {"t0": None, "t": [], "completions": [], "flops": []}
 
