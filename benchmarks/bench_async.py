@@ -74,7 +74,7 @@ def run_mode(mode: str, args, folder: Path) -> dict:
     if not args.keep_filters:
         overrides += ["filter.zero_variance=false", "filter.retire_solved=false", "filter.dynamic_sampling=false"]
     recipe = load(args.recipe, args.setup, overrides)
-    processes = schedule_for(recipe.async_).multi_process
+    processes = schedule_for(recipe.async_).in_processes(recipe.hardware.generators, recipe.hardware.trainers)
     run_dir = folder / mode
     run_dir.mkdir(parents=True)
     store = Store.open(folder / "bench.db")

@@ -44,7 +44,8 @@ def main() -> None:
     from bench_trl import load_recipe
     from scalectl.rl.batch import build_train_batch
     from scalectl.rl.data import load_prompt_sets
-    from scalectl.rl.loop import Reporter, build_policy, generate_batch, new_state
+    from scalectl.rl.collect import generate_batch
+    from scalectl.rl.loop import Reporter, build_policy, new_state
     from scalectl.rl.losses import aggregation_weights
     from scalectl.rl.model import pad_token_id
     from scalectl.rl.warmstart import ensure_warm_start
@@ -59,7 +60,7 @@ def main() -> None:
     pad = pad_token_id(policy.tokenizer)
     batches = []
     for b in range(args.batches):
-        groups, _ = generate_batch(recipe, policy, train, state, seed=1000 + b)
+        groups, _ = generate_batch(recipe, policy.engine, train, state, seed=1000 + b)
         batches.append(build_train_batch(groups, recipe.advantage.normalization, pad))
     rows = cells = rows_cut = cells_cut = fed_live = fed_all = 0
     for batch in batches:
