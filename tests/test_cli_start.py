@@ -27,3 +27,22 @@ def test_reading_commands_do_not_import_sqlite_utils(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert '"name": "r1"' in out and '"step": 3' in out and '"pass_rate": 0.25' in out
     assert out.strip().splitlines()[-1] == "False False"
+
+
+def test_help_names_values_as_click_does():
+    """`--help` of the console script's command names option values TEXT, INTEGER, FLOAT, PATH
+    and KEY=VALUE, and flags not at all (typer alone prints Python types: <list[str]>, <bool>)."""
+    import re
+
+    code = ("import sys; from scalectl.cli import main\n"
+            "for args in (['--help'], ['run', '--help'], ['compare', '--help'], ['ablate', '--help']):\n"
+            "    sys.argv = ['scalectl', *args]\n"
+            "    try:\n        main()\n    except SystemExit:\n        pass\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**__import__("os").environ, "COLUMNS": "100"}).stdout
+    assert re.findall(r"<[a-z\[\]]+>", out) == []
+    rows = {line.split()[1]: line.split()[2] for line in out.splitlines()
+            if line.startswith("│ --") and len(line.split()) > 2}
+    assert rows["--set"] == "KEY=VALUE" and rows["--setup"] == "PATH" and rows["--seed"] == "INTEGER"
+    assert rows["--margin"] == "FLOAT" and rows["--name"] == "TEXT"
+    assert rows["--help"] == "Show" and rows["--json"] == "Print"      # flags: the help text follows at once
