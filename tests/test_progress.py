@@ -26,11 +26,11 @@ def test_status_watch_prints_each_change_until_the_runs_end(tmp_path):
     lines = proc.stdout.splitlines()
     assert lines and all(line.startswith("w1: ") for line in lines)
     assert len(lines) == len(set(lines))                       # a line only when something changed
-    assert lines[-1].startswith("w1: completed, step 8, pass rate ")
+    assert lines[-1].startswith("w1: completed, evaluated at step 8, pass rate ")   # the last point's step
     steps = [int(m.group(1)) for line in lines if (m := re.search(r"step (\d+)", line))]
     assert steps == sorted(steps) and steps[-1] == 8
     final = json.loads(run_cli("status", "w1", "--json", db=tmp_path / "s.db", check=True).stdout)[0]
-    assert lines[-1] == (f"w1: completed, step {final['last_step']}, pass rate {final['last_pass_rate']:.3f}, "
+    assert lines[-1] == (f"w1: completed, evaluated at step {final['last_step']}, pass rate {final['last_pass_rate']:.3f}, "
                          "truncation -")
     assert "\x1b[" not in proc.stdout                          # no terminal control codes in a pipe
 

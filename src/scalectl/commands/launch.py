@@ -34,7 +34,7 @@ def _status_rows(db, run: list[str] | None, ids: set[int] | None = None) -> list
 def _status_table(rows: list[dict], db, title: str | None = None) -> Table:
     table = Table(title=title or f"runs in {db or 'the store'}")
     for col, kw in (("id", {"justify": "right"}), ("name", {"no_wrap": True}), ("status", {"no_wrap": True}),
-                    ("job", {}), ("job state", {}), ("step", {"justify": "right"}),
+                    ("job", {}), ("job state", {}), ("eval step", {"justify": "right"}),
                     ("pass rate", {"justify": "right"}), ("trunc.", {"justify": "right"})):
         table.add_column(col, **kw)
     for r in rows:
@@ -45,7 +45,8 @@ def _status_table(rows: list[dict], db, title: str | None = None) -> Table:
 
 
 def _status_line(r: dict) -> str:
-    return (f"{r['name']}: {r['status']}, step {fmt(r.get('last_step'))}, pass rate {fmt(r.get('last_pass_rate'))}, "
+    return (f"{r['name']}: {r['status']}, evaluated at step {fmt(r.get('last_step'))}, "
+            f"pass rate {fmt(r.get('last_pass_rate'))}, "
             f"truncation {fmt(r.get('last_truncation_rate'))}")
 
 
