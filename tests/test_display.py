@@ -89,6 +89,21 @@ def test_tables_show_names_and_ceilings_in_80_columns(narrow_db, args):
         assert re.search(r"│ +0\.\d+ \[0\.\d+, 0\.\d+\] +│", proc.stdout), proc.stdout
 
 
+def test_show_drops_columns_instead_of_cutting_cells(narrow_db):
+    """`show` in 50 columns: step and pass rate whole in every row, the dropped columns named."""
+    proc = run_cli("show", "scalerl-long-name-s0", db=narrow_db, env={"COLUMNS": "50"}, check=True)
+    table = [ln for ln in proc.stdout.splitlines() if ln.startswith(("│", "┃"))]
+    assert table and max(len(ln) for ln in table) <= 50 and "…" not in proc.stdout
+    header = [c.strip() for c in table[0].strip("┃").split("┃")]
+    assert header[0] == "step" and "pass rate" in header and len(header) < 9
+    assert "not shown (narrow terminal): " in proc.stdout
+    rows = [[c.strip() for c in ln.strip("│").split("│")] for ln in table[1:]]
+    assert [int(r[0]) for r in rows] == [10 * i for i in range(41)]
+    with Store.open(narrow_db) as store:
+        stored = [p["pass_rate"] for p in store.points(store.get_run("scalerl-long-name-s0")["id"])]
+    assert [float(r[header.index("pass rate")]) for r in rows] == pytest.approx(stored, abs=5e-4)
+
+
 def test_fit_columns_takes_back_a_narrow_column_dropped_before_a_wide_one():
     cols = [Column("run", keep=True), Column("B", priority=1), Column("C_mid", priority=2),
             Column("A", keep=True)]

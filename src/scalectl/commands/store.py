@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from scalectl.commands.common import DbOption, JsonOption, err, fmt, open_store, out, print_json, user_errors
 
@@ -58,14 +57,15 @@ def show(
         out.print(f"loss {loss.get('type')} ({loss.get('aggregation')} aggregation), advantage "
                   f"{recipe.get('advantage', {}).get('normalization')}, head {recipe.get('precision', {}).get('lm_head')}, "
                   f"async {asy.get('mode')} k={asy.get('k')}, run folder {info.get('run_dir') or '-'}")
-    table = Table()
-    for col in ("step", "GPU-hours", "FLOPs", "tokens", "pass rate", "trunc.", "mean len", "reward", "entropy"):
-        table.add_column(col, justify="right")
-    for p in points:
-        table.add_row(str(p["step"]), fmt(p["gpu_hours"], 4), fmt(p["flops"]), fmt(p["tokens"]),
-                      fmt(p["pass_rate"]), fmt(p["truncation_rate"]), fmt(p["mean_length"], 1),
-                      fmt(p["train_reward"]), fmt(p["entropy"]))
-    out.print(table)
+    from scalectl.display import Column, fitted_table
+
+    cols = [Column("step", keep=True), Column("GPU-hours", priority=5), Column("FLOPs", priority=4),
+            Column("tokens", priority=1), Column("pass rate", keep=True), Column("trunc.", priority=6),
+            Column("mean len", priority=3), Column("reward", priority=2), Column("entropy", priority=0)]
+    out.print(fitted_table(None, cols, [
+        [str(p["step"]), fmt(p["gpu_hours"], 4), fmt(p["flops"]), fmt(p["tokens"]), fmt(p["pass_rate"]),
+         fmt(p["truncation_rate"]), fmt(p["mean_length"], 1), fmt(p["train_reward"]), fmt(p["entropy"])]
+        for p in points], out.width))
 
 
 @user_errors
