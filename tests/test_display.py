@@ -26,6 +26,8 @@ from scalectl.store import Store
     (3e-4, (1e-4, 5e-4), "3.0e-4 [1.0e-4, 5.0e-4]"),
     (0.6123, (0.6101, 0.6149), "0.612 [0.610, 0.615]"),
     (2542.3, (2210.0, 2860.0), "2500 [2200, 2900]"),
+    # an estimate on its bound (a ceiling A of 1 - 4e-14): no digits from the ~0 near side
+    (0.99999999999996, (0.70, 1.0), "1.0 [0.70, 1.0]"),
 ])
 def test_format_estimate(value, interval, text):
     assert format_estimate(value, interval) == text

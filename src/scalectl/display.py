@@ -94,10 +94,10 @@ def format_estimate(value: float, interval: tuple[float, float] | None) -> str:
     step = _exp10(near) if near > 0 else _exp10((hi - lo) / 2)
     if value != 0:
         step = min(step, _exp10(value) - MIN_DIGITS + 1)
-    if lopsided:
-        bounds = [fmt(b, _exp10(b) - MIN_DIGITS + 1) for b in (lo, hi)]
-    else:
-        bounds = [fmt(b, step) if b != 0 else fmt(0.0, step) for b in (lo, hi)]
+    if lopsided:     # an estimate on (or next to) a bound has a near side of ~0: no digits from it
+        return " ".join([fmt(value, _exp10(value) - MIN_DIGITS + 1) if value != 0 else fmt(0.0, step),
+                         "[" + ", ".join(fmt(b, _exp10(b) - MIN_DIGITS + 1) for b in (lo, hi)) + "]"])
+    bounds = [fmt(b, step) if b != 0 else fmt(0.0, step) for b in (lo, hi)]
     return f"{fmt(value, step)} [{bounds[0]}, {bounds[1]}]"
 
 
