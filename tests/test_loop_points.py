@@ -15,11 +15,17 @@ Tolerances:
   truncation_rate, mean_length (ratios of small integers, exact in float64),
   and flops (2N or 6N times a token count: integers below 2^53, exact);
 * train_reward is a float32 mean of rewards in {-1, +1}: exact as well;
-* entropy and logprob_mismatch are float32 means over at most
-  ``prompts x generations x max_new_tokens = 4 x 4 x 10 = 160`` tokens of values
-  computed in float32: a different (equally valid) summation order moves them
-  by at most ~160 x 2^-24 ~ 1e-5 relative, so they are compared to 2e-5
-  relative (and 1e-6 absolute, for values near 0);
+* entropy and logprob_mismatch are float32 means of values that depend on the
+  weights, and the weights depend on the CPU's float kernels: the recorded
+  policy comes out of up to 400 AdamW steps of SFT (``build_policy``), and a CPU
+  whose matmul and exp kernels round differently (the fixture was recorded on an
+  AMD EPYC; an Intel Xeon with AVX-512 drifts from it) ends with slightly other
+  weights.  The sampled tokens, hence every count above, stayed the same there,
+  while these means moved by up to 8.2e-3 relative (logprob_mismatch of
+  ppo_off_policy at step 6; entropy by 4e-4).  On one machine they repeat to
+  float32 summation order (~160 x 2^-24 ~ 1e-5); across machines they are
+  compared to 2e-2 relative (and 1e-6 absolute, for values near 0): the counts
+  guard the order of work, these guard against a wrong quantity;
 * gpu_hours and wall_seconds are wall-clock measurements: only their order is checked.
 """
 
@@ -40,7 +46,7 @@ MODES = {"sync": ["async.mode=sync"], "ppo_off_policy": ["async.mode=ppo_off_pol
 EXACT = ("step", "tokens", "samples", "samples_per_prompt", "correct_counts", "retired_prompts", "pass_rate",
          "truncation_rate", "mean_length", "flops", "train_reward")
 FLOAT32_MEANS = ("entropy", "logprob_mismatch")
-REL, ABS = 2e-5, 1e-6
+REL, ABS = 2e-2, 1e-6
 
 
 def build_policy(folder: Path) -> Path:
@@ -74,9 +80,10 @@ def run_args(policy: Path, runs: Path, mode: str, name: str) -> list[str]:
     return ["run", "recipes/grpo.toml", "--runs-dir", str(runs), "--name", name] + [a for s in sets for a in ("--set", s)]
 
 
-def points_of(policy: Path, tmp: Path, mode: str) -> list[dict]:
+def points_of(policy: Path, tmp: Path, mode: str, extra: tuple[str, ...] = ()) -> list[dict]:
     db = tmp / f"{mode}.db"
-    run_cli(*run_args(policy, tmp / "runs", mode, mode), db=db, check=True, timeout=600)
+    extra_args = [a for s in extra for a in ("--set", s)]
+    run_cli(*run_args(policy, tmp / "runs", mode, mode), *extra_args, db=db, check=True, timeout=600)
     points = json.loads(run_cli("show", mode, "--json", db=db, check=True).stdout)["points"]
     keep = EXACT + FLOAT32_MEANS + ("gpu_hours",)
     return [{k: p[k] for k in keep} for p in points]
@@ -87,10 +94,13 @@ def policy(tmp_path_factory) -> Path:
     return build_policy(tmp_path_factory.mktemp("policy"))
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-def test_run_gives_the_recorded_points(policy, tmp_path, mode):
+@pytest.mark.parametrize("mode, background", [("sync", "off"), ("ppo_off_policy", "off"), ("sync", "on")])
+def test_run_gives_the_recorded_points(policy, tmp_path, mode, background):
+    """``eval.background = "on"`` evaluates each step on a copy of its weights in a thread
+    while the loop trains on (scalectl.rl.evaluations): the points must be the recorded ones,
+    which were evaluated in the loop's thread."""
     recorded = json.loads(FIXTURE.read_text())["modes"][mode]
-    got = points_of(policy, tmp_path, mode)
+    got = points_of(policy, tmp_path, mode, (f"eval.background={background}",))
     assert [p["step"] for p in got] == [p["step"] for p in recorded] == [0, 2, 4, 6]
     assert any(p["train_reward"] not in (None, -1.0) for p in recorded), "the recorded run never saw a reward"
     for want, have in zip(recorded, got):
