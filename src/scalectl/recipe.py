@@ -233,6 +233,10 @@ class Eval(_Section):
     prompts: int = Field(default=1000, ge=1, le=10**6)
     samples_per_prompt: int = Field(default=16, ge=1, le=GENERATIONS_MAX)
     temperature: float = Field(default=1.0, gt=0, le=100)
+    background: Literal["auto", "on", "off"] = Field(default="auto", description=(
+        "evaluate on a copy of the weights in a thread while training goes on (scalectl.rl.evaluations): "
+        "auto = on in a pipeline's trainer process with the CPU engine on CPUs; the points are the same "
+        "either way, so speed only, not part of the content hash"))
 
 
 class Fit(_Section):
@@ -431,8 +435,10 @@ class Recipe(_Section):
     @property
     def content_hash(self) -> str:
         """12 hex digits of SHA-256 over the normalised content, key order
-        independent; :data:`UNHASHED_KEYS` excluded."""
+        independent; :data:`UNHASHED_KEYS`, ``hardware.threads`` and ``eval.background``
+        (speed only) excluded."""
         data = {k: v for k, v in self.to_dict().items() if k not in UNHASHED_KEYS}
         data["hardware"] = {k: v for k, v in data["hardware"].items() if k != "threads"}
+        data["eval"] = {k: v for k, v in data["eval"].items() if k != "background"}
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]

@@ -18,10 +18,8 @@ from pathlib import Path
 
 import torch
 
-from scalectl.points import EvalPoint
 from scalectl.rl.accounting import ComputeMeter
 from scalectl.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from scalectl.rl.evaluate import evaluate
 from scalectl.rl.filters import PromptHistory, PromptSampler, pool_warning
 from scalectl.rl.model import pad_token_id
 from scalectl.rl.rollout.sampling import SamplingParams
@@ -170,20 +168,35 @@ def train_on_groups(recipe, policy: Policy, groups: list, stats: dict, meter: Co
     return metrics
 
 
-def eval_point(recipe, engine, eval_problems: list, state: LoopState, last_metrics: dict) -> tuple[EvalPoint, float]:
-    """Evaluate the engine's current weights on the held-out prompts.
+def point_fields(state: LoopState) -> dict:
+    """The fields of ``state.step``'s evaluation point that are not the evaluation's own:
+    the compute spent so far and what the last step carried."""
+    return dict(step=state.step, gpu_hours=state.meter.gpu_hours, flops=state.meter.flops,
+                tokens=state.meter.tokens, samples=state.meter.samples,
+                retired_prompts=len(state.history.retired), wall_seconds=state.meter.seconds,
+                **state.last_metrics)
 
-    Returns:
-        (the point for ``state.step`` with the compute spent so far, seconds the evaluation took).
-    """
-    t0 = time.perf_counter()
-    result = evaluate(engine, eval_problems, SamplingParams.for_evaluation(recipe),
-                      samples_per_prompt=recipe.eval.samples_per_prompt, seed=recipe.seed * 7919 + 17)
-    point = EvalPoint(step=state.step, gpu_hours=state.meter.gpu_hours, flops=state.meter.flops,
-                      tokens=state.meter.tokens, samples=state.meter.samples,
-                      retired_prompts=len(state.history.retired), wall_seconds=state.meter.seconds,
-                      **result, **last_metrics)
-    return point, time.perf_counter() - t0
+
+def evaluations_for(recipe, policy: Policy, eval_problems: list):
+    """The run's :class:`~scalectl.rl.evaluations.Evaluations`: in the background
+    (:func:`~scalectl.rl.evaluations.runs_in_background`) on a copy of the policy that
+    takes the trainer's weights (gathered first under ZeRO-3) at each start, else in the
+    loop's thread on the policy's engine."""
+    from scalectl.rl.evaluations import Evaluations, background_engine, runs_in_background
+    from scalectl.rl.schedule import schedule_for
+
+    hw = recipe.hardware
+    if not runs_in_background(recipe, schedule_for(recipe.async_).in_processes(hw.generators, hw.trainers)):
+        return Evaluations(recipe, policy.engine, eval_problems)
+
+    def load_weights(engine, version: int) -> None:
+        def copy(model) -> None:
+            engine.update_weights(model.state_dict(), version)
+        policy.ranks.gathered(copy) if policy.ranks is not None else copy(policy.model)
+
+    return Evaluations(recipe, policy.engine, eval_problems, load_weights=load_weights,
+                       background=background_engine(recipe, policy.model, policy.tokenizer),
+                       threads=torch.get_num_threads())
 
 
 def append_step(run_dir: Path, metrics: dict) -> dict:
@@ -271,11 +284,18 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
     Raises:
         KeyboardInterrupt: after saving a checkpoint, when interrupted.
     """
+    evals = evaluations_for(recipe, policy, eval_problems)
+
+    def deliver(finished: list) -> None:
+        for point, seconds in finished:
+            sink(point)
+            state.evaluated.append(point.step)
+            reporter.eval(point.step, {**point.to_dict(), "eval_seconds": seconds})
+
     def do_eval() -> None:
-        point, seconds = eval_point(recipe, policy.engine, eval_problems, state, state.last_metrics)
-        sink(point)
-        state.evaluated.append(state.step)
-        reporter.eval(state.step, {**point.to_dict(), "eval_seconds": seconds})
+        # the last point is evaluated here: nothing is left to overlap it with, and the
+        # final checkpoint then holds it
+        deliver(evals.start(point_fields(state), wait=done()))
 
     def snapshot() -> dict:
         saved = {**state.to_dict(), **source.checkpoint_fields()}
@@ -283,6 +303,11 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
         return saved
 
     def checkpoint(saved: dict | None = None) -> None:
+        # a background evaluation of an earlier step is waited for (its point is then in the
+        # checkpoint); one of this step stays under way and is not in it: a run resumed here
+        # evaluates the step again, with the same weights and seed
+        if evals.pending_step() is not None and evals.pending_step() < state.step:
+            deliver(evals.wait())
         save_checkpoint(run_dir, state.step, policy.ranks, saved or snapshot(), recipe.checkpoint.keep)
 
     def done() -> bool:
@@ -313,6 +338,7 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
                 boundary = None
                 policy.engine.update_weights(None, state.step)
                 source.after_step(state.step)
+            deliver(evals.finished())
             metrics.update(source.step_metrics(state.step))
             metrics.update(step=state.step, gpu_hours=state.meter.gpu_hours, flops=state.meter.flops)
             state.last_metrics = append_step(run_dir, metrics)
@@ -326,6 +352,9 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
                 checkpoint()
     except KeyboardInterrupt:
         reporter.log(f"interrupted at step {state.step}: saving a checkpoint")
+        deliver(evals.wait())                  # a background evaluation's point is not lost
+        if boundary is not None:
+            boundary["evaluated"] = list(state.evaluated)
         checkpoint(boundary)
         raise
     finally:
