@@ -428,6 +428,14 @@ class Recipe(_Section):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True,
                               allow_inf_nan=False)
 
+    @model_validator(mode="after")
+    def _check_background_eval(self) -> "Recipe":
+        if self.eval.background == "on" and self.hardware.rollout_engine != "cpu":
+            raise ValueError("eval.background = 'on' needs hardware.rollout_engine = 'cpu' (a background "
+                             "evaluation samples with a copy of the policy in a CPU engine); allowed with "
+                             f"{self.hardware.rollout_engine!r}: auto, off")
+        return self
+
     def to_dict(self) -> dict:
         """The normalised recipe as plain JSON-able data (keys as in the TOML files)."""
         return self.model_dump(mode="json", by_alias=True)
