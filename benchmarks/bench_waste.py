@@ -1,17 +1,21 @@
 """Wasted work: the effect, alone, of each cut: completions whose advantage is 0 and all-padding
-columns skipped by the training pass, and finished rows leaving the decoding batch.
+columns skipped by the training pass, the padding inside the remaining rows skipped by packing,
+and finished rows leaving the decoding batch.
 
 The benchmark recipe of ``bench_trl.py`` (tiny warm-started model, 16 prompts x 8
 generations, CISPO, token-level aggregation, no zero-variance filter, as TRL
 trains) generates ``--batches`` real batches with the CPU rollout engine.  For
 each batch it counts the completions and token cells (rows x columns) the
 forward/backward pass computes with and without the cut
-(:func:`scalectl.rl.trainer.gradient_rows`), then times ``train_step`` both ways,
-alternating, ``--repeats`` times per batch, at ``--threads`` torch threads
-("padded": ``gradient_rows`` replaced by the identity, as before the cut).
-Figures: the share of rows and cells kept (counting, independent of load) and
-the time ratio cut / padded (wall-clock and CPU time), judged only while the
-1-minute load average stays under ``--max-load``.  Decoding is counted, not
+(:func:`scalectl.rl.trainer.gradient_rows`) and, of the rows kept, the cells a packed
+pass computes (:func:`scalectl.rl.packing.token_cells`, micro-batch by micro-batch), then
+times ``train_step`` three ways, alternating, ``--repeats`` times per batch, at
+``--threads`` torch threads: "padded" (``gradient_rows`` replaced by the identity, as
+before the cut, and no packing), "cut" (the cut, ``pack`` off) and "packed" (the cut,
+``pack`` on); the packing case is "cut" against "packed", run one after the other on
+the same batch.  Figures: the share of rows and cells kept (counting, independent of
+load) and the time ratios cut / padded and packed / cut (wall-clock and CPU time),
+judged only while the 1-minute load average stays under ``--max-load``.  Decoding is counted, not
 timed (the engine no longer has the old path): a completion of L tokens is fed
 to L - 1 decoding steps, where a whole-batch decoder feeds every row of the
 batch to every step until the longest completion ends.
@@ -48,6 +52,7 @@ def main() -> None:
     from scalectl.rl.loop import Reporter, build_policy, new_state
     from scalectl.rl.losses import aggregation_weights
     from scalectl.rl.model import pad_token_id
+    from scalectl.rl.packing import token_cells
     from scalectl.rl.warmstart import ensure_warm_start
 
     print(machine_line())
@@ -62,7 +67,8 @@ def main() -> None:
     for b in range(args.batches):
         groups, _ = generate_batch(recipe, policy.engine, train, state, seed=1000 + b)
         batches.append(build_train_batch(groups, recipe.advantage.normalization, pad))
-    rows = cells = rows_cut = cells_cut = fed_live = fed_all = 0
+    trainer = policy.trainer
+    rows = cells = rows_cut = cells_cut = cells_packed = fed_live = fed_all = 0
     for batch in batches:
         lengths = batch.attention_mask[:, batch.start + 1:].sum(dim=1)
         fed_live += int((lengths - 1).clamp(min=0).sum())
@@ -73,25 +79,35 @@ def main() -> None:
         cells += batch.input_ids.numel()
         rows_cut += cut.input_ids.shape[0]
         cells_cut += cut.input_ids.numel()
+        cells_packed += token_cells(cut.attention_mask, trainer.micro_batch_size)[1]
 
     real = trainer_mod.gradient_rows
-    times = {"padded": [], "cut": []}
-    cpu = {"padded": [], "cut": []}
+    cases = ("padded", "cut", "packed")
+    times = {case: [] for case in cases}
+    cpu = {case: [] for case in cases}
+    computed = {case: 0 for case in cases}      # the token cells train_step reports, first repeat
     with Load() as load:
-        for _ in range(args.repeats):
+        for r in range(args.repeats):
             for batch in batches:
-                for case in ("padded", "cut"):   # alternating, so drift in the load hits both
-                    trainer_mod.gradient_rows = real if case == "cut" else (lambda b, w: (b, w))
+                for case in cases:   # alternating, so drift in the load hits every case
+                    trainer_mod.gradient_rows = (lambda b, w: (b, w)) if case == "padded" else real
+                    trainer.pack = case == "packed"
                     t, c = time.perf_counter(), time.process_time()
-                    policy.trainer.train_step(batch)
+                    metrics = trainer.train_step(batch)
                     times[case].append(time.perf_counter() - t)
                     cpu[case].append(time.process_time() - c)
+                    computed[case] += metrics["token_cells"] if r == 0 else 0
     trainer_mod.gradient_rows = real
+    trainer.pack = True
+    if (computed["cut"], computed["packed"]) != (cells_cut, cells_packed):
+        raise SystemExit(f"train_step computed {computed} token cells, counted {cells_cut} cut / {cells_packed} packed")
     print_table(f"training step, {args.batches} batches x {args.repeats} repeats, {args.threads} thread(s) ({load})",
                 ["case", "rows", "token cells", "wall median (s)", "CPU median (s)"],
                 [["padded, every completion", str(rows), str(cells), median(times["padded"]), median(cpu["padded"])],
                  ["zero-advantage rows and padding cut", str(rows_cut), str(cells_cut), median(times["cut"]),
-                  median(cpu["cut"])]])
+                  median(cpu["cut"])],
+                 ["cut, then packed", str(rows_cut), str(cells_packed), median(times["packed"]),
+                  median(cpu["packed"])]])
     lo = (load.before, load.after)
     report(Figure("bench_waste", "rows through the training pass, cut / padded", rows_cut / rows, "x"))
     report(Figure("bench_waste", "token cells through the training pass, cut / padded", cells_cut / cells, "x"))
@@ -100,6 +116,11 @@ def main() -> None:
                   median(times["cut"]) / median(times["padded"]), "x", "<", 1.0, load=lo, max_load=args.max_load))
     report(Figure("bench_waste", "training step time, cut / padded (CPU, median)",
                   median(cpu["cut"]) / median(cpu["padded"]), "x", load=lo))
+    report(Figure("bench_waste", "token cells through the training pass, packed / cut", cells_packed / cells_cut, "x"))
+    report(Figure("bench_waste", "training step time, packed / cut (wall, median)",
+                  median(times["packed"]) / median(times["cut"]), "x", "<", 1.0, load=lo, max_load=args.max_load))
+    report(Figure("bench_waste", "training step time, packed / cut (CPU, median)",
+                  median(cpu["packed"]) / median(cpu["cut"]), "x", load=lo))
 
 
 if __name__ == "__main__":

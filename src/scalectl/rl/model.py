@@ -11,6 +11,8 @@
   (ScaleRL, arXiv 2510.13786, Sec. 3.2: FP32 LM head) applies on both sides.
   Teacher-forced log-probs and entropies are computed a block of positions at a
   time (:func:`head_token_logprobs`), never over the whole (N, T, V) logits.
+  :func:`packed_token_logprobs`: the same, for sequences packed several to a row
+  (:mod:`scalectl.rl.packing`), so that the trainer computes no padding.
 * :func:`n_params`: the N of the FLOPs accounting (2N per generated token,
   6N per trained token; Kaplan et al. 2020, arXiv 2001.08361, Sec. 2.1).
 """
@@ -408,6 +410,53 @@ def token_logprobs(
                          position_ids=position_ids, use_cache=False).last_hidden_state
     return head_token_logprobs(model, hidden[:, start:-1], input_ids[:, start + 1:], head_fp32=head_fp32,
                                temperature=temperature, with_entropy=with_entropy, chunk_elements=chunk_elements)
+
+
+def packed_token_logprobs(
+    model,
+    input_ids: torch.Tensor,
+    position_ids: torch.Tensor,
+    index: torch.Tensor,
+    targets: torch.Tensor,
+    *,
+    head_fp32: bool = True,
+    temperature: float = 1.0,
+    with_entropy: bool = True,
+    chunk_elements: int = HEAD_CHUNK_ELEMENTS,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """:func:`token_logprobs` of sequences packed several to a row (:mod:`scalectl.rl.packing`).
+
+    The backbone runs on the packed rows with ``attention_mask=None`` and the packed
+    ``position_ids``, from which transformers builds the block-diagonal causal mask (each
+    token sees the earlier tokens of its own sequence only); the hidden states the
+    completion tokens need are gathered through ``index`` (gradients flow back through
+    the gather), and the head is :func:`head_token_logprobs`, as on the padded path.
+
+    Args:
+        model: a causal LM with ``.model`` (backbone) and ``.lm_head``.
+        input_ids: (R, C) long, the packed rows.
+        position_ids: (R, C) long, restarting at 0 for each sequence.
+        index: (n, T) long into the flattened R * C positions: the position whose hidden
+            state predicts ``targets[i, t]``.
+        targets: (n, T) long, the completion tokens (the padded batch's
+            ``input_ids[:, start + 1:]``).
+        head_fp32, temperature, with_entropy, chunk_elements: as :func:`token_logprobs`.
+
+    Returns:
+        (logp (n, T), entropy (n, T) or None), as :func:`token_logprobs` of the padded batch.
+
+    Raises:
+        ValueError: ``index`` and ``targets`` of different shapes, or ``position_ids`` not
+            the shape of ``input_ids``.
+    """
+    if index.shape != targets.shape or position_ids.shape != input_ids.shape:
+        raise ValueError(f"index {tuple(index.shape)} / targets {tuple(targets.shape)}, position_ids "
+                         f"{tuple(position_ids.shape)} / input_ids {tuple(input_ids.shape)}: shapes must agree")
+    hidden = model.model(input_ids=input_ids, attention_mask=None, position_ids=position_ids,
+                         use_cache=False).last_hidden_state
+    hidden = hidden.reshape(-1, hidden.shape[-1])[index]            # (n, T, H)
+    return head_token_logprobs(model, hidden, targets, head_fp32=head_fp32, temperature=temperature,
+                               with_entropy=with_entropy, chunk_elements=chunk_elements)
 
 
 def next_token_logprobs(

@@ -128,7 +128,7 @@ def batch_metrics(local: dict, tokens: float, reduce: Reduce, reduce_max: Reduce
     ``loss`` is a sum over the batch (the aggregation weights already divide by the
     batch's normalisers), so the ranks' losses add up; the token means of
     :data:`TOKEN_MEANS` are combined weighted by each rank's trained tokens;
-    ``max_ratio`` and ``columns`` take the maximum, ``rows`` the sum. Other keys are
+    ``max_ratio`` and ``columns`` take the maximum, ``rows`` and ``token_cells`` the sum. Other keys are
     kept as they are (``lr`` and ``grad_norm`` are the same on every rank).
 
     Args:
@@ -137,14 +137,15 @@ def batch_metrics(local: dict, tokens: float, reduce: Reduce, reduce_max: Reduce
         reduce, reduce_max: sum and maximum over the trainer ranks.
     """
     out = dict(local)
-    sums = torch.tensor([local["loss"], tokens, float(local.get("rows", 0))]
+    sums = torch.tensor([local["loss"], tokens, float(local.get("rows", 0)), float(local.get("token_cells", 0))]
                         + [local[k] * tokens for k in TOKEN_MEANS], dtype=torch.float64)
     sums = reduce(sums)
-    out["loss"], all_tokens, rows = float(sums[0]), float(sums[1]), int(round(float(sums[2])))
+    out["loss"], all_tokens = float(sums[0]), float(sums[1])
     for i, k in enumerate(TOKEN_MEANS):
-        out[k] = float(sums[3 + i]) / all_tokens if all_tokens > 0 else 0.0
-    if "rows" in local:
-        out["rows"] = rows
+        out[k] = float(sums[4 + i]) / all_tokens if all_tokens > 0 else 0.0
+    for i, k in ((2, "rows"), (3, "token_cells")):
+        if k in local:
+            out[k] = int(round(float(sums[i])))
     maxima = reduce_max(torch.tensor([local["max_ratio"], float(local.get("columns", 0))], dtype=torch.float64))
     out["max_ratio"] = float(maxima[0])
     if "columns" in local:

@@ -22,6 +22,12 @@ gradients are all-reduced) and logs the norm it clipped by; with bf16 or ZeRO
 >= 1 DeepSpeed's optimiser wrapper clips and records the same global norm
 (``get_global_grad_norm``).  A step's metrics describe that step: the learning
 rate is the one the optimiser applied, read before the scheduler advances.
+
+No compute goes to padding where it can be avoided: completions with advantage 0
+and all-padding columns are cut (:func:`gradient_rows`), and each micro-batch's
+remaining sequences are packed several to a row (:mod:`scalectl.rl.packing`,
+``pack=True``) when that takes fewer rows; the log-probs come back in the padded
+(N, T) layout either way, so the loss code is the same on both paths.
 """
 
 from __future__ import annotations
@@ -33,7 +39,8 @@ from dataclasses import dataclass
 import torch
 
 from scalectl.rl.losses import aggregation_weights, get_policy_loss
-from scalectl.rl.model import route_head_through_module, token_logprobs
+from scalectl.rl.model import packed_token_logprobs, route_head_through_module, token_logprobs
+from scalectl.rl.packing import pack as pack_rows
 
 
 def init_distributed_env() -> None:
@@ -162,7 +169,8 @@ def gradient_rows(batch: TrainBatch, weights: torch.Tensor) -> tuple[TrainBatch,
 class TokenLogprobs(torch.nn.Module):
     """The module DeepSpeed wraps: the policy's backbone and head (the same module objects, so
     the same parameter names and checkpoints as the causal LM), whose forward is
-    :func:`scalectl.rl.model.token_logprobs`.  Every micro-batch then runs through the
+    :func:`scalectl.rl.model.token_logprobs` (padded rows) or
+    :func:`scalectl.rl.model.packed_token_logprobs` (packed rows).  Every micro-batch then runs through the
     engine's ``forward`` (ZeRO's per-micro-batch bookkeeping, e.g. ZeRO-3 accumulating
     rather than overwriting the gradients of earlier micro-batches, and gathering the
     head's weight in a module call).
@@ -177,8 +185,14 @@ class TokenLogprobs(torch.nn.Module):
         self.config = policy.config
 
     def forward(self, input_ids, attention_mask, *, head_fp32: bool, temperature: float, start: int,
-                with_entropy: bool = True):
-        """(logp, entropy), each (N, L - 1 - start): see :func:`scalectl.rl.model.token_logprobs`."""
+                with_entropy: bool = True, position_ids=None, index=None, targets=None):
+        """(logp, entropy), each (N, L - 1 - start): :func:`scalectl.rl.model.token_logprobs` of
+        padded rows; with ``index``, :func:`scalectl.rl.model.packed_token_logprobs` of packed
+        rows (``input_ids`` and ``position_ids`` (R, C), ``attention_mask`` None, ``index`` and
+        ``targets`` (N, T); ``start`` unused)."""
+        if index is not None:
+            return packed_token_logprobs(self, input_ids, position_ids, index, targets, head_fp32=head_fp32,
+                                         temperature=temperature, with_entropy=with_entropy)
         return token_logprobs(self, input_ids, attention_mask, head_fp32=head_fp32, temperature=temperature,
                               start=start, with_entropy=with_entropy)
 
@@ -194,10 +208,12 @@ class PolicyTrainer:
         temperature: the sampling temperature the generator log-probs refer to.
         micro_batch_size: completions per forward/backward.
         zero_stage: DeepSpeed ZeRO stage (0-3).
+        pack: pack each micro-batch's sequences several to a row (:mod:`scalectl.rl.packing`)
+            when that takes fewer rows; False: always the padded rows.
     """
 
     def __init__(self, model, *, loss, optim, head_fp32: bool, temperature: float,
-                 micro_batch_size: int, zero_stage: int = 0, dtype: str = "fp32"):
+                 micro_batch_size: int, zero_stage: int = 0, dtype: str = "fp32", pack: bool = True):
         import deepspeed
 
         init_distributed_env()
@@ -207,6 +223,7 @@ class PolicyTrainer:
         self.head_fp32 = head_fp32
         self.temperature = temperature
         self.micro_batch_size = micro_batch_size
+        self.pack = pack
         route_head_through_module(model)     # ZeRO-3 gathers the head's weight only in a module call
         optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, betas=(optim.beta1, optim.beta2),
                                       eps=optim.eps, weight_decay=optim.weight_decay)
@@ -244,15 +261,25 @@ class PolicyTrainer:
         their loss and gradient are exactly 0), and the columns that are padding in every
         remaining completion are cut.  The aggregation weights are computed on the whole
         batch first, so the skipped completions still count in the normalisers and the
-        loss and gradient equal those of the full padded batch.
+        loss and gradient equal those of the full padded batch.  With ``pack`` the padding
+        left inside the rows is not computed either: each micro-batch's sequences go
+        several to a row (:func:`scalectl.rl.packing.pack`) when that takes fewer rows, and
+        the log-probs come back in the padded layout, so the loss is unchanged.
 
         Returns:
             loss, clip_fraction, entropy (mean over trained tokens of the completions that
             went through the pass, nats), logprob_mismatch (mean |log pi_train - log pi_gen|, same
             tokens), max_ratio, lr (the learning rate this step applied), grad_norm (the
             global L2 norm of the gradient before clipping: the norm ``optim.grad_clip`` is
-            compared with), rows and columns (the completions and token columns the passes
-            computed).
+            compared with), rows and columns (the completions and the token columns of their
+            padded rectangle that went through the passes; a packed row has as many columns),
+            token_cells (the rows x columns the passes computed: packed rows count as rows,
+            and the zero-gradient passes of a short data-parallel share count too).
+
+        Raises:
+            ValueError: with ``pack``, a row whose real tokens are not one run of columns
+                through column ``start`` (:func:`scalectl.rl.packing.sequence_spans`).
+            RuntimeError: DeepSpeed recorded no gradient norm.
         """
         self.engine.train()
         batch = batch.to(self.engine.device)
@@ -268,11 +295,12 @@ class PolicyTrainer:
         tokens_total = max(batch.n_tokens, 1)
         chunks = list(range(0, n, self.micro_batch_size))
         passes = self._passes(len(chunks), ranks)
+        cells = 0
         for i, lo in enumerate(chunks):
             hi = min(lo + self.micro_batch_size, n)
             self.engine.set_gradient_accumulation_boundary(i == passes - 1)
-            logp, entropy = self.engine(batch.input_ids[lo:hi], batch.attention_mask[lo:hi],
-                                        head_fp32=self.head_fp32, temperature=self.temperature, start=batch.start)
+            logp, entropy, computed = self._forward(batch.input_ids[lo:hi], batch.attention_mask[lo:hi], batch.start)
+            cells += computed
             mask = batch.loss_mask[lo:hi]
             loss, metrics = self.loss_fn(
                 logp, batch.gen_logp[lo:hi], batch.advantages[lo:hi], mask, weights[lo:hi],
@@ -286,7 +314,7 @@ class PolicyTrainer:
             max_ratio = max(max_ratio, metrics["ratio_max"])
         for i in range(len(chunks), passes):   # a shorter share than another rank's: zero-gradient passes
             self.engine.set_gradient_accumulation_boundary(i == passes - 1)
-            self._empty_pass()
+            cells += self._empty_pass()
         # read before step(): the scheduler advances inside it, to the next step's rate
         totals["lr"] = float(self.engine.optimizer.param_groups[0]["lr"])
         own_norm = self._clip() if self.clips_itself else None
@@ -298,12 +326,28 @@ class PolicyTrainer:
                                f"({type(self.engine.optimizer).__name__})")
         totals["grad_norm"] = float(norm)
         totals["rows"], totals["columns"] = n, int(batch.input_ids.shape[1])
+        totals["token_cells"] = cells
         if ranks > 1:     # the metrics of the whole batch, not of this rank's share
             from scalectl.rl.sharding import allreduce_max, allreduce_sum, batch_metrics
 
             group = self.engine.data_parallel_group
             totals = batch_metrics(totals, float(batch.n_tokens), allreduce_sum(group), allreduce_max(group))
         return totals
+
+    def _forward(self, input_ids, attention_mask, start: int):
+        """One micro-batch's forward through the engine: (logp (n, T), entropy (n, T), cells
+        computed), packed when :attr:`pack` is on and packing takes fewer rows, else padded."""
+        if self.pack:
+            packed = pack_rows(input_ids, attention_mask, start, input_ids.shape[1] - 1 - start)
+            if packed.rows < input_ids.shape[0]:
+                logp, entropy = self.engine(packed.input_ids, None, head_fp32=self.head_fp32,
+                                            temperature=self.temperature, start=start,
+                                            position_ids=packed.position_ids, index=packed.index,
+                                            targets=input_ids[:, start + 1:])
+                return logp, entropy, packed.input_ids.numel()
+        logp, entropy = self.engine(input_ids, attention_mask, head_fp32=self.head_fp32,
+                                    temperature=self.temperature, start=start)
+        return logp, entropy, input_ids.numel()
 
     def _passes(self, chunks: int, ranks: int) -> int:
         """The forward/backward passes every data-parallel rank runs this step: the most
@@ -317,13 +361,14 @@ class PolicyTrainer:
         most = allreduce_max(self.engine.data_parallel_group)(torch.tensor(float(chunks)))
         return max(int(most.item()), 1)
 
-    def _empty_pass(self) -> None:
+    def _empty_pass(self) -> int:
         """One forward/backward with zero gradient (a one-token input, loss times 0): it takes
-        part in every collective of a real pass."""
+        part in every collective of a real pass.  Returns the cells it computed (2)."""
         ids = torch.zeros((1, 2), dtype=torch.long, device=self.engine.device)
         logp, _ = self.engine(ids, torch.ones_like(ids), head_fp32=self.head_fp32,
                               temperature=self.temperature, start=0)
         self.engine.backward(logp.sum() * 0.0, scale_wrt_gas=False)
+        return ids.numel()
 
     def _clip(self) -> float:
         """Clip the (all-reduced) gradients to ``optim.grad_clip`` (none: only measure) and
