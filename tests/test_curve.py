@@ -1,5 +1,6 @@
 """The sigmoid, its fit, intervals and flags (scalectl.curve)."""
 
+import dataclasses
 import json
 import math
 
@@ -10,6 +11,7 @@ from scipy.optimize import curve_fit
 from scalectl.curve import (
     Bounds,
     FitError,
+    Flag,
     SigmoidFit,
     advise,
     default_min_compute,
@@ -291,6 +293,12 @@ def test_advice_extend_versus_seeds():
     assert advise(_fit(0.61, lo=0.60, hi=0.615)).action == "none"
     short = advise(_fit(0.61, lo=0.55, hi=0.68, reach=1.3))
     assert short.action == "extend" and "7500" in short.message     # 3 x C_mid
+    # far past C_mid, A on its bound: extend to twice the reach, not "to 3 x C_mid"
+    bound = _fit(1.0, lo=0.95, hi=1.0, reach=4.8)
+    bound = dataclasses.replace(bound, flags=(Flag("on_bound", "A = 1.000 lies on the upper bound edge", "A"),))
+    pinned = advise(bound)
+    assert pinned.action == "extend" and "A lies on a bound although the data reach 4.80 x C_mid" in pinned.message
+    assert "about 9.6 x C_mid (2.4e+04)" in pinned.message
     noisy = advise(_fit(0.61, lo=0.585, hi=0.635, reach=5.0), n_seeds=1)
     assert noisy.action == "seeds" and noisy.seeds_needed == math.ceil((0.05 / 0.02) ** 2)
     with pytest.raises(ValueError, match="no interval for A"):

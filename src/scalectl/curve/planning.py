@@ -79,10 +79,17 @@ def advise(fit: SigmoidFit, margin: float = MARGIN, n_seeds: int = 1) -> Advice:
                                              f"margin {margin:.3f}")
     reach = fit.window[1] / fit.C_mid
     if reach < 2.0 or fit.has_flag("ceiling_not_identified") or fit.has_flag("on_bound"):
+        if reach < 3.0:
+            why, target = f"the data stop at {reach:.2f} x C_mid", 3.0
+        else:   # far enough past C_mid, but an estimate sits on its bound: twice as long
+            on = sorted({f.param for f in fit.flags if f.code == "on_bound" and f.param})
+            why = (f"{' and '.join(on) or 'a parameter'} lie{'s' if len(on) < 2 else ''} on a bound "
+                   f"although the data reach {reach:.2f} x C_mid")
+            target = 2.0 * reach
         return Advice("extend", width, margin,
-                      f"A interval width {width:.3f} exceeds the margin {margin:.3f} and the data "
-                      f"stop at {reach:.2f} x C_mid: extend the run to about 3 x C_mid "
-                      f"({3 * fit.C_mid:.4g}); more seeds would not pin the ceiling")
+                      f"A interval width {width:.3f} exceeds the margin {margin:.3f} and {why}: extend "
+                      f"the run to about {target:.3g} x C_mid ({target * fit.C_mid:.4g}); more seeds "
+                      "would not pin the ceiling")
     need = max(n_seeds + 1, math.ceil(n_seeds * (width / margin) ** 2))
     return Advice("seeds", width, margin,
                   f"A interval width {width:.3f} exceeds the margin {margin:.3f} although the data "
