@@ -219,6 +219,21 @@ def _launch(tmp_path, policy, name, *extra):
     return proc, run_dir, tasks
 
 
+def _stored_steps(db) -> set[int]:
+    """The steps of the evaluation points in store ``db`` (read-only; none before it exists)."""
+    import sqlite3
+
+    if not Path(db).exists():
+        return set()
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return {row[0] for row in con.execute("SELECT step FROM eval_points")}
+    except sqlite3.OperationalError:      # the tables are not made yet
+        return set()
+    finally:
+        con.close()
+
+
 def _steps(run_dir):
     return [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
 
@@ -236,6 +251,9 @@ def test_two_generators_two_trainers_then_a_killed_trainer_fails_the_run(tmp_pat
     assert [(t["rank"], t["role"]) for t in tasks] == [(0, "generator"), (1, "generator"),
                                                         (2, "trainer"), (3, "trainer")]
     follower = tasks[3]
+    # the step-3 point is evaluated in the background (eval.background = auto in a pipeline on
+    # CPUs) and may land after the step-3 checkpoint: kill once it is stored
+    _wait(lambda: 3 in _stored_steps(tmp_path / "s.db"), what="the step-3 point")
     shown = _kill_and_show(proc, follower["pid"], tmp_path / "s.db")
     row = shown["run"]
     assert (f"PipelineFailed: pipeline trainer process (rank 3, pid {follower['pid']}) was killed by signal "

@@ -124,13 +124,14 @@ def test_training_rollouts_of_every_in_process_mode_follow_the_recipe(engine, to
 
 def test_evaluation_follows_the_recipe(engine, tok):
     """A held-out point at eval.temperature 0.3 differs from one at 1.0 (same seed and weights)."""
-    from scalectl.rl.loop import eval_point, new_state
+    from scalectl.rl.evaluations import Evaluations
+    from scalectl.rl.loop import new_state, point_fields
     from scalectl.rl.tasks import eval_problems
 
     held = eval_problems(4, seed=0, difficulty=2)
     lengths = []
     for temperature in (1.0, 0.3):
         recipe = _recipe(f"eval.temperature={temperature}", "eval.samples_per_prompt=3")
-        point, _ = eval_point(recipe, engine, held, new_state(recipe, 0, 4), {})
+        [(point, _)] = Evaluations(recipe, engine, held).start(point_fields(new_state(recipe, 0, 4)))
         lengths.append(point.mean_length)
     assert lengths[0] != lengths[1]
