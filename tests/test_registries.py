@@ -14,11 +14,11 @@ from scalectl.store import EVAL_POINT_COLUMNS
 
 
 def test_every_launcher_type_is_registered_and_no_other():
-    from scalectl.launch.registry import LAUNCHERS
+    from scalectl.launch.registry import LAUNCHERS, launcher_class
 
     assert set(typing.get_args(Launcher.model_fields["type"].annotation)) == set(LAUNCHERS)
-    for name, cls in LAUNCHERS.items():
-        assert cls.name == name
+    for name in LAUNCHERS:
+        assert launcher_class(name).name == name
 
 
 def test_eval_point_is_the_stores_columns():

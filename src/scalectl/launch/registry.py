@@ -1,21 +1,37 @@
 """Launchers by name: ``launcher.type`` in a setup, ``--launcher`` on the command line.
 
 A new launcher is a :class:`~scalectl.launch.base.Launcher` subclass in a module
-of its own and one entry in :data:`LAUNCHERS`.  :func:`refresh` keeps a run's
+of its own and one entry in :data:`LAUNCHERS` (module and class name: a launcher's
+module is imported only when it is used, so that ``scalectl runs`` on runs that
+need no launcher starts without submitit).  :func:`refresh` keeps a run's
 status in the store in step with its job (a job that died without recording
 its end is marked failed here, with the tail of its log).
 """
 
 from __future__ import annotations
 
+import importlib
+
 from scalectl.errors import UserError
 from scalectl.launch.base import ACTIVE, TERMINAL, Launcher, last_job, log_tail, now_iso, reconcile
-from scalectl.launch.local import LocalLauncher
-from scalectl.launch.slurm import SlurmLauncher
 
-#: Launcher name -> class.
-LAUNCHERS: dict[str, type[Launcher]] = {"local": LocalLauncher, "slurm": SlurmLauncher}
+#: Launcher name -> (module, class name) of its :class:`~scalectl.launch.base.Launcher`.
+LAUNCHERS: dict[str, tuple[str, str]] = {"local": ("scalectl.launch.local", "LocalLauncher"),
+                                         "slurm": ("scalectl.launch.slurm", "SlurmLauncher")}
 LAUNCHER_TYPES = tuple(LAUNCHERS)
+
+
+def launcher_class(kind: str) -> type[Launcher]:
+    """The :class:`~scalectl.launch.base.Launcher` subclass named ``kind`` (its module imported now).
+
+    Raises:
+        UserError: an unknown name (names the allowed ones).
+    """
+    try:
+        module, name = LAUNCHERS[kind]
+    except KeyError:
+        raise UserError(f"launcher {kind!r} is not one of: {', '.join(LAUNCHERS)}") from None
+    return getattr(importlib.import_module(module), name)
 
 
 def get_launcher(kind: str) -> Launcher:
@@ -24,10 +40,7 @@ def get_launcher(kind: str) -> Launcher:
     Raises:
         UserError: an unknown name (names the allowed ones).
     """
-    try:
-        return LAUNCHERS[kind]()
-    except KeyError:
-        raise UserError(f"launcher {kind!r} is not one of: {', '.join(LAUNCHERS)}") from None
+    return launcher_class(kind)()
 
 
 _REASONS = {
