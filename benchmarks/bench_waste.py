@@ -117,8 +117,15 @@ def main() -> None:
     report(Figure("bench_waste", "training step time, cut / padded (CPU, median)",
                   median(cpu["cut"]) / median(cpu["padded"]), "x", load=lo))
     report(Figure("bench_waste", "token cells through the training pass, packed / cut", cells_packed / cells_cut, "x"))
+    # the time target is judged only where packing computes fewer cells: with as many cells, the
+    # two passes are the same work and their ratio is noise around 1
+    packs = cells_packed < cells_cut
+    if not packs:
+        print("packing: no two kept sequences fit one row of these batches (as many cells): the time "
+              "ratio below is the same work twice, no verdict")
     report(Figure("bench_waste", "training step time, packed / cut (wall, median)",
-                  median(times["packed"]) / median(times["cut"]), "x", "<", 1.0, load=lo, max_load=args.max_load))
+                  median(times["packed"]) / median(times["cut"]), "x", *(("<", 1.0) if packs else (None, None)),
+                  load=lo, max_load=args.max_load))
     report(Figure("bench_waste", "training step time, packed / cut (CPU, median)",
                   median(cpu["packed"]) / median(cpu["cut"]), "x", load=lo))
 
