@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 
+import pytest
 import torch
 
 from conftest import ROOT
@@ -57,6 +58,7 @@ def test_generators_load_each_version_between_decoding_steps(tmp_path):
         assert got[r]["stats"][0] == 4 * 1_118_080
 
 
+@pytest.mark.slow   # 10-25 s: make test-slow (the default suite keeps under 10 minutes)
 def test_a_zero3_leader_pushes_the_gathered_weights_a_zero0_leader_would(tmp_path):
     """Two trainer ranks take one step at ZeRO 0, then at ZeRO 3, and the leader pushes to a
     generator each time: under ZeRO-3 the leader holds a partition of each parameter (half of its

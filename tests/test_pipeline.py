@@ -421,6 +421,7 @@ def _run_rounds(tmp_path, policy, name, *extra, timeout=300):
     return proc, tmp_path / "runs" / name, json.loads(run_cli("show", name, "--json", db=db, check=True).stdout)
 
 
+@pytest.mark.slow   # 10-25 s: make test-slow (the default suite keeps under 10 minutes)
 def test_sync_on_two_generators_and_two_trainers_is_on_policy(tmp_path, policy):
     """sync on 2 generators + 2 data-parallel trainers runs as the pipeline's 4 processes; every
     token each step trains was sampled by the weights of the trainer version that trains it

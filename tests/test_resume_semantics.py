@@ -94,6 +94,7 @@ def test_a_run_folder_trains_in_one_process_at_a_time(tmp_path, policy):
     assert _steps_logged(runs / "busy") == [1, 2, 3, 4, 5, 6]
 
 
+@pytest.mark.slow   # 10-25 s: make test-slow (the default suite keeps under 10 minutes)
 def test_a_run_whose_folder_cannot_be_written_leaves_no_row(tmp_path, policy):
     db, runs = tmp_path / "s.db", tmp_path / "runs"
     runs.write_text("a file where the runs folder should be\n")

@@ -91,6 +91,7 @@ def test_until_decided_end_to_end(tmp_path):
     assert "| up |" in text and "higher ceiling" in text and "device-hours" in text
 
 
+@pytest.mark.slow   # 10-25 s: make test-slow (the default suite keeps under 10 minutes)
 def test_until_decided_out_of_options_says_what_a_verdict_needs(tmp_path):
     """At 100 steps the curves reach 1 x C_mid (a verdict waits for 5 x) and --max-budget
     is 100: the variant stops undecided, the report says why and what a verdict needs

@@ -86,6 +86,7 @@ def _stored(folder: Path) -> tuple[tuple, Path, list[int]]:
     return (name, status), Path(run_dir), steps
 
 
+@pytest.mark.slow   # 10-25 s: make test-slow (the default suite keeps under 10 minutes)
 def test_the_wheel_trains_scalerl_by_name_from_an_empty_folder(installed, tmp_path):
     """The preset and the default setup come from the installed package; the pipeline's
     processes run the installed code.  A freshly initialised policy stands in for the warm
