@@ -1,5 +1,6 @@
 """Figures are written as valid PNG and SVG files (scalectl.plot)."""
 
+import math
 import xml.etree.ElementTree as ET
 
 import matplotlib.image
@@ -103,7 +104,7 @@ def test_fit_plot_draws_points_curve_ceiling_interval_and_margin(tmp_path, db_pa
     a_lo, a_hi = data["fits"][0]["fit"]["intervals"]["A"]
     check_svg(svg, "scalerl-s0: A 0.61", "scalerl-s0: 95% interval of A", "scalerl-s0 ceiling +-0.02")
     body = svg.read_text()
-    assert body.count("<path") > 40          # the 41 points, curve, lines and bands
+    assert body.count("<use") > 40           # the points (markers drawn by <use>) and the ticks
     png = tmp_path / "fit.png"
     run_cli("fit", "scalerl-s0", "--plot", str(png), db=db_path, check=True)
     check_png(png)
@@ -131,3 +132,27 @@ def test_run_summary_gives_the_fit_advice_and_plot(tmp_path, db_path):
     assert abs(data["fit"]["A"] - 0.61) < 0.01
     assert none_lines[0].startswith("fit: not yet possible:") and "error" in none_data
     assert not (tmp_path / "none.png").exists()
+
+
+def test_a_log_compute_axis_labels_do_not_run_into_each_other():
+    """1.4 decades of compute (2.7e11 .. 7e12, as a 400-step tiny run): matplotlib alone
+    labelled 2e11, 3e11, 4e11, 6e11, ..., which ran into each other; the axis labels the
+    1, 2 and 5 multiples there, and over two decades or more the powers of 10 alone."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from scalectl.plot import _log_x
+
+    def labelled(lo, hi):
+        fig = Figure()
+        FigureCanvasAgg(fig)
+        ax = fig.add_subplot()
+        ax.plot([lo, hi], [0.3, 0.6])
+        _log_x(ax)
+        fig.canvas.draw()
+        ticks = ax.xaxis.get_ticklabels() + ax.xaxis.get_ticklabels(minor=True)
+        return sorted(round(t.get_position()[0] / 10 ** math.floor(math.log10(t.get_position()[0])), 6)
+                      for t in ticks if t.get_text() and lo <= t.get_position()[0] <= hi)
+
+    assert labelled(2.7e11, 7e12) == [1.0, 2.0, 5.0, 5.0]           # 5e11, 1e12, 2e12, 5e12
+    assert labelled(1e10, 1e13) == [1.0, 1.0, 1.0, 1.0]             # 1e10, 1e11, 1e12, 1e13

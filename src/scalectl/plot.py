@@ -49,6 +49,22 @@ def _save(fig: Figure, path: str | Path) -> Path:
     return path
 
 
+def _log_x(ax) -> None:
+    """A log compute axis whose labels do not overlap: over two decades or more only the
+    powers of 10 are labelled; over less, the 2 and 5 multiples as well (matplotlib's own
+    choice on short spans labels 2, 3, 4, 6 x 10^k, which run into each other)."""
+    from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
+
+    ax.set_xscale("log")
+    lo, hi = ax.get_xlim()
+    if lo > 0 and hi / lo >= 100:
+        ax.xaxis.set_minor_formatter(NullFormatter())
+    else:
+        ax.xaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
+        ax.xaxis.set_minor_formatter(LogFormatterSciNotation(labelOnlyBase=False,
+                                                             minor_thresholds=(np.inf, np.inf)))
+
+
 def _label(name: str, fit: SigmoidFit) -> str:
     a = format_estimate(fit.A, fit.interval("A"))
     text = f"{name}: A {a}, B {fit.B:.2f}, C_mid {format_number(fit.C_mid, 2)}"
@@ -99,7 +115,7 @@ def plot_curves(runs: Mapping[str, RunCurve], path: str | Path, *, baseline: str
         ax.axhspan(a - margin, a + margin, color="grey", alpha=0.15, lw=0,
                    label=f"{baseline} ceiling +-{margin:g}")
     axis = next(iter(runs.values())).fit.axis
-    ax.set_xscale("log")
+    _log_x(ax)
     ax.set_xlabel(AXIS_LABELS.get(axis, axis))
     ax.set_ylabel("pass rate (mean@k)")
     hardware = sorted({c.hardware for c in runs.values() if c.hardware})
@@ -148,7 +164,7 @@ def plot_extrapolation(ex: Extrapolation, path: str | Path, *, name: str = "run"
                         label=f"{fit.level:.0%} prediction band")
     ax.axvline(ex.cut, color="grey", ls=":", lw=1)
     ax.axhline(fit.A, color=color, ls="--", lw=0.8, alpha=0.6)
-    ax.set_xscale("log")
+    _log_x(ax)
     ax.set_xlabel(AXIS_LABELS.get(fit.axis, fit.axis))
     ax.set_ylabel("pass rate (mean@k)")
     inside = "" if ex.share_in_band is None else f", {ex.share_in_band:.0%} inside band"
@@ -200,7 +216,7 @@ def plot_truncation(series: dict[str, list[tuple[np.ndarray, np.ndarray]]], path
             ax.plot(x[ok], t[ok], "o-", ms=3, lw=1.2, color=color, alpha=0.85,
                     label=name if j == 0 else None)
     ax.axhline(threshold, color="black", ls=":", lw=1, label=f"flag threshold {threshold:g}")
-    ax.set_xscale("log")
+    _log_x(ax)
     ax.set_xlabel(AXIS_LABELS.get(axis, axis))
     ax.set_ylabel("truncation rate")
     ax.set_ylim(bottom=0)
