@@ -266,7 +266,7 @@ def fit_sigmoid(
         where = "compute > 0" if min_compute <= 0 else f"compute >= {min_compute:g}"
         raise FitError(f"the fit window ({where}) holds {xw.size} point{'' if xw.size == 1 else 's'}; "
                        f"at least {n_free + 1 - n0} are needed to fit {n_free} parameters"
-                       + (f" (the {n0} at compute 0 give R0)" if n0 else ""))
+                       + (f" (the {n0} at compute 0 give{'s' if n0 == 1 else ''} R0)" if n0 else ""))
     if fixed_A is not None and not bounds.A[0] <= fixed_A <= bounds.A[1]:
         raise FitError(f"fixed A = {fixed_A} lies outside the A bounds {bounds.A}")
     cmax = float(xw.max())
