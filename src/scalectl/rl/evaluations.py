@@ -64,8 +64,8 @@ class _Pending:
     """An evaluation under way: the point's compute fields as of its step, its thread."""
 
     fields: dict
-    thread: threading.Thread
     started: float
+    thread: threading.Thread | None = None
     result: dict | None = None
     error: BaseException | None = None
     seconds: float = 0.0
@@ -120,7 +120,7 @@ class Evaluations:
             result = self._evaluate(self.engine)
             return done + [(EvalPoint(**fields, **result), time.perf_counter() - t0)]
         self.load_weights(self.background, fields["step"])
-        pending = _Pending(fields=dict(fields), thread=None, started=time.perf_counter())   # type: ignore[arg-type]
+        pending = _Pending(fields=dict(fields), started=time.perf_counter())
         pending.thread = threading.Thread(target=self._run, args=(pending,), daemon=True,
                                           name=f"evaluation-{fields['step']}")
         self._pending = pending

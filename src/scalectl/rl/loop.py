@@ -12,7 +12,6 @@ compute spent so far.  :mod:`scalectl.rl.run` starts a run.
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
