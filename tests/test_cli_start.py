@@ -46,3 +46,40 @@ def test_help_names_values_as_click_does():
     assert rows["--set"] == "KEY=VALUE" and rows["--setup"] == "PATH" and rows["--seed"] == "INTEGER"
     assert rows["--margin"] == "FLOAT" and rows["--name"] == "TEXT"
     assert rows["--help"] == "Show" and rows["--json"] == "Print"      # flags: the help text follows at once
+
+
+def test_command_table_matches_what_the_modules_register():
+    """`scalectl.cli.COMMANDS` (which the console script reads to import one module) names
+    every command each module registers, in the order `--help` lists them."""
+    import typer.main
+
+    from scalectl import cli
+
+    seen = {}
+    for module in cli.COMMAND_MODULES:
+        group = typer.main.get_command(cli.build_app((module,)))
+        seen.update({name: module for name in group.commands})
+    assert seen == cli.COMMANDS
+    assert list(typer.main.get_command(cli.app).commands) == list(cli.COMMANDS)
+
+
+def test_console_script_imports_only_the_module_of_its_command(tmp_path):
+    """`scalectl runs` imports scalectl.commands.store and no other command module; a
+    misspelt command builds them all so that click can suggest the right one."""
+    from scalectl.store import Store
+
+    db = tmp_path / "s.db"
+    Store.open(db).close()
+    code = ("import sys; from scalectl.cli import main\n"
+            "try:\n    main()\nexcept SystemExit:\n    pass\n"
+            "print('MODULES', sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('scalectl.commands.')))\n")
+    def modules(*args):
+        done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
+        line = next(line for line in done.stdout.splitlines() if line.startswith("MODULES"))
+        return done, eval(line.removeprefix("MODULES "))
+    done, loaded = modules("runs", "--db", str(db), "--json")
+    assert done.returncode == 0 and "[]" in done.stdout
+    assert set(loaded) - {"common"} == {"store"}
+    done, loaded = modules("rnus")
+    assert "Did you mean 'runs'?" in done.stderr
+    assert {"store", "train", "science", "serve"} <= set(loaded)

@@ -1,32 +1,75 @@
 """The ``scalectl`` command line: a thin typer app over the library.
 
 Each family of commands lives in :mod:`scalectl.commands`; this module only
-assembles them.  Nothing here imports torch, deepspeed or vLLM: the commands
+assembles them, and the console script only the family of the command it runs
+(:data:`COMMANDS`).  Nothing here imports torch, deepspeed or vLLM: the commands
 that train import them when they run.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
 
 import typer
 import typer.core
 import typer.main
 
-app = typer.Typer(
-    name="scalectl",
-    help="Orchestrate RL-for-LLM recipe ablations and fit their compute-scaling curves "
-         "(ScaleRL: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)).",
-    no_args_is_help=True,
-    add_completion=False,
-    pretty_exceptions_enable=False,
-)
+#: Each command, by the module of :mod:`scalectl.commands` that registers it, in the
+#: order ``--help`` lists them.  The console script imports only the module of the
+#: command it is given (a test checks this table against what the modules register).
+COMMANDS: dict[str, str] = {
+    "validate": "recipes",
+    "recipes": "presets", "init": "presets",
+    "run": "train",
+    "runs": "store", "show": "store", "import": "store",
+    "fit": "science", "compare": "science", "extrapolate": "science",
+    "status": "launch", "cancel": "launch", "logs": "launch",
+    "ablate": "ablate", "report": "ablate",
+    "serve": "serve",
+}
 
 #: Command modules, in the order their commands appear in ``--help``.
-COMMAND_MODULES = ("recipes", "presets", "train", "store", "science", "launch", "ablate", "serve")
+COMMAND_MODULES = tuple(dict.fromkeys(COMMANDS.values()))
 
-for _name in COMMAND_MODULES:
-    importlib.import_module(f"scalectl.commands.{_name}").register(app)
+
+def build_app(modules: tuple[str, ...] = COMMAND_MODULES) -> typer.Typer:
+    """The typer app with the commands of ``modules`` (names in :data:`COMMAND_MODULES`;
+    all of them by default).  Importing a command module costs its imports and typer's
+    building of its parameters, so the console script builds only the one it runs."""
+    built = typer.Typer(
+        name="scalectl",
+        help="Orchestrate RL-for-LLM recipe ablations and fit their compute-scaling curves "
+             "(ScaleRL: R(C) = R0 + (A - R0) / (1 + (C_mid / C)^B)).",
+        no_args_is_help=True,
+        add_completion=False,
+        pretty_exceptions_enable=False,
+    )
+    # A group even with one command: ``scalectl serve`` names its command as always.
+    built.callback()(_group)
+    for name in modules:
+        importlib.import_module(f"scalectl.commands.{name}").register(built)
+    return built
+
+
+def _group() -> None:
+    pass
+
+
+def __getattr__(name: str):
+    # ``scalectl.cli.app``, the app with every command, is built on first use.
+    if name == "app":
+        globals()["app"] = built = build_app()
+        return built
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def modules_for(args: list[str]) -> tuple[str, ...]:
+    """The command modules a command line needs: the one of its command when its first
+    word is a command of :data:`COMMANDS`, else all of them (``--help``, no command, or
+    a misspelt one, which click answers with the list)."""
+    first = args[0] if args else None
+    return (COMMANDS[first],) if first in COMMANDS else COMMAND_MODULES
 
 
 #: How ``--help`` names an option's value, by its type (click's words; typer's own help
@@ -46,10 +89,10 @@ def option_metavar(option) -> str | None:
     return METAVARS.get(bare.removeprefix("list[").removesuffix("]"))
 
 
-def command():
-    """The click command of :data:`app`, its options given click-style metavars
-    (:func:`option_metavar`)."""
-    group = typer.main.get_command(app)
+def command(built: typer.Typer | None = None):
+    """The click command of ``built`` (default the app with every command), its options
+    given click-style metavars (:func:`option_metavar`)."""
+    group = typer.main.get_command(built or build_app())
     for cmd in (group, *group.commands.values()):
         help_option = cmd.get_help_option(cmd.context_class(cmd, **cmd.context_settings))   # made once, kept
         for param in (*cmd.params, *([help_option] if help_option else [])):
@@ -62,5 +105,6 @@ def command():
 
 
 def main() -> None:
-    """Entry point of the console script."""
-    command()()
+    """Entry point of the console script: builds the app with the module of the command
+    given (:func:`modules_for`) and runs it."""
+    command(build_app(modules_for(sys.argv[1:])))()
