@@ -151,3 +151,23 @@ def test_compare_of_every_run_leaves_out_runs_that_cannot_be_fitted(db):
     assert "left out: run 'short':" in res.stderr
     named = cli(db, "compare", "scalerl", "short", "--bootstrap", "0")
     assert named.exit_code == 2 and "run 'short':" in named.stderr      # a run named must fit
+
+
+def test_show_names_device_hours_of_a_cpu_run_and_prints_zero_as_zero(db_path):
+    """`show` heads the hours column by the run's device (CPU-hours for a CPU run,
+    GPU-hours otherwise) and prints the compute-0 point's zeros as 0, not 0.000."""
+    with Store.open(db_path) as store:
+        for name, device in (("on-cpu", "cpu"), ("on-gpu", "cuda")):
+            run = store.create_run(name, recipe={"hardware": {"device": device}})
+            store.add_points(run, [{"step": 0, "gpu_hours": 0.0, "flops": 0.0, "pass_rate": 0.25},
+                                   {"step": 10, "gpu_hours": 0.0125, "flops": 2.5e11, "pass_rate": 0.5}])
+    result = CliRunner().invoke(app, ["show", "on-cpu", "--db", str(db_path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    header = next(line for line in result.output.splitlines() if "step" in line)
+    assert "CPU-hours" in header and "GPU-hours" not in header
+    first = next(line for line in result.output.splitlines() if "0.250" in line)
+    cells = [c.strip() for c in first.split("│")[1:-1]]
+    assert cells[:5] == ["0", "0", "0", "-", "0.250"]      # step, CPU-hours, FLOPs, tokens (none), pass rate
+    assert "0.0125" in result.output
+    gpu = CliRunner().invoke(app, ["show", "on-gpu", "--db", str(db_path)], env={"COLUMNS": "200"})
+    assert "GPU-hours" in gpu.output

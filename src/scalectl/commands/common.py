@@ -61,10 +61,12 @@ def user_errors(fn: Callable) -> Callable:
 
 
 def fmt(value: Any, digits: int = 3) -> str:
-    """A table cell: floats rounded, None as '-'."""
+    """A table cell: floats rounded (zero as ``0``), None as '-'."""
     if value is None:
         return "-"
     if isinstance(value, float):
+        if value == 0:
+            return "0"
         if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
             return f"{value:.{digits}g}"
         return f"{value:.{digits}f}"

@@ -59,7 +59,10 @@ def show(
                   f"async {asy.get('mode')} k={asy.get('k')}, run folder {info.get('run_dir') or '-'}")
     from scalectl.display import Column, fitted_table
 
-    cols = [Column("step", keep=True), Column("GPU-hours", priority=5), Column("FLOPs", priority=4),
+    # The gpu_hours field holds device-hours: CPU-hours for a run on CPU.
+    device = (recipe.get("hardware") or {}).get("device", "")
+    hours = "CPU-hours" if device == "cpu" else "GPU-hours"
+    cols = [Column("step", keep=True), Column(hours, priority=5), Column("FLOPs", priority=4),
             Column("tokens", priority=1), Column("pass rate", keep=True), Column("trunc.", priority=6),
             Column("mean len", priority=3), Column("reward", priority=2), Column("entropy", priority=0)]
     out.print(fitted_table(None, cols, [
