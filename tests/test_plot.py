@@ -10,7 +10,7 @@ import pytest
 from scalectl.compare import RunCurve, loo_lines
 from scalectl.curve import fit_sigmoid, sigmoid
 from scalectl.extrapolate import extrapolate
-from scalectl.plot import plot_curves, plot_extrapolation, plot_loo
+from scalectl.plot import curves_figure, plot_curves, plot_extrapolation, plot_loo
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -156,3 +156,21 @@ def test_a_log_compute_axis_labels_do_not_run_into_each_other():
 
     assert labelled(2.7e11, 7e12) == [1.0, 2.0, 5.0, 5.0]           # 5e11, 1e12, 2e12, 5e12
     assert labelled(1e10, 1e13) == [1.0, 1.0, 1.0, 1.0]             # 1e10, 1e11, 1e12, 1e13
+
+
+def test_legend_sits_below_the_axes_and_the_margin_band_stops_at_one(runs):
+    """The legend is the figure's, below the axes (over them it hid a run's points), and
+    the +-margin band around a ceiling at 1 is drawn from 1 - margin to 1, not above 1."""
+    at_one = run(1.0, 1.5, 2542, 5)
+    assert at_one.fit.A == pytest.approx(1.0, abs=0.02)
+    fig = curves_figure({"top": at_one, **runs}, baseline="top", margin=0.02)
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    assert ax.get_legend() is None and len(fig.legends) == 1
+    renderer = fig.canvas.get_renderer()
+    legend, axes = fig.legends[0].get_window_extent(renderer), ax.get_window_extent(renderer)
+    assert legend.y1 <= axes.y0                              # display y grows upwards
+    band = next(p for p in ax.patches if p.get_label() == "top ceiling +-0.02")
+    y_data = ax.transData.inverted().transform(band.get_window_extent(renderer).get_points())[:, 1]
+    assert y_data.max() == pytest.approx(1.0, abs=1e-9)
+    assert y_data.min() == pytest.approx(min(at_one.fit.A, 1.0) - 0.02, abs=1e-9)

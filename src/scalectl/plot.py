@@ -80,13 +80,21 @@ def _positive_range(xs: Sequence[np.ndarray]) -> tuple[float, float]:
 
 def plot_curves(runs: Mapping[str, RunCurve], path: str | Path, *, baseline: str | None = None,
                 margin: float = MARGIN, title: str | None = None) -> Path:
+    """Write :func:`curves_figure` to ``path`` (.png or .svg) and return the path.  Raises
+    ValueError as :func:`curves_figure` does, and on an unsupported extension."""
+    return _save(curves_figure(runs, baseline=baseline, margin=margin, title=title), path)
+
+
+def curves_figure(runs: Mapping[str, RunCurve], *, baseline: str | None = None,
+                  margin: float = MARGIN, title: str | None = None) -> Figure:
     """Pass rate against compute (log axis) for several runs.
 
     Points (faded below the fit window), fitted curves, dashed ceilings A with
     their intervals shaded, and a band of +-``margin`` around the baseline's ceiling.  The legend gives A (with
     its interval), B, C_mid and each fit's flag codes.  Points at compute 0 cannot
-    sit on a log axis and are left out (R0 is in the fit).  Raises ValueError on
-    an empty mapping, an unknown baseline or an unsupported extension.
+    sit on a log axis and are left out (R0 is in the fit).  The legend sits below
+    the axes, where it covers no point.  Raises ValueError on an empty mapping or an
+    unknown baseline.
     """
     if not runs:
         raise ValueError("plot_curves needs at least one run")
@@ -112,7 +120,8 @@ def plot_curves(runs: Mapping[str, RunCurve], path: str | Path, *, baseline: str
                        label=f"{name}: {cur.fit.level:.0%} interval of A")
     if baseline is not None:
         a = runs[baseline].fit.A
-        ax.axhspan(a - margin, a + margin, color="grey", alpha=0.15, lw=0,
+        # A pass rate lies in [0, 1]: the band stops there (A at 1 draws only its lower half).
+        ax.axhspan(max(a - margin, 0.0), min(a + margin, 1.0), color="grey", alpha=0.15, lw=0,
                    label=f"{baseline} ceiling +-{margin:g}")
     axis = next(iter(runs.values())).fit.axis
     _log_x(ax)
@@ -128,8 +137,15 @@ def plot_curves(runs: Mapping[str, RunCurve], path: str | Path, *, baseline: str
     ax.set_title(title or "Pass rate against compute, fitted sigmoid (dashed: ceiling A)"
                  + ("\n[" + "; ".join(warn) + ": not comparable]" if warn else ""))
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    return _save(fig, path)
+    _legend_below(fig, ax)
+    return fig
+
+
+def _legend_below(fig: Figure, ax) -> None:
+    # Below the axes, not over them: a run's points and curve can fill any corner.
+    handles, labels = ax.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", fontsize=8,
+               ncol=1 if len(labels) <= 4 else 2, frameon=False)
 
 
 def plot_extrapolation(ex: Extrapolation, path: str | Path, *, name: str = "run",
@@ -172,7 +188,7 @@ def plot_extrapolation(ex: Extrapolation, path: str | Path, *, name: str = "run"
                           f"{ex.mean_abs_error:.3f} / max {ex.max_abs_error:.3f}{inside}",
                  fontsize=10)
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
+    _legend_below(fig, ax)
     return _save(fig, path)
 
 
