@@ -73,3 +73,14 @@ def test_window_sensitivity_on_clean_and_noisy_runs():
     a_full, a_short = noisy.rows[0].fit.A, noisy.rows[1].fit.A
     assert noisy.A_spread == pytest.approx(abs(a_full - a_short))
     assert noisy.to_dict()["rows"][3]["error"]
+
+
+def test_default_windows_holding_the_same_points_give_one_row():
+    """A short run's first point past 0.05 M: (0.05 M, M) holds what (0, M) holds, and the
+    table shows that fit once (it showed two identical rows)."""
+    x = np.concatenate([[0.0], np.linspace(10.0, 100.0, 10)])       # 0.05 M = 5 < 10
+    y = sigmoid(x, 0.8, 1.5, 30.0, 0.3)
+    assert default_windows(x, 0.0) == [(0.0, 100.0), (5.0, 100.0), (0.0, 50.0)]
+    rows = window_sensitivity(x, y, bootstrap=0).rows
+    assert [r.window for r in rows] == [(0.0, 100.0), (0.0, 50.0)]
+    assert [r.fit.n_points for r in rows] == [10, 5]

@@ -157,14 +157,21 @@ def window_sensitivity(compute: Sequence[float] | np.ndarray, pass_rate: Sequenc
                        min_compute: float = 0.0, **fit_kwargs: Any) -> Sensitivity:
     """Fit each window (lo, hi): points with lo <= compute <= hi (plus those at compute 0 for R0).
 
-    Default windows: :func:`default_windows`.  A window that cannot be fitted gives a
-    row with ``error`` instead of failing the whole table.
+    Default windows: :func:`default_windows`, less any that holds the same points as
+    one before it (a short run's first point can lie past 0.05 M, so that (0.05 M, M)
+    fits what (0, M) fits).  A window that cannot be fitted gives a row with ``error``
+    instead of failing the whole table.
     """
     x = np.asarray(compute, dtype=float)
     y = np.asarray(pass_rate, dtype=float)
-    rows = []
+    rows, seen = [], set()
     for lo, hi in windows or default_windows(x, min_compute):
         keep = (x <= hi) | (x == 0)
+        if windows is None:
+            held = tuple(np.flatnonzero(((x >= lo) & (x > 0) & keep) | (x == 0)))
+            if held in seen:
+                continue
+            seen.add(held)
         try:
             fit = fit_sigmoid(x[keep], y[keep], min_compute=lo, **fit_kwargs)
             rows.append(WindowFit((float(lo), float(hi)), fit))
