@@ -165,7 +165,7 @@ def _dapo(rounds: int):
     from scalectl.recipe_io import load
 
     return load(ROOT / "recipes" / "dapo.toml", ROOT / "setups" / "tiny-cpu.toml",
-                [f"filter.max_refill_rounds={rounds}"])
+                [f"filter.max_refill_rounds={rounds}", "batch.prompts_per_step=16"])
 
 
 @pytest.mark.parametrize("rounds", [1, 2, 4])

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import tomllib
 from pathlib import Path
 
 from conftest import ROOT, run_cli
@@ -42,7 +43,8 @@ def test_names_work_from_an_empty_folder_and_give_the_files_hash(tmp_path):
     by_path = json.loads(run_cli("validate", "recipes/scalerl.toml", "--setup", "setups/tiny-cpu.toml",
                                  "--json", check=True).stdout)
     assert by_name[0]["hash"] == by_path[0]["hash"]
-    assert by_name[0]["recipe"]["batch"]["prompts_per_step"] == 16       # the tiny setup was merged
+    tiny = tomllib.loads((ROOT / "setups" / "tiny-cpu.toml").read_text())
+    assert by_name[0]["recipe"]["batch"]["prompts_per_step"] == tiny["batch"]["prompts_per_step"]  # merged
     # `run` finds the default setup in the package when the folder has none
     proc = run_cli("run", "grpo", "--dry-run", "--json", cwd=tmp_path, check=True)
     plan = json.loads(proc.stdout)

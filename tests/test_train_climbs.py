@@ -23,6 +23,7 @@ def test_rl_raises_the_held_out_pass_rate(tmp_path):
     flops = [p["flops"] for p in points]
     assert flops == sorted(flops) and flops[0] == 0
     assert all(len(p["correct_counts"]) == 500 for p in points)
-    # the warm start sits near 0.3; 150 CISPO steps at lr 1e-4 move it by well over the 0.02 margin
-    assert 0.2 <= points[0]["pass_rate"] <= 0.45
+    # the warm start sits near 0.45 (setups/tiny-cpu.toml); 150 CISPO steps at lr 1e-4 move
+    # it by well over the 0.02 margin
+    assert 0.35 <= points[0]["pass_rate"] <= 0.55
     assert points[-1]["pass_rate"] >= points[0]["pass_rate"] + 0.08
