@@ -5,6 +5,7 @@ low target keeps these tests to a few seconds.
 """
 
 import json
+import re
 from types import SimpleNamespace as NS
 
 import pytest
@@ -57,6 +58,10 @@ def test_stops_at_first_check_on_target(built):
     assert meta["pass_rate"] == rates[-1] and meta["steps"] == meta["history"][-1][0]
     assert meta["steps"] % SFT.check_every == 0 and 0 < meta["steps"] <= SFT.max_steps
     assert any("pass rate" in m for m in logs)
+    # a line every LOG_EVERY_CHECKS-th check, from the one before training
+    logged = [int(m.group(1)) for m in (re.search(r"warm start\[/\] step +(\d+)", x) for x in logs) if m]
+    every = ws.LOG_EVERY_CHECKS * SFT.check_every
+    assert logged == [h[0] for h in meta["history"] if h[0] % every == 0] and logged[0] == 0
 
 
 def test_checkpoint_reaches_its_pass_rate_on_held_out_prompts(built):
