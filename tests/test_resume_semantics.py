@@ -105,3 +105,30 @@ def test_a_run_whose_folder_cannot_be_written_leaves_no_row(tmp_path, policy):
     runs.unlink()                                                          # the name is free for a real run
     ok = run_cli(*_args(policy, runs, steps=2), "--name", "nowhere", db=db, timeout=300)
     assert ok.returncode == 0, ok.stderr
+
+
+def test_a_new_store_never_takes_over_another_stores_run_folder(tmp_path):
+    """A second store beside the same runs folder: `run` names its run past the folder the
+    first store's run holds (it resumed that run's checkpoint and overwrote its job.json);
+    an explicit --name of that folder is refused, and the first run's folder is untouched."""
+    runs = tmp_path / "runs"
+    sim = ["grpo", "--setup", "simulated", "--runs-dir", str(runs), "--set", "budget.steps=4",
+           "--set", "eval.every_steps=2"]
+    run_cli("run", *sim, db=tmp_path / "first.db", cwd=tmp_path, check=True, timeout=300)
+    first = _show(tmp_path / "first.db", "grpo-s0")
+    job_before = (runs / "grpo-s0" / "job.json").read_text()
+    assert [p["step"] for p in first["points"]] == [0, 2, 4]
+
+    second = tmp_path / "second.db"
+    run_cli("run", *sim, "--set", "budget.steps=2", db=second, cwd=tmp_path, check=True, timeout=300)
+    rows = json.loads(run_cli("runs", "--json", db=second, check=True).stdout)
+    assert [(r["name"], r["status"], r["n_points"]) for r in rows] == [("grpo-s0-2", "completed", 2)]
+    assert json.loads((runs / "grpo-s0-2" / "job.json").read_text())["db"] == str(second.resolve())
+
+    named = run_cli("run", *sim, "--name", "grpo-s0", db=second, cwd=tmp_path)
+    assert named.returncode == 2 and "Traceback" not in named.stderr
+    assert f"the run folder {(runs / 'grpo-s0').resolve()} holds another run (run id 1 of the store " \
+           f"{(tmp_path / 'first.db').resolve()})" in " ".join(named.stderr.split())
+    assert [r["name"] for r in json.loads(run_cli("runs", "--json", db=second, check=True).stdout)] == ["grpo-s0-2"]
+    assert (runs / "grpo-s0" / "job.json").read_text() == job_before
+    assert _show(tmp_path / "first.db", "grpo-s0") == first

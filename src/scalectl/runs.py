@@ -23,15 +23,36 @@ from scalectl.names import check_name
 REUSE, ATTACH, RESUME, NEW = "reuse", "attach", "resume", "new"
 
 
-def unique_name(store, base: str) -> str:
-    """``base``, or ``base-2``, ``base-3``, ... : the first name not in the store."""
+def unique_name(store, base: str, runs_dir: str | Path | None = None) -> str:
+    """``base``, or ``base-2``, ``base-3``, ... : the first name not in the store and, given
+    ``runs_dir``, whose folder there holds no run (:func:`folder_run`; another store's run
+    of the same name may have it)."""
     taken = {r["name"] for r in store.find_runs(name_prefix=base)}
-    if base not in taken:
+
+    def free(name: str) -> bool:
+        return name not in taken and (runs_dir is None or folder_run(Path(runs_dir) / name) is None)
+
+    if free(base):
         return base
     i = 2
-    while f"{base}-{i}" in taken:
+    while not free(f"{base}-{i}"):
         i += 1
     return f"{base}-{i}"
+
+
+def folder_run(run_dir: str | Path) -> dict | None:
+    """What holds the run folder ``run_dir``: ``{"db", "run_id"}`` of its ``job.json``
+    (``{}`` for an unreadable one), or None for a folder that holds no run (missing,
+    or without ``job.json``)."""
+    from scalectl.job import JOB_FILE, read_job_file
+
+    if not (Path(run_dir) / JOB_FILE).exists():
+        return None
+    try:
+        job = read_job_file(run_dir)
+    except (OSError, ValueError):
+        return {}
+    return {"db": job.get("db"), "run_id": job.get("run_id")}
 
 
 def create_run(store, recipe, name: str, runs_dir: str | Path, launcher: str = "local") -> tuple[int, Path]:
@@ -43,13 +64,22 @@ def create_run(store, recipe, name: str, runs_dir: str | Path, launcher: str = "
 
     Raises:
         UserError: an unsafe name (:func:`scalectl.names.check_name`), a run
-            of that name already in the store, or a run folder that cannot be
-            written (the row is not kept).
+            of that name already in the store, a run folder that holds a run
+            already (another store's, whose checkpoints the new run would
+            resume from and whose ``job.json`` it would overwrite), or a run
+            folder that cannot be written (the row is not kept).
     """
     from scalectl.job import write_job_file
 
     check_name(name)
     run_dir = (Path(runs_dir) / name).resolve()
+    held = folder_run(run_dir)
+    if held is not None:
+        owner = (f" (run id {held['run_id']} of the store {held['db']})"
+                 if held.get("db") else "")
+        raise UserError(f"run {name}: the run folder {run_dir} holds another run{owner}; nothing "
+                        "was stored: give another --name or --runs-dir, or resume that run "
+                        "through its store")
     with store.transaction():     # a folder that cannot be written leaves no row behind
         run_id = store.create_run(name, recipe=recipe.to_dict(), recipe_hash=recipe.content_hash,
                                   seed=recipe.seed, launcher=launcher, hardware=recipe.hardware.name,

@@ -221,7 +221,7 @@ def launch(store, plan, actions: dict, kind: str, runs_dir: Path) -> tuple[dict[
     for r in plan.runs:
         action, row = actions[r.name]
         if action == NEW:
-            name = unique_name(store, r.name)
+            name = unique_name(store, r.name, runs_dir)
             run_id, run_dir = create_run(store, r.recipe, name, runs_dir, launcher=kind)
             ids[r.name] = run_id
             specs.append(RunSpec(run_id, name, run_dir, r.recipe))

@@ -111,7 +111,8 @@ def _run(recipe_file, setup, set_, name, seed, resume, runs_dir, launcher, detac
             return
         with open_store(db, create=True) as store:
             run_name = check_name(name) if name else check_name(
-                unique_name(store, f"{recipe.name}-s{recipe.seed}"), "run name (from the recipe's name)")
+                unique_name(store, f"{recipe.name}-s{recipe.seed}", runs_dir),
+                "run name (from the recipe's name)")
             run_id, run_dir = create_run(store, recipe, run_name, runs_dir, launcher=kind)
         err.print(f"run {run_name} (id {run_id}), folder {run_dir}")
     if detach or not get_launcher(kind).runs_here:
