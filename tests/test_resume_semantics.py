@@ -132,3 +132,29 @@ def test_a_new_store_never_takes_over_another_stores_run_folder(tmp_path):
     assert [r["name"] for r in json.loads(run_cli("runs", "--json", db=second, check=True).stdout)] == ["grpo-s0-2"]
     assert (runs / "grpo-s0" / "job.json").read_text() == job_before
     assert _show(tmp_path / "first.db", "grpo-s0") == first
+
+    # the same recipe and seed again in the first store: a new run, and a note that says so
+    again = run_cli("run", *sim, db=tmp_path / "first.db", cwd=tmp_path, check=True, timeout=300)
+    assert ("note: run grpo-s0 has this recipe and seed and completed at step 4; `scalectl ablate` "
+            "would reuse it; training a new run") in " ".join(again.stderr.split())
+    assert "run grpo-s0-3 (id 2)" in again.stderr            # grpo-s0-2 is the second store's folder
+
+
+def test_run_points_to_a_stopped_run_of_the_same_recipe_and_seed(tmp_path):
+    """A failed run of the same recipe content and seed (as a killed `make run` leaves): a
+    new `run` trains anew and says how to continue the stopped one."""
+    from scalectl.recipe_io import load
+    from scalectl.runs import create_run
+    from scalectl.store import Store
+
+    runs, db = tmp_path / "runs", tmp_path / "s.db"
+    sets = ["budget.steps=4", "eval.every_steps=2"]
+    recipe = load(ROOT / "recipes" / "grpo.toml", ROOT / "setups" / "simulated.toml", sets)
+    with Store.open(db) as store:
+        run_id, _ = create_run(store, recipe, "grpo-s0", runs)
+        store.add_point(run_id, {"step": 2, "pass_rate": 0.4})
+        store.update_run(run_id, status="failed")
+    done = run_cli("run", "grpo", "--setup", "simulated", "--runs-dir", str(runs),
+                   *[a for s in sets for a in ("--set", s)], db=db, cwd=tmp_path, check=True, timeout=300)
+    assert ("note: run grpo-s0 has this recipe and seed and stopped (failed) at step 2; `scalectl run "
+            "--resume grpo-s0` continues it; training a new run") in " ".join(done.stderr.split())

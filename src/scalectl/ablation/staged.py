@@ -122,7 +122,8 @@ class StoreBackend:
                     key = (info["status"], pts[-1]["step"] if pts else None)
                     if seen.get(run_id) != key:
                         seen[run_id] = key
-                        self.log(f"  {info['name']}: {key[0]}, step {key[1]}")
+                        at = "no point yet" if key[1] is None else f"evaluated at step {key[1]}"
+                        self.log(f"  {info['name']}: {key[0]}, {at}")
                     if info["status"] in ACTIVE:
                         alive += 1
                     elif info["status"] != "completed":

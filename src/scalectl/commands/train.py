@@ -110,6 +110,7 @@ def _run(recipe_file, setup, set_, name, seed, resume, runs_dir, launcher, detac
             _print_dry_run(recipe, kind, detach, run_name, (runs_dir / run_name).resolve(), json_, layout)
             return
         with open_store(db, create=True) as store:
+            _note_same_run(store, recipe)
             run_name = check_name(name) if name else check_name(
                 unique_name(store, f"{recipe.name}-s{recipe.seed}", runs_dir),
                 "run name (from the recipe's name)")
@@ -145,6 +146,27 @@ def _run(recipe_file, setup, set_, name, seed, resume, runs_dir, launcher, detac
                   f"{fmt(summary['gpu_hours'], 4)} device-hours, {summary['retired_prompts']} prompts retired")
         for line in lines:
             out.print(line, soft_wrap=True, markup=False)
+
+
+def _note_same_run(store, recipe) -> None:
+    """Say so when the store holds a run of the same recipe content and seed: `run` trains a
+    new one regardless (`ablate` would reuse or resume it)."""
+    from scalectl.runs import ATTACH, RESUME, find_existing
+
+    found = find_existing(store, recipe.content_hash, recipe.seed)
+    if found is None:
+        return
+    action, row = found
+    pts = store.points(row["id"])
+    at = f" at step {pts[-1]['step']}" if pts else ""
+    if action == RESUME:
+        what = f"stopped ({row['status']}){at}; `scalectl run --resume {row['name']}` continues it"
+    elif action == ATTACH:
+        what = f"is {row['status']}{at}"
+    else:
+        what = f"completed{at}; `scalectl ablate` would reuse it"
+    err.print(f"note: run {row['name']} has this recipe and seed and {what}; training a new run",
+              highlight=False)
 
 
 def _check_layout(recipe, kind: str, describe: bool):
