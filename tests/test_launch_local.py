@@ -234,6 +234,7 @@ def policy(tmp_path_factory) -> str:
     return str(save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path_factory.mktemp("policy") / "tiny"))
 
 
+@pytest.mark.slow   # 35-45 s: make test-slow (cancel alone and resume alone are in the default suite)
 def test_detached_training_cancelled_then_resumed(tmp_path, policy):
     """A detached run trains in the background; `scalectl cancel` makes it checkpoint and stop;
     `run --resume --detach` continues it to the end: evaluation steps contiguous, none twice."""
