@@ -1,5 +1,6 @@
 """The CLI starts without the training stack: no torch, deepspeed, vLLM (nor numpy) at import."""
 
+import json
 import subprocess
 import sys
 
@@ -72,11 +73,12 @@ def test_console_script_imports_only_the_module_of_its_command(tmp_path):
     Store.open(db).close()
     code = ("import sys; from scalectl.cli import main\n"
             "try:\n    main()\nexcept SystemExit:\n    pass\n"
-            "print('MODULES', sorted(m.rsplit('.', 1)[1] for m in sys.modules if m.startswith('scalectl.commands.')))\n")
+            "import json; print('MODULES', json.dumps(sorted(m.rsplit('.', 1)[1] for m in sys.modules "
+            "if m.startswith('scalectl.commands.'))))\n")
     def modules(*args):
         done = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True)
         line = next(line for line in done.stdout.splitlines() if line.startswith("MODULES"))
-        return done, eval(line.removeprefix("MODULES "))
+        return done, json.loads(line.removeprefix("MODULES "))
     done, loaded = modules("runs", "--db", str(db), "--json")
     assert done.returncode == 0 and "[]" in done.stdout
     assert set(loaded) - {"common"} == {"store"}

@@ -89,10 +89,10 @@ def option_metavar(option) -> str | None:
     return METAVARS.get(bare.removeprefix("list[").removesuffix("]"))
 
 
-def command(built: typer.Typer | None = None):
-    """The click command of ``built`` (default the app with every command), its options
-    given click-style metavars (:func:`option_metavar`)."""
-    group = typer.main.get_command(built or build_app())
+def command(built: typer.Typer):
+    """The click command of ``built`` (:func:`build_app`), its options given click-style
+    metavars (:func:`option_metavar`)."""
+    group = typer.main.get_command(built)
     for cmd in (group, *group.commands.values()):
         help_option = cmd.get_help_option(cmd.context_class(cmd, **cmd.context_settings))   # made once, kept
         for param in (*cmd.params, *([help_option] if help_option else [])):

@@ -67,7 +67,7 @@ def fmt(value: Any, digits: int = 3) -> str:
     if isinstance(value, float):
         if value == 0:
             return "0"
-        if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+        if abs(value) >= 1e5 or abs(value) < 1e-3:
             return f"{value:.{digits}g}"
         return f"{value:.{digits}f}"
     return str(value)
