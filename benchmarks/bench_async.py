@@ -1,6 +1,6 @@
 """Throughput of the asynchrony modes: sync, PPO-off-policy-k and PipelineRL-k, side by side.
 
-Each mode runs as its schedule says (:mod:`scalectl.rl.schedule`): sync and
+Each mode runs as its schedule says (:mod:`scalectl.rl.schedule.modes`): sync and
 PPO-off-policy in one process, PipelineRL as one generator and one trainer
 process (one thread each), on the same recipe and setup, for the same number
 of steps, through the same training loop.  Every step trains on the full batch (the filters
@@ -57,13 +57,13 @@ def parallel_capacity() -> float:
 
 def run_mode(mode: str, args, folder: Path) -> dict:
     """One run of ``mode``; returns throughput, idle shares and staleness."""
-    from scalectl.job import StoreSink
-    from scalectl.recipe_io import load
-    from scalectl.rl.data import load_prompt_sets
+    from scalectl.job.body import StoreSink
+    from scalectl.recipe.load import load
+    from scalectl.rl.data.splits import load_prompt_sets
     from scalectl.rl.loop import Reporter
     from scalectl.rl.run import run_training
-    from scalectl.rl.schedule import schedule_for
-    from scalectl.store import Store
+    from scalectl.rl.schedule.modes import schedule_for
+    from scalectl.store.database import Store
 
     overrides = [f"async.mode={mode}", f"async.k={args.k}", f"budget.steps={args.steps}",
                  f"eval.every_steps={args.steps}", f"eval.prompts={args.eval_prompts}", "eval.samples_per_prompt=1",

@@ -1,7 +1,7 @@
 """Weight broadcast: time and bytes/s of one update from the first trainer to 1, 2 and 4 generators.
 
 One process sends (the first trainer), M processes receive (generators), over
-gloo on this machine's loopback, with :func:`scalectl.rl.broadcast.broadcast_weights`
+gloo on this machine's loopback, with :func:`scalectl.rl.transport.broadcast.broadcast_weights`
 in its default 256 MiB buckets.  The models are 10M and 100M fp32 parameters
 as 1M-element tensors (4 MB each, a transformer layer's order of size).  Each
 case is the median of ``--repeats`` broadcasts; the time of one broadcast is
@@ -36,7 +36,7 @@ def _rank(rank: int, world: int, port: int, n_params: int, repeats: int, out) ->
     import torch
     import torch.distributed as dist
 
-    from scalectl.rl.broadcast import broadcast_weights
+    from scalectl.rl.transport.broadcast import broadcast_weights
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
@@ -59,7 +59,7 @@ def _rank(rank: int, world: int, port: int, n_params: int, repeats: int, out) ->
 
 def measure(n_params: int, generators: int, repeats: int) -> tuple[float, int, int]:
     """(median seconds, bytes, buckets) of a broadcast from 1 sender to ``generators`` receivers."""
-    from scalectl.rl.roles import free_port
+    from scalectl.rl.transport.roles import free_port
 
     ctx = mp.get_context("spawn")
     out = ctx.Queue()

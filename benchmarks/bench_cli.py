@@ -57,7 +57,7 @@ def main() -> None:
     exe = entry_point()
     with tempfile.TemporaryDirectory() as tmp:
         env = {**os.environ, "SCALECTL_DB": str(Path(tmp) / "empty.db")}
-        from scalectl.store import Store
+        from scalectl.store.database import Store
 
         Store.open(env["SCALECTL_DB"]).close()   # a store without runs (reading commands never create one)
         cases = {"scalectl --help": exe + ["--help"], "scalectl runs (empty store)": exe + ["runs"]}

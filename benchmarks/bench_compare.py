@@ -1,7 +1,7 @@
 """``scalectl compare`` over 50 imported runs of 100 points each.
 
 A temporary store is filled with ``--runs`` synthetic curves (CSV files brought
-in by ``scalectl import``'s code path, :func:`scalectl.importer.import_points`):
+in by ``scalectl import``'s code path, :func:`scalectl.store.importer.import_points`):
 ScaleRL-like sigmoids (ceilings A from 0.55 to 0.70, B 1.2-2.2, C_mid
 3,000-15,000 GPU-hours, R0 0.3) with noise sd 0.01.  Then ``scalectl compare
 --json`` runs as a fresh process, as a user types it, with the default
@@ -54,8 +54,8 @@ def write_curves(folder: Path, runs: int, points: int, seed: int = 0) -> list[Pa
 
 def fill_store(db: Path, paths: list[Path]) -> None:
     """Import every CSV as its own run."""
-    from scalectl.importer import import_points
-    from scalectl.store import Store
+    from scalectl.store.importer import import_points
+    from scalectl.store.database import Store
 
     with Store.open(db) as store:
         for p in paths:

@@ -20,10 +20,10 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from scalectl.rl.model import build_tiny_model, build_tokenizer, encode_prompt, load_policy
+from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, encode_prompt, load_policy
 from scalectl.rl.rollout.cpu import CPURolloutEngine
 from scalectl.rl.rollout.sampling import SamplingParams
-from scalectl.rl.tasks import eval_problems
+from scalectl.rl.data.arithmetic import eval_problems
 
 from common import Figure, report
 

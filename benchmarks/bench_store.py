@@ -38,7 +38,7 @@ def make_points(n: int, start: int = 0) -> list[dict]:
 
 def insert_once(folder: Path, i: int, points: list[dict]) -> tuple[float, float]:
     """(wall seconds, CPU seconds) of one ``add_points`` of ``points`` into a new store file."""
-    from scalectl.store import Store
+    from scalectl.store.database import Store
 
     with Store.open(folder / f"insert-{i}.db") as store:
         run_id = store.create_run(f"bench-{i}")
@@ -50,7 +50,7 @@ def insert_once(folder: Path, i: int, points: list[dict]) -> tuple[float, float]
 
 
 def _writer(path: str, name: str, n: int, barrier) -> None:
-    from scalectl.store import Store
+    from scalectl.store.database import Store
 
     with Store.open(path) as store:
         run_id = store.create_run(name)
@@ -61,7 +61,7 @@ def _writer(path: str, name: str, n: int, barrier) -> None:
 
 def concurrent(path: Path, writers: int, n: int) -> tuple[float, int]:
     """(seconds, rows found) for ``writers`` processes adding ``n`` points each to ``path``."""
-    from scalectl.store import Store
+    from scalectl.store.database import Store
 
     Store.open(path).close()   # create and migrate once
     ctx = mp.get_context("spawn")

@@ -8,7 +8,7 @@ new tokens, temperature 1, the same learning rate, Adam betas and epsilon, no
 weight decay, gradient clipping at ``optim.grad_clip``, a constant learning rate
 (no warm-up), no KL term, one optimisation pass per batch, FP32, on the CPU, for
 ``--steps`` optimiser steps (default 40); the reward is +1/-1 from
-:func:`scalectl.rl.rewards.check` on both sides.
+:func:`scalectl.rl.reward.checker.check` on both sides.
 
 Losses (token-level aggregation on both sides, as TRL aggregates):
 
@@ -129,7 +129,7 @@ class TreeMemory:
 def load_recipe(loss: str, mode: str, k: int, steps: int, model: str | None = None, threads: int | None = None):
     """The benchmark's recipe: minimax + tiny-cpu, the loss variant, the mode, no filters, no warm-up;
     ``model``: a checkpoint folder instead of the setup's (warm-started) model; ``threads``: torch threads."""
-    from scalectl.recipe_io import load
+    from scalectl.recipe.load import load
 
     overrides = ([f"model.path={model}"] if model else []) + LOSSES[loss][0] + [
         f"async.mode={mode}", f"async.k={k}", f"budget.steps={steps}", "optim.warmup_steps=0",
@@ -143,12 +143,12 @@ def load_recipe(loss: str, mode: str, k: int, steps: int, model: str | None = No
 
 def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None, threads: int | None) -> dict:
     """One scalectl training run; per step: seconds of training so far, completions and FLOPs so far."""
-    from scalectl.job import StoreSink
-    from scalectl.rl.data import load_prompt_sets
+    from scalectl.job.body import StoreSink
+    from scalectl.rl.data.splits import load_prompt_sets
     from scalectl.rl.loop import Reporter
     from scalectl.rl.run import run_training
-    from scalectl.rl.warmstart import ensure_warm_start
-    from scalectl.store import Store
+    from scalectl.rl.train.warmstart import ensure_warm_start
+    from scalectl.store.database import Store
 
     recipe = load_recipe(loss, mode, k, steps, model, threads)
     ensure_warm_start(recipe)   # built once and cached; run_training loads it
@@ -184,11 +184,11 @@ def run_trl(loss: str, mode: str, k: int, steps: int, model: str | None, threads
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from scalectl.rl.data import load_prompt_sets
-    from scalectl.rl.model import load_policy
-    from scalectl.rl.model import n_params as count_params
-    from scalectl.rl.rewards import check
-    from scalectl.rl.warmstart import ensure_warm_start
+    from scalectl.rl.data.splits import load_prompt_sets
+    from scalectl.rl.policy.model import load_policy
+    from scalectl.rl.policy.model import n_params as count_params
+    from scalectl.rl.reward.checker import check
+    from scalectl.rl.train.warmstart import ensure_warm_start
 
     if threads:
         torch.set_num_threads(threads)

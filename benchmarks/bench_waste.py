@@ -7,8 +7,8 @@ generations, CISPO, token-level aggregation, no zero-variance filter, as TRL
 trains) generates ``--batches`` real batches with the CPU rollout engine.  For
 each batch it counts the completions and token cells (rows x columns) the
 forward/backward pass computes with and without the cut
-(:func:`scalectl.rl.trainer.gradient_rows`) and, of the rows kept, the cells a packed
-pass computes (:func:`scalectl.rl.packing.token_cells`, micro-batch by micro-batch), then
+(:func:`scalectl.rl.train.trainer.gradient_rows`) and, of the rows kept, the cells a packed
+pass computes (:func:`scalectl.rl.train.packing.token_cells`, micro-batch by micro-batch), then
 times ``train_step`` three ways, alternating, ``--repeats`` times per batch, at
 ``--threads`` torch threads: "padded" (``gradient_rows`` replaced by the identity, as
 before the cut, and no packing), "cut" (the cut, ``pack`` off) and "packed" (the cut,
@@ -44,16 +44,16 @@ def main() -> None:
     os.environ["OMP_NUM_THREADS"] = str(args.threads)
     import torch
 
-    import scalectl.rl.trainer as trainer_mod
+    import scalectl.rl.train.trainer as trainer_mod
     from bench_trl import load_recipe
-    from scalectl.rl.batch import build_train_batch
-    from scalectl.rl.data import load_prompt_sets
-    from scalectl.rl.collect import generate_batch
+    from scalectl.rl.train.batch import build_train_batch
+    from scalectl.rl.data.splits import load_prompt_sets
+    from scalectl.rl.batches.collect import generate_batch
     from scalectl.rl.loop import Reporter, build_policy, new_state
-    from scalectl.rl.losses import aggregation_weights
-    from scalectl.rl.model import pad_token_id
-    from scalectl.rl.packing import token_cells
-    from scalectl.rl.warmstart import ensure_warm_start
+    from scalectl.rl.train.losses import aggregation_weights
+    from scalectl.rl.policy.model import pad_token_id
+    from scalectl.rl.train.packing import token_cells
+    from scalectl.rl.train.warmstart import ensure_warm_start
 
     print(machine_line())
     torch.set_num_threads(args.threads)

@@ -2,7 +2,7 @@
 
 Twenty variants whose true ceilings differ from the base's (0.60) by
 -0.08 .. +0.08 (five within the 0.02 margin), simulated with the noise of
-``scalectl.simulated`` (defaults measured on tiny runs).  The adaptive loop
+``scalectl.curve.simulated`` (defaults measured on tiny runs).  The adaptive loop
 (``scalectl.ablation.adaptive.run_loop``) runs once; then every fixed design (each
 budget x seeds in the grid, all arms alike, judged once with the same
 intervals and rules) is scored, and the cheapest one that reaches at least the
@@ -19,7 +19,7 @@ from dataclasses import replace
 
 from scalectl.ablation.adaptive import SimBackend, fixed_design, initial_state, run_loop
 from scalectl.ablation.decisions import CLAIM, MIN_REACH, Limits, is_true_verdict
-from scalectl.simulated import SimCurve
+from scalectl.curve.simulated import SimCurve
 
 OFFSETS = (-0.08, -0.07, -0.06, -0.05, -0.045, -0.04, -0.035, -0.03, -0.01, -0.005,
            0.0, 0.005, 0.01, 0.03, 0.035, 0.04, 0.05, 0.06, 0.07, 0.08)

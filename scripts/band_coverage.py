@@ -7,7 +7,7 @@ the recipe's fit axis, from the recipe's window start (else
 :func:`scalectl.curve.default_min_compute`), with R0 measured at compute 0 and
 weighted by that evaluation's standard error when the installed scalectl takes
 one (``r0_se``), 1,000 bootstrap resamples, seed 0.  Only
-``scalectl.extrapolate.extrapolate`` and ``scalectl.curve.default_min_compute``
+``scalectl.science.extrapolate.extrapolate`` and ``scalectl.curve.default_min_compute``
 are used, so the script also runs against an older checkout
 (``PYTHONPATH=OLD/src python scripts/band_coverage.py ...``) to compare methods on
 the same points.  Prints per run the held-out points inside the 95% prediction
@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from scalectl.curve import default_min_compute
-from scalectl.extrapolate import extrapolate
+from scalectl.science.extrapolate import extrapolate
 
 
 def run_inputs(run: dict) -> dict:
@@ -52,7 +52,7 @@ def coverage(data: dict, fraction: float = 0.5, bootstrap: int = 1000) -> dict:
     Returns {"inside", "held_out", "coverage", "mean_abs_error", "max_abs_error",
     "r0_se_used", "runs": [per run: run, inside, held_out, mean_abs_error,
     max_abs_error, A, band_half_width]}; errors are absolute pass-rate differences.
-    Raises what :func:`scalectl.extrapolate.extrapolate` raises for a run it cannot fit.
+    Raises what :func:`scalectl.science.extrapolate.extrapolate` raises for a run it cannot fit.
     """
     from scalectl.curve import fit_sigmoid
 

@@ -20,7 +20,7 @@ import json
 from pathlib import Path
 
 from scalectl.curve import evaluation_standard_error
-from scalectl.store import Store
+from scalectl.store.database import Store
 
 POINT_KEYS = ("step", "flops", "gpu_hours", "tokens", "pass_rate", "truncation_rate", "wall_seconds")
 

@@ -6,7 +6,7 @@ each figure:
 1. the environment: torch, CUDA, the device, bf16 support;
 2. generation with :class:`scalectl.rl.rollout.cpu.CPURolloutEngine` on the GPU
    (model in bf16, LM head and log-softmax in fp32): tokens/s;
-3. a :class:`scalectl.rl.trainer.PolicyTrainer` step (DeepSpeed, bf16, world size 1,
+3. a :class:`scalectl.rl.train.trainer.PolicyTrainer` step (DeepSpeed, bf16, world size 1,
    NCCL): the backend in use and the median step time;
 4. log-prob agreement: the generator's recorded log-probs against the trainer's
    teacher-forced ones on the same completions, for the bf16 model and for an fp32
@@ -39,7 +39,7 @@ def _sync(device) -> None:
 
 def _groups(completions_per_prompt, seed: int = 0) -> list:
     """Groups with alternating rewards, so every completion has a non-zero advantage."""
-    from scalectl.rl.groups import Group
+    from scalectl.rl.rollout.groups import Group
 
     groups = []
     for k, comps in enumerate(completions_per_prompt):
@@ -50,7 +50,7 @@ def _groups(completions_per_prompt, seed: int = 0) -> list:
 
 def logprob_gap(trainer, batch) -> tuple[float, float]:
     """(max, mean) |trainer log-prob - generator log-prob| over the trained tokens."""
-    from scalectl.rl.model import token_logprobs
+    from scalectl.rl.policy.logprobs import token_logprobs
 
     batch = batch.to(trainer.engine.device)
     with torch.no_grad():
@@ -62,12 +62,12 @@ def logprob_gap(trainer, batch) -> tuple[float, float]:
 
 
 def run(args) -> bool:
-    from scalectl.recipe import Loss, Optim
-    from scalectl.rl.batch import build_train_batch
-    from scalectl.rl.model import DTYPES, build_tiny_model, build_tokenizer, pad_token_id
+    from scalectl.recipe.schema import Loss, Optim
+    from scalectl.rl.train.batch import build_train_batch
+    from scalectl.rl.policy.model import DTYPES, build_tiny_model, build_tokenizer, pad_token_id
     from scalectl.rl.rollout.cpu import CPURolloutEngine
     from scalectl.rl.rollout.sampling import SamplingParams
-    from scalectl.rl.trainer import PolicyTrainer
+    from scalectl.rl.train.trainer import PolicyTrainer
 
     cuda = torch.cuda.is_available() and not args.cpu
     device = torch.device("cuda", 0) if cuda else torch.device("cpu")
@@ -131,7 +131,7 @@ def run(args) -> bool:
         fp32_engine = CPURolloutEngine(copy.deepcopy(base).to(device), tok, head_fp32=True)
         out32 = fp32_engine.generate(prompts[:16], 4, params, seed=0)
         b32 = build_train_batch(_groups(out32), "batch", pad_token_id(tok)).to(device)
-        from scalectl.rl.model import token_logprobs
+        from scalectl.rl.policy.logprobs import token_logprobs
 
         with torch.no_grad():
             lp, _ = token_logprobs(fp32_trainer_model, b32.input_ids, b32.attention_mask, head_fp32=True,

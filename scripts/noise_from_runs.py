@@ -31,7 +31,7 @@ import sys
 import numpy as np
 
 from scalectl.curve import FitError, fit_sigmoid
-from scalectl.store import Store
+from scalectl.store.database import Store
 
 
 def eval_var(point: dict) -> float | None:

@@ -5,7 +5,7 @@ model on this rank's share of a fixed batch of groups, for every loss
 aggregation and advantage normalisation (and twice with one group, so that
 one of two ranks has an empty share), and saves the gradient of each step,
 recovered from the first AdamW update, and its metrics to OUT.RANK.pt; then
-three steps led through :class:`scalectl.rl.data_parallel.TrainerRanks`
+three steps led through :class:`scalectl.rl.train.data_parallel.TrainerRanks`
 (rank 0) and followed by the other ranks, with a checkpoint saved and loaded.
 
 ``python tests/dp_worker.py RANK WORLD PORT OUT STAGE``: the same gradient check at
@@ -33,7 +33,7 @@ COMBOS = [(loss, agg, norm) for loss in ("cispo",) for agg in ("sample", "prompt
 
 def make_groups(seed: int = 0, n_groups: int = 6, size: int = 4) -> list:
     """Groups of ``size`` completions of varied lengths and rewards (one group all wrong)."""
-    from scalectl.rl.groups import Group
+    from scalectl.rl.rollout.groups import Group
     from scalectl.rl.rollout.base import Completion
 
     g = torch.Generator().manual_seed(seed)
@@ -67,11 +67,11 @@ def main(rank: int, world: int, port: int, out: str, stage: int | None = None) -
     os.environ.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
                        "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     torch.set_num_threads(1)
-    from scalectl.recipe import Loss, Optim
-    from scalectl.rl.batch import build_train_batch
-    from scalectl.rl.model import build_tiny_model
-    from scalectl.rl.sharding import allreduce_sum, split_groups
-    from scalectl.rl.trainer import PolicyTrainer
+    from scalectl.recipe.schema import Loss, Optim
+    from scalectl.rl.train.batch import build_train_batch
+    from scalectl.rl.policy.model import build_tiny_model
+    from scalectl.rl.train.sharding import allreduce_sum, split_groups
+    from scalectl.rl.train.trainer import PolicyTrainer
 
     if stage is not None:
         partition_everything()
@@ -121,10 +121,10 @@ def _flat(model) -> torch.Tensor:
 def leader_and_followers(rank: int, ckpt: str) -> dict:
     """Rank 0 leads three steps through TrainerRanks (a checkpoint saved after the second and
     loaded after the third); other ranks follow."""
-    from scalectl.recipe import Loss, Optim
-    from scalectl.rl.data_parallel import TrainerRanks, follow
-    from scalectl.rl.model import build_tiny_model
-    from scalectl.rl.trainer import PolicyTrainer
+    from scalectl.recipe.schema import Loss, Optim
+    from scalectl.rl.train.data_parallel import TrainerRanks, follow
+    from scalectl.rl.policy.model import build_tiny_model
+    from scalectl.rl.train.trainer import PolicyTrainer
 
     # lr = eps = 1: updates close to the gradient (a wrong gradient shows); grad_clip 0.05 is below
     # the gradients' norm here, so the global norm matters

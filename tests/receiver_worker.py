@@ -6,7 +6,7 @@ built with another seed. First a plain broadcast in 64 KiB buckets (every rank
 saves the weights and the broadcast's stats); then rank 0 broadcasts three
 more versions (each step changes the weights) while the generators, holding a
 CPU rollout engine whose ``poll_weights`` is a
-:class:`scalectl.rl.broadcast.WeightReceiver`, generate until the third has
+:class:`scalectl.rl.transport.broadcast.WeightReceiver`, generate until the third has
 arrived. Every rank saves its final weights and, for the generators, the
 versions that tagged their tokens, to OUT.RANK.pt.
 """
@@ -22,8 +22,8 @@ import torch
 def main(rank: int, world: int, port: int, out: str) -> None:
     import torch.distributed as dist
 
-    from scalectl.rl.broadcast import WeightReceiver, broadcast_weights, weight_group
-    from scalectl.rl.model import build_tiny_model, build_tokenizer
+    from scalectl.rl.transport.broadcast import WeightReceiver, broadcast_weights, weight_group
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer
     from scalectl.rl.rollout.cpu import CPURolloutEngine
     from scalectl.rl.rollout.sampling import SamplingParams
 

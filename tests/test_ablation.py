@@ -146,7 +146,7 @@ def policy(tmp_path_factory) -> str:
     """An untrained tiny policy: the test is about orchestration, not learning."""
     import torch
 
-    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from scalectl.ablation.adaptive import SimBackend, fixed_design, initial_state, run_loop
-from scalectl.compare import FASTER, HIGHER, LOWER, UNDECIDED, RunCurve, compare
+from scalectl.science.compare import FASTER, HIGHER, LOWER, UNDECIDED, RunCurve, compare
 from scalectl.curve import Flag, SigmoidFit
 from scalectl.ablation.decisions import (
     CANNOT_WIN, EXTEND, HOLD, SEED, STOP, TIES, Arm, Limits, Need, decide, extended_budget, is_true_verdict, needed,
@@ -19,8 +19,8 @@ from scalectl.ablation.decisions import (
 )
 from scalectl.errors import UserError
 from scalectl.ablation.power import delta_half_width, plan_power, seeds_needed
-from scalectl.simulated import SimCurve, draw_points, eval_steps, parse_spec
-from scalectl.store import SCHEMA_VERSION, Store
+from scalectl.curve.simulated import SimCurve, draw_points, eval_steps, parse_spec
+from scalectl.store.database import SCHEMA_VERSION, Store
 
 # ----------------------------------------------------------------------------- simulated curves
 
@@ -211,7 +211,7 @@ def test_power_by_hand():
 def test_stages_table_migration_and_round_trip(tmp_path):
     path = tmp_path / "old.db"
     conn = sqlite3.connect(path)                                     # a store at schema version 1
-    from scalectl.store import _migrate_1
+    from scalectl.store.database import _migrate_1
     import sqlite_utils
 
     _migrate_1(sqlite_utils.Database(conn))

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from scalectl.rl.advantages import group_advantages
+from scalectl.rl.train.advantages import group_advantages
 
 # Three groups of G = 4, rows interleaved and ids not contiguous (0, 1, 7):
 #   group 0: rewards (+1, +1, -1, -1): mean 0,    centred (1, 1, -1, -1),          population std 1

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from scalectl.rl.rewards import answers_match, canonical_answer, check, without_thousands
+from scalectl.rl.reward.checker import answers_match, canonical_answer, check, without_thousands
 
 #: (model's boxed answer, gold answer, equal?)
 TABLE = [

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run_cli
-from scalectl.store import Store
+from scalectl.store.database import Store
 
 FIXTURE = ROOT / "tests" / "data" / "real_runs.json"
 

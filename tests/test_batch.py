@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from scalectl.rl.accounting import ComputeMeter
-from scalectl.rl.batch import build_train_batch, keep_groups
-from scalectl.rl.evaluate import pass_at_k
-from scalectl.rl.groups import Group, rollout_stats
+from scalectl.rl.train.batch import build_train_batch, keep_groups
+from scalectl.rl.evaluation.pass_rate import pass_at_k
+from scalectl.rl.rollout.groups import Group, rollout_stats
 
 
 @dataclass

@@ -10,9 +10,9 @@ from datetime import timedelta
 import pytest
 import torch.distributed as dist
 
-from scalectl.rl.board import Board, TaskLost, is_lost_peer
-from scalectl.rl.roles import Task, free_port
-from scalectl.rl.stream import PeerLost
+from scalectl.rl.transport.board import Board, TaskLost, is_lost_peer
+from scalectl.rl.transport.roles import Task, free_port
+from scalectl.rl.transport.stream import PeerLost
 
 
 def _task(rank: int, role: str, role_rank: int) -> Task:

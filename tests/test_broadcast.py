@@ -11,9 +11,9 @@ import pytest
 import torch
 
 from conftest import ROOT
-from scalectl.rl.roles import free_port
-from scalectl.rl.broadcast import buckets_of
-from scalectl.weight_sync import weight_sync_plan
+from scalectl.rl.transport.roles import free_port
+from scalectl.rl.transport.broadcast import buckets_of
+from scalectl.rl.transport.weight_sync import weight_sync_plan
 
 WORKER = str(ROOT / "tests" / "broadcast_worker.py")
 
@@ -74,7 +74,7 @@ def test_a_zero3_leader_pushes_the_gathered_weights_a_zero0_leader_would(tmp_pat
     assert all(p.returncode == 0 for p in procs), "\n".join(logs)
     pushed, got = torch.load(f"{out}.0.pt"), torch.load(f"{out}.2.pt")
     assert got["ended"] and got["loads"] == 2 and sorted(got["versions"]) == [1, 2]
-    from scalectl.rl.model import build_tiny_model
+    from scalectl.rl.policy.model import build_tiny_model
 
     init = build_tiny_model(seed=0).state_dict()
     nbytes = sum(t.numel() * t.element_size() for t in init.values())

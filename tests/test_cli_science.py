@@ -9,7 +9,7 @@ from typer.testing import CliRunner
 from conftest import run_cli
 from scalectl.cli import app
 from scalectl.curve import sigmoid
-from scalectl.store import Store
+from scalectl.store.database import Store
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

@@ -15,7 +15,7 @@ def test_cli_imports_no_heavy_module():
 def test_reading_commands_do_not_import_sqlite_utils(tmp_path):
     """`runs` and `show` read through the standard library's sqlite3; sqlite-utils
     (0.16-0.8 s to import, pandas included when installed) is for writes only."""
-    from scalectl.store import Store
+    from scalectl.store.database import Store
 
     db = tmp_path / "s.db"
     with Store.open(db) as store:
@@ -65,9 +65,9 @@ def test_command_table_matches_what_the_modules_register():
 
 
 def test_console_script_imports_only_the_module_of_its_command(tmp_path):
-    """`scalectl runs` imports scalectl.commands.store and no other command module; a
+    """`scalectl runs` imports scalectl.commands.runs and no other command module; a
     misspelt command builds them all so that click can suggest the right one."""
-    from scalectl.store import Store
+    from scalectl.store.database import Store
 
     db = tmp_path / "s.db"
     Store.open(db).close()
@@ -81,7 +81,7 @@ def test_console_script_imports_only_the_module_of_its_command(tmp_path):
         return done, json.loads(line.removeprefix("MODULES "))
     done, loaded = modules("runs", "--db", str(db), "--json")
     assert done.returncode == 0 and "[]" in done.stdout
-    assert set(loaded) - {"common"} == {"store"}
+    assert set(loaded) - {"common"} == {"runs"}
     done, loaded = modules("rnus")
     assert "Did you mean 'runs'?" in done.stderr
-    assert {"store", "train", "science", "serve"} <= set(loaded)
+    assert {"runs", "run", "fit", "serve"} <= set(loaded)

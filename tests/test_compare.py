@@ -1,11 +1,11 @@
-"""Verdicts, the tie rule and the leave-one-out linearisation (scalectl.compare)."""
+"""Verdicts, the tie rule and the leave-one-out linearisation (scalectl.science.compare)."""
 
 import math
 
 import numpy as np
 import pytest
 
-from scalectl.compare import (
+from scalectl.science.compare import (
     BASELINE,
     FASTER,
     HIGHER,

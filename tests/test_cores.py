@@ -7,8 +7,8 @@ import os
 import pytest
 from pydantic import ValidationError
 
-from scalectl.recipe import Hardware
-from scalectl.rl.cores import cores_given, cpu_threads
+from scalectl.recipe.schema import Hardware
+from scalectl.rl.processes.threads import cores_given, cpu_threads
 
 
 @pytest.fixture
@@ -45,7 +45,7 @@ def test_hardware_threads_bounds():
 
 
 def test_threads_leave_the_content_hash_alone():
-    from scalectl.recipe_io import load
+    from scalectl.recipe.load import load
     from conftest import ROOT
 
     base = load(ROOT / "recipes" / "minimax.toml", ROOT / "setups" / "tiny-cpu.toml")

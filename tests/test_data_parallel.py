@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from conftest import ROOT
-from scalectl.rl.roles import free_port
-from scalectl.rl.sharding import batch_std, batch_totals, split_groups
+from scalectl.rl.transport.roles import free_port
+from scalectl.rl.train.sharding import batch_std, batch_totals, split_groups
 
 WORKER = str(ROOT / "tests" / "dp_worker.py")
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from scalectl.errors import UserError
-from scalectl.rl.datasets import (
+from scalectl.rl.data.files import (
     BOXED_INSTRUCTION, load_problems, normalize_answer, read_rows, render_prompt, split_indices, to_record,
 )
-from scalectl.rl.rewards import check, reward
+from scalectl.rl.reward.checker import check, reward
 
 MATH = Path(__file__).parent / "data" / "math"
 GSM8K = MATH / "gsm8k-test.jsonl"
@@ -207,7 +207,7 @@ CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }
 
 
 def test_prompts_render_with_the_chat_template_or_as_plain_text(gsm8k):
-    from scalectl.rl.model import build_tokenizer
+    from scalectl.rl.policy.model import build_tokenizer
 
     tok = build_tokenizer()
     question = gsm8k[1].messages[0]["content"]
@@ -224,9 +224,9 @@ def test_prompts_render_with_the_chat_template_or_as_plain_text(gsm8k):
 
 
 def test_load_prompt_sets_from_a_recipe_drops_long_prompts():
-    from scalectl.recipe import Recipe
-    from scalectl.rl.data import load_prompt_sets
-    from scalectl.rl.model import build_tokenizer
+    from scalectl.recipe.schema import Recipe
+    from scalectl.rl.data.splits import load_prompt_sets
+    from scalectl.rl.policy.model import build_tokenizer
 
     recipe = Recipe.model_validate({"data": {"source": str(GSM8K), "train_size": 200, "seed": 3},
                                     "eval": {"prompts": 100}, "length": {"max_prompt_tokens": 300}})

@@ -8,7 +8,7 @@ import pytest
 from conftest import run_cli
 from scalectl.curve import sigmoid
 from scalectl.display import Column, fit_columns, format_compute, format_estimate, format_number
-from scalectl.store import Store
+from scalectl.store.database import Store
 
 
 @pytest.mark.parametrize("value,interval,text", [

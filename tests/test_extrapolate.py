@@ -1,10 +1,10 @@
-"""Prefix fits scored on held-out points, and window sensitivity (scalectl.extrapolate)."""
+"""Prefix fits scored on held-out points, and window sensitivity (scalectl.science.extrapolate)."""
 
 import numpy as np
 import pytest
 
 from scalectl.curve import sigmoid
-from scalectl.extrapolate import cut_point, default_windows, extrapolate, window_sensitivity
+from scalectl.science.extrapolate import cut_point, default_windows, extrapolate, window_sensitivity
 
 
 def paper_run(sd=0.0, seed=0, n=100):

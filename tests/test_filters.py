@@ -5,7 +5,7 @@ import json
 import pytest
 import torch
 
-from scalectl.rl.filters import (
+from scalectl.rl.batches.filters import (
     AllPromptsRetired,
     DynamicSamplingExhausted,
     PromptHistory,
@@ -142,7 +142,7 @@ def test_sampler_raises_when_every_prompt_is_retired():
 def _scripted_fetch(keeps: list[int]):
     """``fetch(want, round)`` for collect_batch: round r returns ``want`` groups of 2 completions,
     of which ``keeps[r]`` have mixed rewards (kept) and the rest all-wrong (dropped)."""
-    from scalectl.rl.groups import Group
+    from scalectl.rl.rollout.groups import Group
     from scalectl.rl.rollout.base import Completion
 
     calls: list[tuple[int, int]] = []
@@ -162,7 +162,7 @@ def _scripted_fetch(keeps: list[int]):
 
 def _dapo(rounds: int):
     from conftest import ROOT
-    from scalectl.recipe_io import load
+    from scalectl.recipe.load import load
 
     return load(ROOT / "recipes" / "dapo.toml", ROOT / "setups" / "tiny-cpu.toml",
                 [f"filter.max_refill_rounds={rounds}", "batch.prompts_per_step=16"])
@@ -172,7 +172,7 @@ def _dapo(rounds: int):
 def test_collect_batch_does_exactly_max_refill_rounds(rounds):
     """11 of 16 groups kept in the first round and none in any refill: exactly ``rounds``
     refills run (rounds 1..N after round 0), then the error names the rounds done."""
-    from scalectl.rl.collect import collect_batch
+    from scalectl.rl.batches.collect import collect_batch
     from scalectl.rl.loop import new_state
 
     recipe = _dapo(rounds)
@@ -190,7 +190,7 @@ def test_collect_batch_does_exactly_max_refill_rounds(rounds):
 
 
 def test_collect_batch_refill_fills_the_batch_in_the_last_allowed_round():
-    from scalectl.rl.collect import collect_batch
+    from scalectl.rl.batches.collect import collect_batch
     from scalectl.rl.loop import new_state
 
     recipe = _dapo(1)
@@ -202,7 +202,7 @@ def test_collect_batch_refill_fills_the_batch_in_the_last_allowed_round():
 
 
 def test_the_pool_warning_starts_at_half_the_pool_retired():
-    from scalectl.rl.filters import pool_warning
+    from scalectl.rl.batches.filters import pool_warning
 
     assert pool_warning(1999, 4000) is None
     warning = pool_warning(2000, 4000)

@@ -25,8 +25,8 @@ from typer.testing import CliRunner
 
 from conftest import ROOT, SCALECTL
 from scalectl.cli import app
-from scalectl.importer import import_points
-from scalectl.store import Store
+from scalectl.store.importer import import_points
+from scalectl.store.database import Store
 
 GRPO = str(ROOT / "recipes" / "grpo.toml")
 
@@ -395,7 +395,7 @@ def test_validate_accepts_existing_sources(tmp_path, runner):
 
 
 def test_markdown_summary_escapes_user_text():
-    from scalectl.report import md_escape
+    from scalectl.ablation.report import md_escape
 
     assert md_escape("<script>alert(1)</script> [x](javascript:y) a|b *c*") == \
         "\\<script>alert(1)\\</script> \\[x\\](javascript:y) a\\|b \\*c\\*"

@@ -1,5 +1,6 @@
-"""The import graph of src/scalectl: no cycle, and the trainer (rl/) independent of where
-runs are launched (launch/) and stored (store).
+"""The import graph of src/scalectl: no cycle, packages in the order of the data path (none
+imports a package above it), and the trainer (rl/) independent of where runs are launched
+(launch/) and stored (store/).
 
 Every ``import`` and ``from ... import`` of a scalectl module counts, at module level or
 inside a function alike, read with the standard library's ``ast``.
@@ -13,7 +14,43 @@ from pathlib import Path
 SRC = Path(__file__).resolve().parents[1] / "src"
 PACKAGE = SRC / "scalectl"
 
-#: (importer prefix, imported prefix): edges that must not exist.
+#: The packages from the bottom (imported by all) to the top (importing all): a module
+#: imports only modules of its own layer or of layers below.  The bottom layer is the
+#: shared vocabulary; ``cli`` loads the commands by name at run time.
+LAYERS = [
+    ("scalectl", "scalectl.errors", "scalectl.defaults", "scalectl.display", "scalectl.files",
+     "scalectl.names", "scalectl.points"),
+    ("scalectl.curve",),
+    ("scalectl.presets",),
+    ("scalectl.recipe",),
+    ("scalectl.rl",),
+    ("scalectl.store",),
+    ("scalectl.job",),
+    ("scalectl.launch",),
+    ("scalectl.science",),
+    ("scalectl.present",),
+    ("scalectl.ablation",),
+    ("scalectl.commands",),
+    ("scalectl.cli",),
+]
+
+#: The trainer's stages in the order a batch meets them, bottom to top, likewise.
+RL_STAGES = [
+    ("scalectl.rl", "scalectl.rl.policy"),
+    ("scalectl.rl.reward",),
+    ("scalectl.rl.data",),
+    ("scalectl.rl.rollout",),
+    ("scalectl.rl.evaluation",),
+    ("scalectl.rl.train",),
+    ("scalectl.rl.batches",),
+    ("scalectl.rl.transport",),
+    ("scalectl.rl.schedule",),
+    ("scalectl.rl.loop", "scalectl.rl.accounting", "scalectl.rl.checkpoint"),
+    ("scalectl.rl.processes",),
+    ("scalectl.rl.run",),
+]
+
+#: (importer prefix, imported prefix): edges that must not exist, whatever the layers.
 FORBIDDEN = [
     ("scalectl.rl", "scalectl.launch"),
     ("scalectl.rl", "scalectl.store"),
@@ -100,7 +137,7 @@ def test_the_walker_sees_cycles_and_package_imports():
     assert find_cycle({"a": {"b"}, "b": set(), "c": {"a", "b"}}) is None
     edges = graph()
     assert "scalectl.rl.loop" in edges["scalectl.rl.run"]          # plain `from scalectl.rl.loop import ...`
-    assert "scalectl.store" in edges["scalectl.job"]
+    assert "scalectl.store.database" in edges["scalectl.job.body"]
     assert len(edges) > 60
 
 
@@ -112,3 +149,58 @@ def test_rl_and_launch_stay_in_their_lanes():
     bad = [f"{a} imports {b}" for a, targets in graph().items() for b in targets
            for src, dst in FORBIDDEN if _under(a, src) and _under(b, dst)]
     assert bad == []
+
+
+def layer_of(name: str, layers) -> int | None:
+    """The index of the layer holding module ``name`` (its longest matching prefix), or None."""
+    best, index = -1, None
+    for i, layer in enumerate(layers):
+        for prefix in layer:
+            exact = name == prefix
+            if (exact or (prefix != "scalectl" and _under(name, prefix))) and len(prefix) > best:
+                best, index = len(prefix), i
+    return index
+
+
+def upward(edges: dict[str, set[str]], layers, within: str | None = None) -> list[str]:
+    """The edges that go up the ``layers`` (of the modules under ``within``, if given)."""
+    bad = []
+    for a, targets in edges.items():
+        if within and not _under(a, within):
+            continue
+        for b in targets:
+            if within and not _under(b, within):
+                continue
+            la, lb = layer_of(a, layers), layer_of(b, layers)
+            if la is not None and lb is not None and lb > la:
+                bad.append(f"{a} (layer {la}) imports {b} (layer {lb})")
+    return sorted(bad)
+
+
+def test_every_module_has_a_layer():
+    edges = graph()
+    assert [m for m in edges if layer_of(m, LAYERS) is None] == []
+    assert [m for m in edges if _under(m, "scalectl.rl") and layer_of(m, RL_STAGES) is None] == []
+
+
+def test_packages_follow_the_data_path():
+    edges = graph()
+    assert upward(edges, LAYERS) == []
+    assert upward(edges, RL_STAGES, within="scalectl.rl") == []
+
+
+def test_the_layer_check_sees_an_upward_import():
+    edges = {"scalectl.curve.fit": {"scalectl.store.database"}, "scalectl.store.database": {"scalectl.curve.fit"}}
+    assert upward(edges, LAYERS) == ["scalectl.curve.fit (layer 1) imports scalectl.store.database (layer 5)"]
+    rl = {"scalectl.rl.policy.model": {"scalectl.rl.loop"}}
+    assert upward(rl, RL_STAGES, within="scalectl.rl") == [
+        "scalectl.rl.policy.model (layer 0) imports scalectl.rl.loop (layer 9)"]
+
+
+def test_no_folder_holds_too_many_modules():
+    """~15 modules a folder at most (commands/: one module per command, 16 commands, and what they
+    share: common, until_decided)."""
+    counts = {d: len([p for p in d.glob("*.py") if p.name != "__init__.py"]) for d in PACKAGE.rglob("*")
+              if d.is_dir() and (d / "__init__.py").exists()}
+    limits = {PACKAGE / "commands": 18}
+    assert {str(d.relative_to(SRC)): n for d, n in counts.items() if n > limits.get(d, 15)} == {}

@@ -16,9 +16,9 @@ from conftest import ROOT, run_cli
 from scalectl.errors import UserError
 from scalectl.launch.base import log_tail, reconcile
 from scalectl.launch.local import acquire_slot, pid_alive
-from scalectl.rl.roles import assign_role, detect, first_host, local_task_env, slurm_port
+from scalectl.rl.transport.roles import assign_role, detect, first_host, local_task_env, slurm_port
 from scalectl.launch.slurm import job_tasks, map_state, signal_delay_s, submitit_parameters
-from scalectl.recipe_io import load
+from scalectl.recipe.load import load
 
 # --------------------------------------------------------------------------- pure rules
 
@@ -229,7 +229,7 @@ def test_killed_and_cancelled_local_jobs(tmp_path):
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory) -> str:
     """A freshly initialised tiny policy (no warm start: these tests are about launching)."""
-    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
 
     return str(save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path_factory.mktemp("policy") / "tiny"))
 

@@ -7,9 +7,9 @@ import json
 import pytest
 
 from conftest import ROOT, run_cli
-from scalectl.layout import check_layout, parameter_count, role_map, role_map_lines, trainer_memory
-from scalectl.recipe_io import load
-from scalectl.weight_sync import bucket_ranges, weight_sync_plan
+from scalectl.job.layout import check_layout, parameter_count, role_map, role_map_lines, trainer_memory
+from scalectl.recipe.load import load
+from scalectl.rl.transport.weight_sync import bucket_ranges, weight_sync_plan
 
 PAPER = (ROOT / "recipes/scalerl.toml", ROOT / "setups/paper-8b.toml")
 

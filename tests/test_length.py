@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from scalectl.rl.length import interrupt_lengths, overlong_penalty
+from scalectl.rl.rollout.length import interrupt_lengths, overlong_penalty
 
 
 def test_overlong_penalty_boundaries():

@@ -12,7 +12,8 @@ import json
 import pytest
 import torch
 
-from scalectl.rl.model import build_tiny_model, head_token_logprobs, token_logprobs
+from scalectl.rl.policy.model import build_tiny_model
+from scalectl.rl.policy.logprobs import head_token_logprobs, token_logprobs
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -58,7 +58,7 @@ def build_policy(folder: Path) -> Path:
 
     import torch
 
-    from scalectl.rl.warmstart import SFTConfig, ensure_warm_start
+    from scalectl.rl.train.warmstart import SFTConfig, ensure_warm_start
 
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
@@ -97,7 +97,7 @@ def policy(tmp_path_factory) -> Path:
 @pytest.mark.parametrize("mode, background", [("sync", "off"), ("ppo_off_policy", "off"), ("sync", "on")])
 def test_run_gives_the_recorded_points(policy, tmp_path, mode, background):
     """``eval.background = "on"`` evaluates each step on a copy of its weights in a thread
-    while the loop trains on (scalectl.rl.evaluations): the points must be the recorded ones,
+    while the loop trains on (scalectl.rl.evaluation.during_training): the points must be the recorded ones,
     which were evaluated in the loop's thread."""
     recorded = json.loads(FIXTURE.read_text())["modes"][mode]
     got = points_of(policy, tmp_path, mode, (f"eval.background={background}",))

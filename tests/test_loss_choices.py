@@ -8,13 +8,13 @@ import pytest
 
 from conftest import run_cli
 from scalectl.ablation import with_companions
-from scalectl.loss_choices import COMPANIONS, LOSS_CHOICES, LOSS_NAMES, stale_companions
-from scalectl.recipe import Loss
-from scalectl.recipe_io import load
+from scalectl.recipe.loss_choices import COMPANIONS, LOSS_CHOICES, LOSS_NAMES, stale_companions
+from scalectl.recipe.schema import Loss
+from scalectl.recipe.load import load
 
 
 def test_validator_planner_and_registry_agree_with_the_table():
-    from scalectl.rl.losses import POLICY_LOSSES
+    from scalectl.rl.train.losses import POLICY_LOSSES
 
     type_field = Loss.model_fields["type"].annotation
     assert typing.get_args(type_field) == LOSS_NAMES

@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from scalectl.rl.losses import POLICY_LOSSES, aggregation_weights, cispo, get_policy_loss, gspo, ppo_clip
+from scalectl.rl.train.losses import POLICY_LOSSES, aggregation_weights, cispo, get_policy_loss, gspo, ppo_clip
 
 D = torch.float64
 

@@ -5,10 +5,8 @@ import json
 import pytest
 import torch
 
-from scalectl.rl.model import (
-    BOXED, build_tiny_model, build_tokenizer, encode_prompt, head_log_softmax, load_policy, n_params,
-    position_ids_from_mask, save_policy, token_logprobs,
-)
+from scalectl.rl.policy.model import BOXED, build_tiny_model, build_tokenizer, encode_prompt, load_policy, n_params, save_policy
+from scalectl.rl.policy.logprobs import head_log_softmax, position_ids_from_mask, token_logprobs
 
 
 

@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT, run_cli
 from scalectl.errors import UserError
 from scalectl.names import check_name
-from scalectl.recipe_io import load
+from scalectl.recipe.load import load
 
 HOSTILE = ["x; rm -rf ~", "../../etc", "..", "a/b", "a b", "$(id)", "`id`", "a\nb", "", ".hidden",
            "-rf", "x" * 101, "name'quote", 'name"dq', "a|b", "a&b", "a>b", "~root"]

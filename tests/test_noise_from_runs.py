@@ -7,7 +7,7 @@ import importlib.util
 import pytest
 
 from conftest import ROOT
-from scalectl.store import Store
+from scalectl.store.database import Store
 
 
 def _script():

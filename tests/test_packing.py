@@ -7,10 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from scalectl.recipe import Loss, Optim
-from scalectl.rl.model import build_tiny_model, packed_token_logprobs, position_ids_from_mask, token_logprobs
-from scalectl.rl.packing import pack, place, sequence_spans, token_cells
-from scalectl.rl.trainer import PolicyTrainer, TrainBatch
+from scalectl.recipe.schema import Loss, Optim
+from scalectl.rl.policy.model import build_tiny_model
+from scalectl.rl.policy.logprobs import packed_token_logprobs, position_ids_from_mask, token_logprobs
+from scalectl.rl.train.packing import pack, place, sequence_spans, token_cells
+from scalectl.rl.train.trainer import PolicyTrainer, TrainBatch
 
 EPS = 2.0**-23
 #: Packed and padded passes do the same float32 arithmetic except for the order of some sums:
@@ -166,8 +167,8 @@ def _train_batch():
 
 @pytest.mark.parametrize("zero_stage", [0, 1, 2, 3])
 def test_a_packed_step_gives_the_padded_step(zero_stage, one_torch_thread):
-    from scalectl.rl.losses import aggregation_weights
-    from scalectl.rl.trainer import gradient_rows
+    from scalectl.rl.train.losses import aggregation_weights
+    from scalectl.rl.train.trainer import gradient_rows
 
     batch = _train_batch()
     n, L = batch.input_ids.shape

@@ -18,17 +18,18 @@ import torch
 
 from conftest import SCALECTL, run_cli
 from scalectl.launch.local import pid_alive
-from scalectl.rl.roles import Task, free_port
-from scalectl.rl.batch import build_train_batch
-from scalectl.rl.groups import Group
-from scalectl.rl.model import build_tiny_model, build_tokenizer, head_log_softmax, token_logprobs
-from scalectl.rl.feeder import staleness_stats
-from scalectl.rl.filters import PromptSampler
-from scalectl.recipe import Async
-from scalectl.rl.schedule import schedule_for
+from scalectl.rl.transport.roles import Task, free_port
+from scalectl.rl.train.batch import build_train_batch
+from scalectl.rl.rollout.groups import Group
+from scalectl.rl.policy.model import build_tiny_model, build_tokenizer
+from scalectl.rl.policy.logprobs import head_log_softmax, token_logprobs
+from scalectl.rl.schedule.feeder import staleness_stats
+from scalectl.rl.batches.filters import PromptSampler
+from scalectl.recipe.schema import Async
+from scalectl.rl.schedule.modes import schedule_for
 from scalectl.rl.rollout.cpu import CPURolloutEngine
 from scalectl.rl.rollout.sampling import SamplingParams
-from scalectl.rl.stream import Channel, WeightSlot, end_weights, push_weights, weight_layout
+from scalectl.rl.transport.stream import Channel, WeightSlot, end_weights, push_weights, weight_layout
 
 PROMPT = "12+34-5="
 T, S = 16, 7          # completion length; the weights change before the forward pass of call S
@@ -181,7 +182,7 @@ def test_staleness_stats_and_bounds():
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory) -> str:
     """A freshly initialised tiny policy (no warm start: these tests are about the processes)."""
-    from scalectl.rl.model import save_policy
+    from scalectl.rl.policy.model import save_policy
 
     return str(save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path_factory.mktemp("policy") / "tiny"))
 
@@ -256,7 +257,7 @@ def test_two_generators_two_trainers_then_a_killed_trainer_fails_the_run(tmp_pat
     _wait(lambda: 3 in _stored_steps(tmp_path / "s.db"), what="the step-3 point")
     shown = _kill_and_show(proc, follower["pid"], tmp_path / "s.db")
     row = shown["run"]
-    assert (f"PipelineFailed: pipeline trainer process (rank 3, pid {follower['pid']}) was killed by signal "
+    assert (f"ProcessFailed: pipeline trainer process (rank 3, pid {follower['pid']}) was killed by signal "
             f"SIGKILL (log: {follower['log']})" in row["error"]), row["error"]
     assert not any(pid_alive(t["pid"]) for t in tasks)             # no orphan
     steps = _steps(run_dir)
@@ -312,7 +313,7 @@ def test_killed_generator_fails_the_run(tmp_path, policy):
     gen = next(t for t in tasks if t["role"] == "generator")
     shown = _kill_and_show(proc, gen["pid"], tmp_path / "s.db")
     row = shown["run"]
-    assert (f"PipelineFailed: pipeline generator process (rank 0, pid {gen['pid']}) was killed by signal SIGKILL"
+    assert (f"ProcessFailed: pipeline generator process (rank 0, pid {gen['pid']}) was killed by signal SIGKILL"
             in row["error"]), row["error"]
     assert not any(pid_alive(t["pid"]) for t in tasks)             # no orphan
     steps = _steps(run_dir)
@@ -383,10 +384,10 @@ def test_tasks_of_a_multi_task_job_run_their_roles(tmp_path, policy):
     run's status alone, rank 1 trains and records it."""
     import sys
 
-    from scalectl.job import write_job_file
-    from scalectl.rl.roles import local_task_env
-    from scalectl.recipe_io import load
-    from scalectl.store import Store
+    from scalectl.job.body import write_job_file
+    from scalectl.rl.transport.roles import local_task_env
+    from scalectl.recipe.load import load
+    from scalectl.store.database import Store
 
     root = Path(__file__).resolve().parents[1]
     overrides = [a for a in TINY if a != "--set"] + [f"model.path={policy}", "budget.steps=3"]
@@ -396,7 +397,7 @@ def test_tasks_of_a_multi_task_job_run_their_roles(tmp_path, policy):
                                   launcher="slurm", hardware="cpu", run_dir=str(tmp_path / "run"))
     write_job_file(tmp_path / "run", db=str(tmp_path / "s.db"), run_id=run_id, recipe=recipe.to_dict())
     port = free_port()
-    code = f"from scalectl.job import run_job; print('RESULT', run_job({str(tmp_path / 'run')!r}))"
+    code = f"from scalectl.job.body import run_job; print('RESULT', run_job({str(tmp_path / 'run')!r}))"
     procs = [subprocess.Popen([sys.executable, "-c", code], env={**os.environ, **local_task_env(rank, 2, port)},
                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for rank in (0, 1)]
     outs = [p.communicate(timeout=300)[0] for p in procs]

@@ -1,4 +1,4 @@
-"""Figures are written as valid PNG and SVG files (scalectl.plot)."""
+"""Figures are written as valid PNG and SVG files (scalectl.present.plot)."""
 
 import math
 import xml.etree.ElementTree as ET
@@ -7,10 +7,10 @@ import matplotlib.image
 import numpy as np
 import pytest
 
-from scalectl.compare import RunCurve, loo_lines
+from scalectl.science.compare import RunCurve, loo_lines
 from scalectl.curve import fit_sigmoid, sigmoid
-from scalectl.extrapolate import extrapolate
-from scalectl.plot import curves_figure, plot_curves, plot_extrapolation, plot_loo
+from scalectl.science.extrapolate import extrapolate
+from scalectl.present.plot import curves_figure, plot_curves, plot_extrapolation, plot_loo
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -90,7 +90,7 @@ def test_fit_plot_draws_points_curve_ceiling_interval_and_margin(tmp_path, db_pa
     import json
 
     from conftest import run_cli
-    from scalectl.store import Store
+    from scalectl.store.database import Store
 
     cur = run(0.61, 1.92, 2542, 1)
     with Store.open(db_path) as store:
@@ -112,8 +112,8 @@ def test_fit_plot_draws_points_curve_ceiling_interval_and_margin(tmp_path, db_pa
 
 
 def test_run_summary_gives_the_fit_advice_and_plot(tmp_path, db_path):
-    from scalectl.run_summary import summarize_run
-    from scalectl.store import Store
+    from scalectl.present.summary import summarize_run
+    from scalectl.store.database import Store
 
     cur = run(0.61, 1.92, 2542, 4)
     with Store.open(db_path) as store:
@@ -141,7 +141,7 @@ def test_a_log_compute_axis_labels_do_not_run_into_each_other():
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
-    from scalectl.plot import _log_x
+    from scalectl.present.plot import _log_x
 
     def labelled(lo, hi):
         fig = Figure()

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from conftest import ROOT, run_cli
 from scalectl import presets
-from scalectl.recipe_io import load
+from scalectl.recipe.load import load
 
 RECIPES = ["dapo", "grpo", "magistral", "minimax", "scalerl"]
 

@@ -9,7 +9,7 @@ import re
 from rich.console import Console
 
 from conftest import run_cli
-from scalectl.commands.progress import RichReporter
+from scalectl.present.progress import RichReporter
 
 
 def _simulated(tmp_path, name: str, steps: int) -> None:
@@ -36,7 +36,7 @@ def test_status_watch_prints_each_change_until_the_runs_end(tmp_path):
 
 
 def test_status_watch_with_nothing_running_returns_at_once(tmp_path):
-    from scalectl.store import Store
+    from scalectl.store.database import Store
 
     Store.open(tmp_path / "s.db").close()                       # an empty store
     proc = run_cli("status", "--watch", db=tmp_path / "s.db", cwd=tmp_path, check=True)

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from scalectl.errors import UserError
-from scalectl.recipe_io import load
+from scalectl.recipe.load import load
 
 PRESETS = ["grpo", "dapo", "magistral", "minimax", "scalerl"]
 BAD = ROOT / "tests" / "data" / "bad"
@@ -24,7 +24,7 @@ def test_presets_validate(name, setup):
 
 
 def test_presets_match_the_published_table():
-    """recipe-axes.md, 'Named recipes': loss, clip, aggregation, advantage, async, filters, head."""
+    """docs/recipe-axes.md, 'Named recipes': loss, clip, aggregation, advantage, async, filters, head."""
     expect = {
         "grpo": ("ppo_clip", 0.2, 0.2, "sample", "prompt", "ppo_off_policy", 8, False, False, "bf16"),
         "dapo": ("ppo_clip", 0.2, 0.26, "prompt", "prompt", "ppo_off_policy", 8, True, False, "bf16"),

@@ -9,8 +9,8 @@ import pytest
 
 from scalectl.defaults import MARGIN, TRUNCATION_THRESHOLD
 from scalectl.points import POINT_FIELDS, EvalPoint
-from scalectl.recipe import Fit, Launcher
-from scalectl.store import EVAL_POINT_COLUMNS
+from scalectl.recipe.schema import Fit, Launcher
+from scalectl.store.database import EVAL_POINT_COLUMNS
 
 
 def test_every_launcher_type_is_registered_and_no_other():
@@ -35,7 +35,7 @@ def test_defaults_are_the_papers():
 
 def test_fit_window_rule():
     from scalectl.curve import default_min_compute
-    from scalectl.run_fits import fit_window
+    from scalectl.science.fits import fit_window
 
     x = [0.0, 1.0, 2.0, 4.0, 8.0]
     assert fit_window({"axis": "flops", "min_compute": 3}, "flops", x, override=0.5) == 0.5   # --min-compute

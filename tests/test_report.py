@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 
 from conftest import run_cli
-from scalectl.compare import FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, UNDECIDED, RunCurve, Row
+from scalectl.science.compare import FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, UNDECIDED, RunCurve, Row
 from scalectl.curve import SigmoidFit
-from scalectl.importer import import_points
+from scalectl.store.importer import import_points
 from scalectl.ablation.analysis import VariantResult, sentence
-from scalectl.report import md_escape
-from scalectl.store import Store
+from scalectl.ablation.report import md_escape
+from scalectl.store.database import Store
 
 
 def _fit(A: float, B: float = 2.0) -> SigmoidFit:

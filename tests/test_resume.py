@@ -17,7 +17,7 @@ from conftest import ROOT, SCALECTL, run_cli
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory) -> str:
     """A freshly initialised tiny policy: this test is about crash and resume, not learning."""
-    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
 
     return str(save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path_factory.mktemp("policy") / "tiny"))
 

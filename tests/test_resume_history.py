@@ -33,9 +33,9 @@ class Quiet:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from scalectl.recipe_io import load
-    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
-    from scalectl.rl.tasks import make_splits
+    from scalectl.recipe.load import load
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
+    from scalectl.rl.data.arithmetic import make_splits
 
     root = tmp_path_factory.mktemp("resume-history")
     policy = save_policy(build_tiny_model(seed=0, num_hidden_layers=2, hidden_size=64, intermediate_size=128),
@@ -53,7 +53,7 @@ def _train(setup, name: str, resume: bool = False, cut_at: int | None = None) ->
     """Train run ``name``; with ``cut_at``, Ctrl-C lands in the second generation call of that step.
     Returns whether the run was interrupted."""
     from scalectl.rl.loop import prepare, train
-    from scalectl.rl.schedule import schedule_for
+    from scalectl.rl.schedule.modes import schedule_for
 
     root, recipe, train_problems, held = setup
     (root / name).mkdir(exist_ok=True)

@@ -29,9 +29,9 @@ class StopAfter:
 
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
-    from scalectl.recipe_io import load
-    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
-    from scalectl.rl.tasks import make_splits
+    from scalectl.recipe.load import load
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
+    from scalectl.rl.data.arithmetic import make_splits
 
     root = tmp_path_factory.mktemp("resume-metrics")
     policy = save_policy(build_tiny_model(seed=0, num_hidden_layers=2, hidden_size=64, intermediate_size=128),
@@ -45,9 +45,9 @@ def setup(tmp_path_factory):
 
 
 def _run(setup, name: str, stop_at: int | None, resume: bool = False):
-    from scalectl.job import StoreSink
+    from scalectl.job.body import StoreSink
     from scalectl.rl.run import run_training
-    from scalectl.store import Store
+    from scalectl.store.database import Store
 
     root, recipe, train, held = setup
     store = Store.open(root / "s.db")

@@ -12,13 +12,13 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, SCALECTL, run_cli
-from scalectl.run_lock import run_folder_lock
+from scalectl.job.lock import run_folder_lock
 
 
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory) -> str:
     """A freshly initialised tiny policy: these tests are about resuming, not learning."""
-    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
 
     return str(save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path_factory.mktemp("policy") / "tiny"))
 
@@ -143,9 +143,9 @@ def test_a_new_store_never_takes_over_another_stores_run_folder(tmp_path):
 def test_run_points_to_a_stopped_run_of_the_same_recipe_and_seed(tmp_path):
     """A failed run of the same recipe content and seed (as a killed `make run` leaves): a
     new `run` trains anew and says how to continue the stopped one."""
-    from scalectl.recipe_io import load
-    from scalectl.runs import create_run
-    from scalectl.store import Store
+    from scalectl.recipe.load import load
+    from scalectl.launch.runs import create_run
+    from scalectl.store.database import Store
 
     runs, db = tmp_path / "runs", tmp_path / "s.db"
     sets = ["budget.steps=4", "eval.every_steps=2"]

@@ -4,7 +4,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from scalectl.rl.rewards import answers_match, check, last_boxed, reward, too_costly
+from scalectl.rl.reward.checker import answers_match, check, last_boxed, reward, too_costly
 
 
 def test_last_boxed():

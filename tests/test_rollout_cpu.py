@@ -5,7 +5,8 @@ import threading
 import pytest
 import torch
 
-from scalectl.rl.model import BOXED, build_tiny_model, build_tokenizer, encode_prompt, token_logprobs
+from scalectl.rl.policy.model import BOXED, build_tiny_model, build_tokenizer, encode_prompt
+from scalectl.rl.policy.logprobs import token_logprobs
 from scalectl.rl.rollout import make_engine
 from scalectl.rl.rollout.base import Completion
 from scalectl.rl.rollout.cpu import CPURolloutEngine
@@ -214,7 +215,7 @@ def test_in_flight_update_tags_later_tokens(tok, monkeypatch):
 
 
 def test_make_engine_from_recipe(model, tok):
-    from scalectl.recipe import Recipe
+    from scalectl.recipe.schema import Recipe
 
     engine = make_engine(Recipe(), model, tok)
     assert isinstance(engine, CPURolloutEngine) and engine.head_fp32

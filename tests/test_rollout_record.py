@@ -16,7 +16,7 @@ def test_a_sync_run_records_its_rollouts(tmp_path):
     (KV-cached decoding) equal the trainer's teacher-forced recomputation in float32 (the same
     sums in another order over a near-uniform softmax of 261 tokens, log-probs ~ -5.6 whose
     float32 ulp is 4.8e-7: a few ulps, < 1e-5)."""
-    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
 
     policy = save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path / "policy")
     sets = ["async.mode=sync", f"batch.prompts_per_step={P}", f"batch.generations_per_prompt={G}",

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from conftest import ROOT
-from scalectl.recipe_io import load
-from scalectl.rl.model import BOXED, build_tiny_model, build_tokenizer
+from scalectl.recipe.load import load
+from scalectl.rl.policy.model import BOXED, build_tiny_model, build_tokenizer
 from scalectl.rl.rollout.cpu import CPURolloutEngine
 from scalectl.rl.rollout.sampling import SamplingParams
 
@@ -57,7 +57,7 @@ def test_every_field_changes_what_is_sampled(engine, field):
 def test_top_p_samples_inside_the_nucleus_and_records_full_softmax_logprobs(engine):
     """top_p = 0.3 on a random model: every sampled token is among the top tokens that reach 0.3
     cumulative probability; its recorded log-prob is of the full softmax (not renormalised)."""
-    from scalectl.rl.model import token_logprobs
+    from scalectl.rl.policy.logprobs import token_logprobs
 
     comps = [c for g in engine.generate(PROMPTS[:1], 3, SamplingParams(max_new_tokens=6, top_p=0.3), seed=2)
              for c in g]
@@ -102,9 +102,9 @@ def test_bad_params_are_refused(bad, match):
 def test_training_rollouts_of_every_in_process_mode_follow_the_recipe(engine, tok, mode):
     """The loop's training batch with top_p 1.0 vs 0.3 (in-process modes): different completions,
     and each equals the engine's own output for ``SamplingParams.for_training`` of its recipe."""
-    from scalectl.rl.collect import generate_batch
+    from scalectl.rl.batches.collect import generate_batch
     from scalectl.rl.loop import new_state
-    from scalectl.rl.tasks import train_problems
+    from scalectl.rl.data.arithmetic import train_problems
 
     problems = train_problems(8, seed=0, difficulty=2)
     seen = []
@@ -124,9 +124,9 @@ def test_training_rollouts_of_every_in_process_mode_follow_the_recipe(engine, to
 
 def test_evaluation_follows_the_recipe(engine, tok):
     """A held-out point at eval.temperature 0.3 differs from one at 1.0 (same seed and weights)."""
-    from scalectl.rl.evaluations import Evaluations
+    from scalectl.rl.evaluation.during_training import Evaluations
     from scalectl.rl.loop import new_state, point_fields
-    from scalectl.rl.tasks import eval_problems
+    from scalectl.rl.data.arithmetic import eval_problems
 
     held = eval_problems(4, seed=0, difficulty=2)
     lengths = []

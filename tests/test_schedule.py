@@ -7,9 +7,9 @@ import typing
 import pytest
 
 from scalectl.errors import UserError
-from scalectl.layout import one_process
-from scalectl.recipe import Async
-from scalectl.rl.schedule import SCHEDULES, schedule_for
+from scalectl.job.layout import one_process
+from scalectl.recipe.schema import Async
+from scalectl.rl.schedule.modes import SCHEDULES, schedule_for
 
 
 def test_every_recipe_mode_has_a_schedule_and_no_other():

@@ -13,7 +13,7 @@ import urllib.request
 import pytest
 
 from conftest import SCALECTL
-from scalectl.store import Store
+from scalectl.store.database import Store
 
 pytest.importorskip("datasette")
 

@@ -53,7 +53,7 @@ def slurm():
 @pytest.fixture(scope="session")
 def policy(tmp_path_factory) -> str:
     """A freshly initialised tiny policy (no warm start: these tests are about launching)."""
-    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
 
     return str(save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path_factory.mktemp("policy") / "tiny"))
 
@@ -119,7 +119,7 @@ def _scontrol(job_id) -> dict:
 
 def test_two_task_job_roles_talk_over_gloo(slurm, tmp_path):
     """Task 0 is the generator, task 1 the trainer; the trainer sends a tensor, the generator answers."""
-    from scalectl.rl.roles import exchange_check
+    from scalectl.rl.transport.roles import exchange_check
     from scalectl.launch.slurm import submit_function, wait
 
     job = submit_function(exchange_check, 1, 1, folder=tmp_path / "roles",
@@ -194,11 +194,11 @@ def test_slurm_run_and_a_preempted_run_end_with_the_same_points(slurm, policy, s
 def _submit_array(tmp_path, policy, submitted, names, budget_steps) -> list:
     """Runs created as `scalectl run` creates them, submitted together by
     SlurmLauncher.submit_many: one job array (executor.batch())."""
-    from scalectl.job import write_job_file
+    from scalectl.job.body import write_job_file
     from scalectl.launch.base import RunSpec
     from scalectl.launch.slurm import SlurmLauncher
-    from scalectl.recipe_io import load
-    from scalectl.store import Store
+    from scalectl.recipe.load import load
+    from scalectl.store.database import Store
 
     overrides = [a for a in TINY if a != "--set"] + [f"model.path={policy}", f"budget.steps={budget_steps}",
                                                      f"launcher.max_parallel={len(names)}"]

@@ -15,7 +15,7 @@ import pytest
 
 from conftest import run_cli
 from scalectl.errors import UserError
-from scalectl.store import SCHEMA_VERSION, Store
+from scalectl.store.database import SCHEMA_VERSION, Store
 
 
 def test_points_replace_not_duplicate(db_path):
@@ -52,7 +52,7 @@ def test_unknown_run_and_duplicate_name(db_path):
 
 WRITER = r"""
 import sys
-from scalectl.store import Store
+from scalectl.store.database import Store
 db, run_id, worker, n = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
 store = Store.open(db)
 for i in range(n):

@@ -2,8 +2,8 @@
 
 import pytest
 
-from scalectl.rl.rewards import check
-from scalectl.rl.tasks import (
+from scalectl.rl.reward.checker import check
+from scalectl.rl.data.arithmetic import (
     DIFFICULTIES, HELD_OUT_RESERVE, eval_problems, reserve_size, make_splits, running_sums, sft_target, train_problems,
 )
 

@@ -9,8 +9,8 @@ import json
 import pytest
 import torch
 
-from scalectl.rl.datasets import load_problems, render_prompt
-from scalectl.rl.model import (
+from scalectl.rl.data.files import load_problems, render_prompt
+from scalectl.rl.policy.model import (
     BOXED, build_tiny_model, build_tokenizer, encode_prompt, encode_prompts, eos_token_id, pad_token_id,
 )
 from scalectl.rl.rollout.cpu import CPURolloutEngine
@@ -98,9 +98,9 @@ def model():
 def test_rollouts_and_a_training_batch_with_each_tokenizer(model, kind):
     """Generation, stop on EOS (even when EOS is the pad id), and teacher-forced log-probs of the
     padded training batch equal to the engine's (padding masked whatever its id)."""
-    from scalectl.rl.batch import build_train_batch
-    from scalectl.rl.groups import Group
-    from scalectl.rl.model import token_logprobs
+    from scalectl.rl.train.batch import build_train_batch
+    from scalectl.rl.rollout.groups import Group
+    from scalectl.rl.policy.logprobs import token_logprobs
 
     tok = _tok(kind)
     prompts = ["1+2=", "123+45-6=", "7-70+700="]

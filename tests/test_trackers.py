@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from conftest import ROOT, run_cli
-from scalectl.trackers import BACKENDS, missing
+from scalectl.job.trackers import BACKENDS, missing
 
 INSTALLED = [b for b in BACKENDS if not missing([b])]
 STEPS, EVERY = 6, 2
@@ -26,7 +26,7 @@ def policy(tmp_path_factory) -> str:
     that the pass rates compared below are not all zero."""
     from types import SimpleNamespace as NS
 
-    import scalectl.rl.warmstart as ws
+    import scalectl.rl.train.warmstart as ws
 
     small = dict(num_hidden_layers=1, hidden_size=64, intermediate_size=128, num_attention_heads=2,
                  num_key_value_heads=2)
@@ -197,7 +197,7 @@ def test_a_resumed_tensorboard_log_replaces_the_steps_after_the_checkpoint(tmp_p
     pytest.importorskip("tensorboard")
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from scalectl.trackers import RunInfo, TensorBoardTracker
+    from scalectl.job.trackers import RunInfo, TensorBoardTracker
 
     info = RunInfo("r", tmp_path, {"loss": {"type": "cispo"}}, "0123456789ab", "r-1")
     first = TensorBoardTracker()

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from scalectl.recipe import Loss, Optim
-from scalectl.rl.model import build_tiny_model
-from scalectl.rl.trainer import PolicyTrainer, TrainBatch
+from scalectl.recipe.schema import Loss, Optim
+from scalectl.rl.policy.model import build_tiny_model
+from scalectl.rl.train.trainer import PolicyTrainer, TrainBatch
 
 
 def _batch(seed=0):
@@ -33,7 +33,7 @@ def _trained_params(micro_batch_size: int, loss: Loss):
 
 
 def test_micro_batching_gives_the_same_step():
-    """Gradient accumulation must not change the effective loss scale (recipe-axes.md)."""
+    """Gradient accumulation must not change the effective loss scale (docs/recipe-axes.md)."""
     for loss in (Loss(type="cispo", aggregation="prompt"), Loss(type="ppo_clip", aggregation="sample")):
         full, m_full, trainer = _trained_params(4, loss)
         split, m_split, _ = _trained_params(1, loss)
@@ -64,8 +64,8 @@ def _small():
 
 def _reference_grads(loss_cfg: Loss, batch: TrainBatch) -> dict:
     """The batch loss's gradient by plain torch autograd (one pass, no DeepSpeed), float32."""
-    from scalectl.rl.losses import aggregation_weights, get_policy_loss
-    from scalectl.rl.model import token_logprobs
+    from scalectl.rl.train.losses import aggregation_weights, get_policy_loss
+    from scalectl.rl.policy.logprobs import token_logprobs
 
     model = _small().train()
     weights = aggregation_weights(batch.loss_mask, batch.group_ids, loss_cfg.aggregation)
@@ -163,8 +163,8 @@ def _padded_batch_with_zero_advantages() -> TrainBatch:
 def test_zero_advantage_rows_and_padding_skip_the_pass_but_not_the_gradient(loss):
     """The step computes only rows with a non-zero advantage and the columns they use, and
     its gradient is the full padded batch's."""
-    from scalectl.rl.trainer import gradient_rows
-    from scalectl.rl.losses import aggregation_weights
+    from scalectl.rl.train.trainer import gradient_rows
+    from scalectl.rl.train.losses import aggregation_weights
 
     batch = _padded_batch_with_zero_advantages()
     cut, w = gradient_rows(batch, aggregation_weights(batch.loss_mask, batch.group_ids, loss.aggregation))
@@ -190,7 +190,7 @@ def test_zero_advantage_rows_and_padding_skip_the_pass_but_not_the_gradient(loss
 
 
 def test_a_batch_without_gradient_still_takes_one_row():
-    from scalectl.rl.trainer import gradient_rows
+    from scalectl.rl.train.trainer import gradient_rows
 
     batch = _padded_batch_with_zero_advantages()
     batch.advantages.zero_()
@@ -200,9 +200,9 @@ def test_a_batch_without_gradient_still_takes_one_row():
 
 _BUSY_PORT_TRAINER = """
 import os, torch
-from scalectl.recipe import Loss, Optim
-from scalectl.rl.model import build_tiny_model
-from scalectl.rl.trainer import PolicyTrainer
+from scalectl.recipe.schema import Loss, Optim
+from scalectl.rl.policy.model import build_tiny_model
+from scalectl.rl.train.trainer import PolicyTrainer
 torch.set_num_threads(1)
 trainer = PolicyTrainer(build_tiny_model(seed=0), loss=Loss(type="cispo"), optim=Optim(),
                         head_fp32=True, temperature=1.0, micro_batch_size=2)
@@ -235,9 +235,9 @@ def test_a_single_process_trainer_takes_no_port(tmp_path):
 _GROUP_AT_EXIT = """
 import atexit, torch
 import torch.distributed as dist
-from scalectl.recipe import Loss, Optim
-from scalectl.rl.model import build_tiny_model
-from scalectl.rl.trainer import PolicyTrainer
+from scalectl.recipe.schema import Loss, Optim
+from scalectl.rl.policy.model import build_tiny_model
+from scalectl.rl.train.trainer import PolicyTrainer
 atexit.register(lambda: print("group at exit:", dist.is_initialized()))   # runs after later handlers
 torch.set_num_threads(1)
 PolicyTrainer(build_tiny_model(seed=0), loss=Loss(type="cispo"), optim=Optim(),

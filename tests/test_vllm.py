@@ -55,7 +55,7 @@ def test_contains():
 
 @pytest.mark.skipif(HAS_VLLM, reason="vllm is installed")
 def test_make_engine_without_vllm_says_what_to_do():
-    from scalectl.recipe import Recipe
+    from scalectl.recipe.schema import Recipe
     from scalectl.rl.rollout import make_engine
 
     recipe = Recipe.model_validate({"hardware": {"rollout_engine": "vllm"}})
@@ -72,7 +72,7 @@ PROMPTS = ["12+34=", "7-9+100=", "555-55=", "1+1="]
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory):
-    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
 
     path = tmp_path_factory.mktemp("tiny") / "policy"
     model, tok = build_tiny_model(seed=0), build_tokenizer()
@@ -95,7 +95,7 @@ def engine(tiny):
 
 
 def _trainer_logprobs(model, completion, head_fp32=True):
-    from scalectl.rl.model import token_logprobs
+    from scalectl.rl.policy.logprobs import token_logprobs
 
     ids = torch.tensor([completion.prompt_ids + completion.token_ids])
     with torch.no_grad():
@@ -124,7 +124,7 @@ def test_logprobs_match_the_trainer_and_completions_are_well_formed(engine, tiny
     assert [len(g) for g in groups] == [4] * 4
     for i, g in enumerate(groups):
         for c in g:
-            from scalectl.rl.model import encode_prompt
+            from scalectl.rl.policy.model import encode_prompt
 
             assert c.prompt_index == i and c.prompt_ids == encode_prompt(tok, PROMPTS[i])
             assert c.versions == [0] * len(c.token_ids) and c.loss_mask == [1] * len(c.token_ids)
@@ -152,7 +152,7 @@ def test_same_seed_same_samples_other_seed_others(engine):
 
 @needs_vllm
 def test_weight_updates_change_samples_and_log_probs(engine, tiny):
-    from scalectl.rl.model import build_tiny_model
+    from scalectl.rl.policy.model import build_tiny_model
 
     _, model, _ = tiny
     other = build_tiny_model(seed=1)
@@ -174,7 +174,7 @@ def test_weight_updates_change_samples_and_log_probs(engine, tiny):
 
 @needs_vllm
 def test_in_flight_update_lands_between_steps(engine, tiny):
-    from scalectl.rl.model import build_tiny_model
+    from scalectl.rl.policy.model import build_tiny_model
 
     _, model, _ = tiny
     other = build_tiny_model(seed=2).state_dict()
@@ -205,7 +205,7 @@ def test_in_flight_update_lands_between_steps(engine, tiny):
 def test_poll_weights_updates_before_a_given_step(engine, tiny):
     """A generator process polls for new weights before every decoding step: an update at
     the 11th poll tags the first 10 tokens with the old version and the rest with the new."""
-    from scalectl.rl.model import build_tiny_model
+    from scalectl.rl.policy.model import build_tiny_model
 
     _, model, _ = tiny
     other = build_tiny_model(seed=3)
@@ -290,7 +290,7 @@ def test_a_tokenizer_without_bos(engine, tiny):
     without one (bos_token = None gave a None id before)."""
     import copy
 
-    from scalectl.rl.model import encode_prompt
+    from scalectl.rl.policy.model import encode_prompt
 
     _, model, tok = tiny
     no_bos = copy.deepcopy(tok)

@@ -13,14 +13,14 @@ import pytest
 import torch
 
 from conftest import ROOT
-from scalectl.rl.roles import free_port
+from scalectl.rl.transport.roles import free_port
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("vllm") is None,
                                 reason="vllm is not installed (make test-vllm)")
 
 
 def test_two_vllm_generators_receive_broadcast_weights(tmp_path):
-    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
 
     ckpt = tmp_path / "policy"
     save_policy(build_tiny_model(seed=0), build_tokenizer(), ckpt)

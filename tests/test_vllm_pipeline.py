@@ -38,9 +38,9 @@ def _weights(run_dir, version: int):
     saves the whole module, whose parameter names are the causal LM's)."""
     import torch
 
-    from scalectl.recipe import Recipe
-    from scalectl.rl.model import load_policy
-    from scalectl.rl.warmstart import ensure_warm_start
+    from scalectl.recipe.schema import Recipe
+    from scalectl.rl.policy.model import load_policy
+    from scalectl.rl.train.warmstart import ensure_warm_start
 
     recipe = Recipe.model_validate(json.loads((run_dir / "job.json").read_text())["recipe"])
     model, _ = load_policy(str(ensure_warm_start(recipe)), "fp32")     # cached by the run
@@ -57,7 +57,7 @@ def _teacher_forced(model, line) -> tuple[list[float], list[float]]:
     or of the log-prob, at least 1)."""
     import torch
 
-    from scalectl.rl.model import token_logprobs
+    from scalectl.rl.policy.logprobs import token_logprobs
 
     ids = torch.tensor([line["prompt_ids"] + line["token_ids"]])
     start = len(line["prompt_ids"]) - 1

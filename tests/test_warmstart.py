@@ -11,9 +11,9 @@ from types import SimpleNamespace as NS
 import pytest
 import torch
 
-import scalectl.rl.warmstart as ws
-from scalectl.rl.model import build_tiny_model, build_tokenizer, load_policy
-from scalectl.rl.tasks import eval_problems, sft_target, train_problems
+import scalectl.rl.train.warmstart as ws
+from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, load_policy
+from scalectl.rl.data.arithmetic import eval_problems, sft_target, train_problems
 
 SMALL = dict(num_hidden_layers=1, hidden_size=64, intermediate_size=128, num_attention_heads=2,
              num_key_value_heads=2)
@@ -66,7 +66,7 @@ def test_stops_at_first_check_on_target(built):
 
 def test_checkpoint_reaches_its_pass_rate_on_held_out_prompts(built):
     """Independent re-evaluation on the held-out prompts: the saved model is the trained one."""
-    from scalectl.rl.evaluate import evaluate
+    from scalectl.rl.evaluation.pass_rate import evaluate
     from scalectl.rl.rollout.cpu import CPURolloutEngine
     from scalectl.rl.rollout.sampling import SamplingParams
 
@@ -161,7 +161,7 @@ def test_other_paths_and_sources(tmp_path):
 
 def test_takes_a_recipe(tmp_path, monkeypatch):
     """``ensure_warm_start(recipe)`` keys on the recipe's model, data and length.max_new_tokens."""
-    from scalectl.recipe import Recipe
+    from scalectl.recipe.schema import Recipe
 
     seen = {}
     monkeypatch.setattr(ws, "cache_key", lambda *a: seen.update(key_args=a) or "k")

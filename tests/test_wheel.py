@@ -68,7 +68,7 @@ def test_the_installed_package_is_the_wheel_and_lists_its_presets(installed):
     listed = json.loads(_run([installed["scalectl"], "recipes", "--json"], cwd=installed["empty"],
                              env=installed["env"]).stdout)
     assert {r["name"] for r in listed if r["kind"] == "recipe"} == {"dapo", "grpo", "magistral", "minimax", "scalerl"}
-    from scalectl.recipe_io import load
+    from scalectl.recipe.load import load
 
     scalerl = next(r for r in listed if r["name"] == "scalerl")
     assert scalerl["hash"] == load(ROOT / "recipes" / "scalerl.toml", ROOT / "setups" / "tiny-cpu.toml").content_hash
@@ -91,7 +91,7 @@ def test_the_wheel_trains_scalerl_by_name_from_an_empty_folder(installed, tmp_pa
     """The preset and the default setup come from the installed package; the pipeline's
     processes run the installed code.  A freshly initialised policy stands in for the warm
     start (the slow test below builds that), so this takes a minute, not ten."""
-    from scalectl.rl.model import build_tiny_model, build_tokenizer, save_policy
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
 
     policy = save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path / "policy")
     folder = tmp_path / "work"

@@ -2,9 +2,9 @@
 
 ``python tests/vllm_weights_worker.py RANK SIZE PORT CKPT OUT``: rank 0 (the
 trainer) takes the tiny checkpoint's weights, changes them as a step would and
-broadcasts them over a :class:`scalectl.rl.broadcast.StatelessGroup` (gloo);
+broadcasts them over a :class:`scalectl.rl.transport.broadcast.StatelessGroup` (gloo);
 every other rank (a generator) holds a vLLM engine (CPU build) whose
-``poll_weights`` is a :class:`scalectl.rl.broadcast.WeightReceiver` feeding
+``poll_weights`` is a :class:`scalectl.rl.transport.broadcast.WeightReceiver` feeding
 ``update_weights``, generates until the update has arrived, then generates
 again and compares its log-probs with a teacher-forced pass of the received
 weights. Each rank saves what it found to OUT.RANK.pt.
@@ -18,8 +18,9 @@ import torch
 
 
 def main(rank: int, size: int, port: int, ckpt: str, out: str) -> None:
-    from scalectl.rl.broadcast import StatelessGroup, WeightReceiver, broadcast_weights
-    from scalectl.rl.model import build_tiny_model, build_tokenizer, token_logprobs
+    from scalectl.rl.transport.broadcast import StatelessGroup, WeightReceiver, broadcast_weights
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer
+    from scalectl.rl.policy.logprobs import token_logprobs
     from scalectl.rl.rollout.sampling import SamplingParams
 
     torch.set_num_threads(1)

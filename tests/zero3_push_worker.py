@@ -3,9 +3,9 @@
 ``python tests/zero3_push_worker.py RANK PORT WEIGHTS_PORT OUT``: ranks 0 and 1 are two trainer
 ranks (gloo, the default group), rank 2 a generator. For ZeRO stage 0 and then 3, the trainers
 build the tiny model (seed 0), take one optimiser step on the same groups (rank 0 leading through
-:class:`scalectl.rl.data_parallel.TrainerRanks`, rank 1 following), and rank 0 pushes its weights
+:class:`scalectl.rl.train.data_parallel.TrainerRanks`, rank 1 following), and rank 0 pushes its weights
 to the generator over a weights group of two (the generator 0, the leader 1) with
-:func:`scalectl.rl.stream.push_weights` inside :meth:`TrainerRanks.gathered` (versions 1 and 2),
+:func:`scalectl.rl.transport.stream.push_weights` inside :meth:`TrainerRanks.gathered` (versions 1 and 2),
 then the last word. The leader saves what it pushed (its state dict, gathered), the generator what
 it loaded, to OUT.RANK.pt.
 """
@@ -30,9 +30,9 @@ class Recorder:
 
 def main(rank: int, port: int, weights_port: int, out: str) -> None:
     torch.set_num_threads(1)
-    from scalectl.rl.broadcast import StatelessGroup
-    from scalectl.rl.model import build_tiny_model
-    from scalectl.rl.stream import WeightSlot, end_weights, push_weights, weight_layout
+    from scalectl.rl.transport.broadcast import StatelessGroup
+    from scalectl.rl.policy.model import build_tiny_model
+    from scalectl.rl.transport.stream import WeightSlot, end_weights, push_weights, weight_layout
 
     if rank == 2:
         group = StatelessGroup("127.0.0.1", weights_port, 0, 2, timeout_s=300)
@@ -56,9 +56,9 @@ def main(rank: int, port: int, weights_port: int, out: str) -> None:
         return initialize(*args, config=config, **kwargs)
 
     deepspeed.initialize = partition_everything
-    from scalectl.recipe import Loss, Optim
-    from scalectl.rl.data_parallel import TrainerRanks, follow
-    from scalectl.rl.trainer import PolicyTrainer
+    from scalectl.recipe.schema import Loss, Optim
+    from scalectl.rl.train.data_parallel import TrainerRanks, follow
+    from scalectl.rl.train.trainer import PolicyTrainer
 
     group = StatelessGroup("127.0.0.1", weights_port, 1, 2, timeout_s=300) if rank == 0 else None
     pushed = {}

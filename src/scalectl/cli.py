@@ -1,7 +1,7 @@
 """The ``scalectl`` command line: a thin typer app over the library.
 
-Each family of commands lives in :mod:`scalectl.commands`; this module only
-assembles them, and the console script only the family of the command it runs
+Each command lives in its own module of :mod:`scalectl.commands`; this module only
+assembles them, and the console script only the module of the command it runs
 (:data:`COMMANDS`).  Nothing here imports torch, deepspeed or vLLM: the commands
 that train import them when they run.
 """
@@ -15,17 +15,16 @@ import typer
 import typer.core
 import typer.main
 
-#: Each command, by the module of :mod:`scalectl.commands` that registers it, in the
-#: order ``--help`` lists them.  The console script imports only the module of the
+#: Each command, by the module of :mod:`scalectl.commands` that registers it (named for it;
+#: ``import_`` for ``import``), in the order ``--help`` lists them.  The console script imports only the module of the
 #: command it is given (a test checks this table against what the modules register).
 COMMANDS: dict[str, str] = {
-    "validate": "recipes",
-    "recipes": "presets", "init": "presets",
-    "run": "train",
-    "runs": "store", "show": "store", "import": "store",
-    "fit": "science", "compare": "science", "extrapolate": "science",
-    "status": "launch", "cancel": "launch", "logs": "launch",
-    "ablate": "ablate", "report": "ablate",
+    "validate": "validate", "recipes": "recipes", "init": "init",
+    "run": "run",
+    "runs": "runs", "show": "show", "import": "import_",
+    "fit": "fit", "compare": "compare", "extrapolate": "extrapolate",
+    "status": "status", "cancel": "cancel", "logs": "logs",
+    "ablate": "ablate", "report": "report",
     "serve": "serve",
 }
 

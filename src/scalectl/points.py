@@ -1,7 +1,7 @@
 """The evaluation point: what a run measures every ``eval.every_steps`` steps.
 
 Produced by the training loop (:func:`scalectl.rl.loop.eval_point`), stored one
-row per (run, step) by :class:`scalectl.store.Store` (its ``eval_points`` columns
+row per (run, step) by :class:`scalectl.store.database.Store` (its ``eval_points`` columns
 are these fields plus ``run_id`` and ``time``), read back by fits and reports.
 """
 

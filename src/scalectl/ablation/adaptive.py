@@ -3,7 +3,7 @@
 Stage 0 trains every arm (the base and each variant) to an initial budget with
 one seed (or ``initial_seeds``).  After each stage every running arm's seeds are
 pooled and fitted, the A intervals are widened by the seed-to-seed spread,
-every variant is compared with the base (:func:`scalectl.compare.compare`),
+every variant is compared with the base (:func:`scalectl.science.compare.compare`),
 and :func:`scalectl.ablation.decisions.decide` says per arm: stop, extend, add a seed,
 or hold.  The loop ends when nothing runs any more or the next stage would
 pass ``total_budget`` (device-hours).
@@ -143,7 +143,7 @@ def run_loop(backend: Backend, state: LoopState, limits: Limits, *, total_budget
     options" (some stopped undecided: nothing left within the limits), "total
     budget" or "max stages".
     """
-    from scalectl.compare import RunCurve, compare
+    from scalectl.science.compare import RunCurve, compare
     from scalectl.curve import FitError
 
     fit_kw = dict(fit_kw or {})
@@ -247,7 +247,7 @@ def run_loop(backend: Backend, state: LoopState, limits: Limits, *, total_budget
 
 
 class SimBackend:
-    """Arms with simulated curves (:class:`scalectl.simulated.SimCurve`), points drawn in-process.
+    """Arms with simulated curves (:class:`scalectl.curve.simulated.SimCurve`), points drawn in-process.
 
     curves: arm -> curve; every: evaluation interval in steps; seed0: the
     first seed (arm seeds are seed0, seed0 + 1, ...).  The fit axis is gpu_hours.
@@ -262,7 +262,7 @@ class SimBackend:
         """Nothing to train: points are drawn when read."""
 
     def curves(self, name, budget, seeds):
-        from scalectl.simulated import draw_points, eval_steps
+        from scalectl.curve.simulated import draw_points, eval_steps
 
         out = []
         for s in range(seeds):

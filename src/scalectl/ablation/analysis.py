@@ -2,11 +2,11 @@
 
 :func:`gather` reads an ablation's runs from the store and fits each variant
 (the seeds of a variant pooled into one curve, with the fit window of
-:func:`scalectl.run_fits.fit_window`; each seed also fitted alone to show the
+:func:`scalectl.science.fits.fit_window`; each seed also fitted alone to show the
 seed spread), then judges every variant against the baseline with
-:func:`scalectl.compare.compare` (margin :data:`scalectl.defaults.MARGIN`:
+:func:`scalectl.science.compare.compare` (margin :data:`scalectl.defaults.MARGIN`:
 three seeds of one recipe gave ceilings within +-0.015, Khatri et al. 2025,
-arXiv 2510.13786, section 3).  It returns data; :mod:`scalectl.report` draws
+arXiv 2510.13786, section 3).  It returns data; :mod:`scalectl.ablation.report` draws
 and writes the report, the command prints the table.
 """
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from scalectl.compare import BASELINE, FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, Comparison, LooLine, RunCurve, Row
+from scalectl.science.compare import BASELINE, FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, Comparison, LooLine, RunCurve, Row
 from scalectl.curve import SigmoidFit
 from scalectl.defaults import MARGIN, TRUNCATION_THRESHOLD
 from scalectl.display import format_estimate
@@ -86,7 +86,7 @@ def gather(store, manifest: dict, *, bootstrap: int = 1000, seed: int = 0, margi
     """Fit every variant of an ablation and compare them with the baseline.
 
     Args:
-        store: an open :class:`scalectl.store.Store`.
+        store: an open :class:`scalectl.store.database.Store`.
         manifest: the ablation as :meth:`scalectl.ablation.Plan.to_dict` gives
             it, ``variants[i]["runs"]`` naming the stored runs of variant i.
         bootstrap: bootstrap resamples per fit (0: no intervals, and every
@@ -98,10 +98,10 @@ def gather(store, manifest: dict, *, bootstrap: int = 1000, seed: int = 0, margi
         The :class:`AblationResult`, sentences filled in.  Variants without
         runs, points or a fit carry an ``error`` instead of a curve.
     """
-    from scalectl import compare as cmp
+    from scalectl.science import compare as cmp
     from scalectl.curve import FitError, fit_sigmoid
     from scalectl.errors import UserError
-    from scalectl.run_fits import FitOptions, fit_run, fit_window, load_points
+    from scalectl.science.fits import FitOptions, fit_run, fit_window, load_points
 
     margin = float(margin if margin is not None else manifest.get("margin", MARGIN))
     opts = FitOptions(bootstrap=bootstrap, seed=seed)
@@ -191,7 +191,7 @@ def _pair(a: float, b: float) -> tuple[str, str]:
 def sentence(v: VariantResult, row: Row | None, base_fit: SigmoidFit | None, margin: float) -> str:
     """One plain sentence on a variant's verdict against the baseline, e.g.
     "Removing the FP32 head lowered the ceiling from 0.61 to 0.55, beyond the
-    0.02 margin."  (verdict rules: :mod:`scalectl.compare`)."""
+    0.02 margin."  (verdict rules: :mod:`scalectl.science.compare`)."""
     subject = v.lead or f"Variant {v.name}"
     if v.is_base or (row is not None and row.verdict == BASELINE):
         if v.curve is None:

@@ -19,9 +19,9 @@ from scalectl.ablation.planner import BASE, diff, parse_run_name, read_ablation
 from scalectl.ablation.planner import plan as make_plan
 from scalectl.errors import UserError
 from scalectl.names import check_name
-from scalectl.recipe import Recipe
-from scalectl.run_fits import fit_window
-from scalectl.runs import ATTACH, NEW, RESUME, REUSE, cancel, create_run, find_existing, submit, unique_name
+from scalectl.recipe.schema import Recipe
+from scalectl.science.fits import fit_window
+from scalectl.launch.runs import ATTACH, NEW, RESUME, REUSE, cancel, create_run, find_existing, submit, unique_name
 
 MANIFEST_DIR = ".ablations"
 
@@ -125,8 +125,8 @@ def find_manifest(store, ref: str, runs_dir: str | Path = "runs") -> dict:
 def resolve(store, plan) -> dict:
     """Planned run name -> (action, stored run or None); the stored run carries ``last_step``.
 
-    Actions: :data:`~scalectl.runs.NEW`, :data:`~scalectl.runs.REUSE`,
-    :data:`~scalectl.runs.ATTACH`, :data:`~scalectl.runs.RESUME` (:func:`scalectl.runs.find_existing`).
+    Actions: :data:`~scalectl.launch.runs.NEW`, :data:`~scalectl.launch.runs.REUSE`,
+    :data:`~scalectl.launch.runs.ATTACH`, :data:`~scalectl.launch.runs.RESUME` (:func:`scalectl.launch.runs.find_existing`).
     """
     actions = {}
     for r in plan.runs:
@@ -209,12 +209,12 @@ def cost(plan, actions: dict, rate: tuple[float, str] | None) -> dict:
 
 def launch(store, plan, actions: dict, kind: str, runs_dir: Path) -> tuple[dict[str, int], int]:
     """Create the new runs, then submit new and resumed ones together
-    (:func:`scalectl.runs.submit`: one Slurm job array).
+    (:func:`scalectl.launch.runs.submit`: one Slurm job array).
 
     Returns:
         (planned name -> run id, number of runs submitted).
     """
-    from scalectl.job import read_job_file
+    from scalectl.job.body import read_job_file
     from scalectl.launch.base import RunSpec
 
     ids, specs = {}, []
@@ -239,7 +239,7 @@ def launch(store, plan, actions: dict, kind: str, runs_dir: Path) -> tuple[dict[
 class Watch:
     """The state of an ablation's runs, looked up again at each :meth:`rows`; the ceiling
     fitted to each run's points so far (no bootstrap, the fit window of
-    :func:`scalectl.run_fits.fit_window`), refitted only when points arrive."""
+    :func:`scalectl.science.fits.fit_window`), refitted only when points arrive."""
 
     plan: object
     ids: dict[str, int]

@@ -2,7 +2,7 @@
 
 An adaptive ablation (``scalectl ablate --until-decided``) trains every
 variant and the base to an initial budget, then after each stage fits and
-compares every variant with the base (:func:`scalectl.compare.compare`, margin
+compares every variant with the base (:func:`scalectl.science.compare.compare`, margin
 0.02) and decides per variant (docs/ablations.md, "Until decided"):
 
 * **decided**: "higher ceiling", "lower ceiling" or a tie ("tie on ceiling,
@@ -47,7 +47,7 @@ import math
 from dataclasses import dataclass, replace
 from typing import Mapping, Sequence
 
-from scalectl.compare import FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, UNDECIDED, Comparison
+from scalectl.science.compare import FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, UNDECIDED, Comparison
 from scalectl.curve import SigmoidFit
 
 STOP, EXTEND, SEED, HOLD = "stop", "extend", "seed", "hold"
@@ -252,7 +252,7 @@ def decide(arms: Sequence[Arm], comparison: Comparison | None, limits: Limits,
     """Next step of every arm after a stage.
 
     arms: the base (``is_base``) and the variants; comparison: the result of
-    :func:`scalectl.compare.compare` over the arms still running plus the base
+    :func:`scalectl.science.compare.compare` over the arms still running plus the base
     (rows named like the arms; None when the base could not be fitted).
     seed_sd: the seed-to-seed sd of A in use (default ``limits.seed_sd``): a
     variant at ``max_seeds`` is extended only while a verdict is within reach

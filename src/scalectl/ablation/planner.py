@@ -55,8 +55,8 @@ from scalectl import presets
 from scalectl.defaults import MARGIN
 from scalectl.errors import UserError
 from scalectl.names import check_name
-from scalectl.recipe import UNHASHED_KEYS, Recipe
-from scalectl.recipe_io import find_default_setup, flatten, load, parse_override, read_toml
+from scalectl.recipe.schema import UNHASHED_KEYS, Recipe
+from scalectl.recipe.load import find_default_setup, flatten, load, parse_override, read_toml
 
 KINDS = ("forward", "leave_one_out", "variants")
 #: Name of the base variant of forward and leave-one-out ablations.
@@ -267,10 +267,10 @@ def with_companions(overrides: tuple[str, ...]) -> tuple[str, ...]:
 
     Setting ``loss.type`` without clip values would keep the base's clips
     (ScaleRL's CISPO eps_max 5.0 under a PPO clip): the companions of the new
-    loss (:data:`scalectl.loss_choices.LOSS_CHOICES`) take its defaults unless
-    given, as :func:`scalectl.recipe_io.load` does for ``--set`` in every command.
+    loss (:data:`scalectl.recipe.loss_choices.LOSS_CHOICES`) take its defaults unless
+    given, as :func:`scalectl.recipe.load.load` does for ``--set`` in every command.
     """
-    from scalectl.loss_choices import LOSS_CHOICES
+    from scalectl.recipe.loss_choices import LOSS_CHOICES
 
     given = _explicit(overrides)
     choice = LOSS_CHOICES.get(given.get("loss.type"))

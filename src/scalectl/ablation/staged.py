@@ -4,7 +4,7 @@ The decision loop (:mod:`scalectl.ablation.adaptive`, rules in :mod:`scalectl.ab
 runs over a :class:`StoreBackend`: the runs of the ablation are created,
 extended (the same run resumed with a larger ``budget.steps``), seeded (a new
 run at the next seed) and launched through the launcher like every other run
-(:func:`scalectl.runs.submit`), and their points are read back from the
+(:func:`scalectl.launch.runs.submit`), and their points are read back from the
 store.  Every stage goes to the store's ``ablation_stages`` table as soon as
 it is decided.  Runs are named ``<ablation>--<variant>--s<seed>``.  Nothing
 here prints; the command (:mod:`scalectl.commands.until_decided`) does.
@@ -21,8 +21,8 @@ from scalectl.errors import UserError
 
 
 def open_store(db: str, *, create: bool = False):
-    """The store at ``db`` (:meth:`scalectl.store.Store.open`)."""
-    from scalectl.store import Store
+    """The store at ``db`` (:meth:`scalectl.store.database.Store.open`)."""
+    from scalectl.store.database import Store
 
     return Store.open(db, create=create)
 
@@ -51,7 +51,7 @@ class StoreBackend:
 
     def recipe(self, variant: str, i: int, budget: int):
         """The variant's recipe at its i-th seed with ``budget.steps = budget``."""
-        from scalectl.recipe import Recipe
+        from scalectl.recipe.schema import Recipe
 
         runs = [r for r in self.plan.runs if r.variant == variant]
         if i >= len(runs):
@@ -69,9 +69,9 @@ class StoreBackend:
     # ---------------------------------------------------------------- the Backend protocol
     def ensure(self, targets) -> None:
         """Create, extend or resume the runs so that each variant has (budget, seeds); wait for them."""
-        from scalectl.job import write_job_file
+        from scalectl.job.body import write_job_file
         from scalectl.launch.base import ACTIVE, RunSpec
-        from scalectl.runs import create_run, submit
+        from scalectl.launch.runs import create_run, submit
 
         specs, ids = [], []
         with open_store(self.db) as store:
@@ -244,7 +244,7 @@ def reopen_undecided(rows: list[dict], state, limits) -> list[str]:
     Returns the reopened names.
     """
     from scalectl.ablation.decisions import CANNOT_WIN, DECIDED, STOP, decide
-    from scalectl.compare import UNDECIDED, Comparison, Row
+    from scalectl.science.compare import UNDECIDED, Comparison, Row
 
     names = []
     for a in state.arms.values():
@@ -321,7 +321,7 @@ def total_budget_line(state, backend, total_budget: float) -> str:
 def needs(rows: list[dict], state, backend, limits) -> list[str]:
     """What each variant without a verdict would need next, one sentence each.
 
-    rows: the ablation's stage rows (:meth:`scalectl.store.Store.stages`);
+    rows: the ablation's stage rows (:meth:`scalectl.store.database.Store.stages`);
     state: the loop's state at its end; backend: for device-hours per step;
     limits: the :class:`scalectl.ablation.decisions.Limits` it ran under.  A
     variant still running (the loop stopped by ``--total-budget``) needs its
@@ -392,14 +392,14 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
     from statistics import NormalDist
 
     from scalectl.ablation.power import plan_power
-    from scalectl.simulated import is_simulated, parse_spec
+    from scalectl.curve.simulated import is_simulated, parse_spec
 
     base = plan.variants[0].recipe
     z = NormalDist().inv_cdf(0.5 + level / 2)
     src, C_mid, cps, s_fit, warning = None, None, None, None, None
     stored = Path(db).exists()
     with open_store(db, create=True) if stored else _nothing() as store:
-        from scalectl.run_fits import FitOptions, fit_run
+        from scalectl.science.fits import FitOptions, fit_run
 
         found = None
         for r in store.list_runs() if store is not None else []:
@@ -409,7 +409,7 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
             d = dict(rec, budget=dict(rec["budget"], steps=base.budget.steps, gpu_hours=base.budget.gpu_hours),
                      seed=base.seed, name=base.name)
             try:
-                from scalectl.recipe import Recipe
+                from scalectl.recipe.schema import Recipe
 
                 same = Recipe.model_validate(d).content_hash == base.content_hash
             except ValueError:
@@ -434,7 +434,7 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
                 rate = found["last_gpu_hours"] / found["last_step"]
     if src is None and is_simulated(base.model.path):
         from scalectl.curve import fit_sigmoid
-        from scalectl.simulated import draw_points, eval_steps
+        from scalectl.curve.simulated import draw_points, eval_steps
 
         c = parse_spec(base.model.path)
         C_mid, cps = c.C_mid, c.hours_per_step

@@ -1,1 +1,3 @@
-"""CLI commands, one module per family; each module's ``register(app)`` adds its commands."""
+"""CLI commands, one module per command named for it (``import_`` for ``import``), each a thin
+layer over the library; each module's ``register(app)`` adds its command.  :mod:`.common` holds
+what several share: the store option, JSON output, errors."""

@@ -5,11 +5,10 @@ plan (each variant's changes from the base, the runs, the estimated cost),
 reuses stored runs that already train the same recipe hash and seed,
 launches the rest (:mod:`scalectl.ablation.campaign`), shows a live table
 while they train, and ends with the verdicts against the base
-(:mod:`scalectl.ablation.analysis`) and the report (:mod:`scalectl.report`).
+(:mod:`scalectl.ablation.analysis`) and the report (:mod:`scalectl.ablation.report`).
 Ctrl-C cancels the ablation's jobs (each saves a checkpoint); the same
 command again continues where it stopped.  This module only reads arguments
-and prints.
-"""
+and prints."""
 
 from __future__ import annotations
 
@@ -22,7 +21,17 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
-from scalectl.commands.common import DbOption, JsonOption, err, fmt, open_store, out, print_json, user_errors
+from scalectl.commands.common import (
+    DbOption,
+    JsonOption,
+    err,
+    finish_ablation,
+    fmt,
+    open_store,
+    out,
+    print_json,
+    user_errors,
+)
 from scalectl.defaults import MARGIN
 from scalectl.errors import UserError
 
@@ -121,41 +130,6 @@ def _watch(db, watch, poll_s: float) -> list[dict]:
             live.stop()
 
 
-def _finish(db, manifest: dict, out_dir: Path, bootstrap: int, margin: float | None, json_: bool,
-            extra: dict | None = None) -> None:
-    from scalectl.ablation.analysis import gather
-    from scalectl.display import format_estimate
-    from scalectl.report import write_report
-
-    with open_store(db) as store:
-        result = gather(store, manifest, bootstrap=bootstrap, margin=margin)
-    paths = write_report(result, out_dir)
-    if json_:
-        print_json({**(extra or {}), "result": result.to_dict(), "report": {k: str(v) for k, v in paths.items()}})
-        return
-    table = Table(title=f"{result.name}: variants against {result.baseline} (margin {result.margin:g})")
-    for col in ("variant", "A", "B", "C_mid", "dA", "verdict"):
-        table.add_column(col, justify="left" if col in ("variant", "verdict") else "right")
-    for v in result.variants:
-        if v.curve is None:
-            table.add_row(v.name, "-", "-", "-", "-", f"not fitted: {v.error}")
-            continue
-        f = v.curve.fit
-        row = result.comparison.row(v.name) if result.comparison else None
-        if row is None or row.verdict == "baseline":
-            d, verdict = "-", "-" if row is None else "baseline"
-        else:
-            lo, hi = row.delta_A_interval
-            d, verdict = f"{row.delta_A:+.3f} [{lo:+.3f}, {hi:+.3f}]", row.verdict
-        table.add_row(v.name, format_estimate(f.A, f.interval("A")), f"{f.B:.2f}", f"{f.C_mid:.4g}", d, verdict)
-    out.print(table)
-    for v in result.variants:
-        out.print(v.sentence, soft_wrap=True)
-    for note in result.notes:
-        out.print(f"note: {note}", soft_wrap=True)
-    err.print(f"wrote {paths['html']} and {paths['markdown']}")
-
-
 @user_errors
 def ablate(
     file: Annotated[Path | None, typer.Argument(
@@ -207,7 +181,7 @@ def ablate(
     from scalectl.ablation import campaign
     from scalectl.ablation import plan as make_plan
     from scalectl.launch.registry import LAUNCHER_TYPES
-    from scalectl.store import default_db_path
+    from scalectl.store.database import default_db_path
 
     spec = _spec(file, leave_one_out, forward, base, name)
     overrides = tuple(set_) + ((f"budget.steps={budget_steps}",) if budget_steps is not None else ())
@@ -221,7 +195,7 @@ def ablate(
                          dry_run=dry_run, db=db, json_=json_)
         return
     plan = make_plan(spec, setup=setup, overrides=overrides, repeats=repeats)
-    from scalectl.trackers import check_installed
+    from scalectl.job.trackers import check_installed
 
     check_installed(plan.variants[0].recipe.logging)     # [logging] backends: before any run starts
     kind = launcher or plan.variants[0].recipe.launcher.type
@@ -265,35 +239,10 @@ def ablate(
         if r["status"] != "completed":
             first = (r["error"] or "").splitlines()[0] if r["error"] else ""
             err.print(f"[red]{escape(r['name'])}[/red] ended {r['status']}: {escape(first)}", markup=True)
-    _finish(db, manifest, out_dir or Path("reports") / spec.name, bootstrap, margin, json_,
+    finish_ablation(db, manifest, out_dir or Path("reports") / spec.name, bootstrap, margin, json_,
             extra={**plan_json, "runs": {r["name"]: r["status"] for r in rows}})
 
 
-@user_errors
-def report(
-    ablation: Annotated[str, typer.Argument(metavar="ABLATION", help="Ablation name or file (ablations/*.toml).")],
-    out_dir: Annotated[Path | None, typer.Option("--out", help="Report folder (default reports/NAME).")] = None,
-    runs_dir: Annotated[Path, typer.Option(help="Where ablation manifests are (RUNS_DIR/.ablations).")] = Path("runs"),
-    margin: Annotated[float | None, typer.Option(help=f"Noise margin on A (default: the ablation's, {MARGIN}).")] = None,
-    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples per fit (0: none).")] = 1000,
-    db: DbOption = None,
-    json_: JsonOption = False,
-) -> None:
-    """Write an ablation's report: index.html (figures embedded) and summary.md.
-
-    ABLATION is the name given to `scalectl ablate` (its manifest in
-    RUNS_DIR/.ablations) or an ablation file; without a manifest the runs are
-    found by their names NAME--VARIANT--sSEED (imported curves too).
-    """
-    from scalectl.ablation.campaign import find_manifest
-
-    with open_store(db) as store:
-        manifest = find_manifest(store, ablation, runs_dir)
-        path = store.path
-    _finish(path, manifest, out_dir or Path("reports") / manifest["name"], bootstrap, margin, json_)
-
-
 def register(app: typer.Typer) -> None:
-    """Add ``ablate`` and ``report`` to the app."""
+    """Add ``ablate`` to the app."""
     app.command()(ablate)
-    app.command()(report)

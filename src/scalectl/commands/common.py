@@ -1,4 +1,5 @@
-"""Plumbing shared by every CLI command: the store option, JSON output, errors.
+"""Plumbing shared by the CLI commands: the store option, JSON output, errors, the options of
+the fitting commands, and the end of an ablation.
 
 Commands print human output with rich on stdout, or with ``--json`` only JSON
 on stdout; progress and logs go to stderr.  A :class:`~scalectl.errors.UserError`
@@ -10,19 +11,15 @@ from __future__ import annotations
 import functools
 import json
 import sys
+from pathlib import Path
 from typing import Annotated, Any, Callable
 
 import typer
-from rich.console import Console
 from rich.markup import escape
+from rich.table import Table
 
 from scalectl.errors import UserError
-
-#: Human output.  Lines are not wrapped: a terminal folds them itself, and text written to a
-#: file or a pipe (a command to copy, the TOML ``validate`` prints) stays as it was made.
-out = Console(highlight=False, soft_wrap=True)
-#: Progress, logs and errors.
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+from scalectl.present.console import err, out  # noqa: F401  (the commands' consoles)
 
 DbOption = Annotated[str | None, typer.Option(
     "--db", envvar="SCALECTL_DB", help="SQLite store (default ./scalectl.db, or $SCALECTL_DB).")]
@@ -35,7 +32,7 @@ def open_store(db: str | None, *, create: bool = False):
     Only the commands that add runs pass ``create=True``: the others never
     leave an empty store (or its folder) behind.
     """
-    from scalectl.store import Store, default_db_path
+    from scalectl.store.database import Store, default_db_path
 
     return Store.open(db or default_db_path(), create=create)
 
@@ -71,3 +68,86 @@ def fmt(value: Any, digits: int = 3) -> str:
             return f"{value:.{digits}g}"
         return f"{value:.{digits}f}"
     return str(value)
+
+
+AxisOption = Annotated[str | None, typer.Option(
+    "--axis", help="Compute axis: gpu_hours, flops, tokens or step (default: the run's recipe "
+                   "fit.axis, else gpu_hours).")]
+
+
+MinComputeOption = Annotated[float | None, typer.Option(
+    "--min-compute", help="Fit window start, in axis units (default: the recipe's fit.min_compute "
+                          "on its own axis, else 1500 GPU-hours at paper scale or 1.5% of the run).")]
+
+
+MethodOption = Annotated[str, typer.Option(
+    "--method", help="vp (bounded least squares from a variable-projection start) or grid "
+                     "(the paper's A.5 grid).")]
+
+
+R0Option = Annotated[str, typer.Option(
+    "--r0", help="auto (measured at compute 0 if there, else fitted), measured, fit, or a number.")]
+
+
+BootstrapOption = Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples (0: none).")]
+
+
+SeedOption = Annotated[int, typer.Option("--seed", help="Bootstrap seed.")]
+
+
+MarginOption = Annotated[float, typer.Option("--margin", help="Noise margin on A (paper: 0.02).")]
+
+
+PlotOption = Annotated[Path | None, typer.Option("--plot", help="Write a figure (.png or .svg).")]
+
+
+def print_flags(name: str, fit) -> None:
+    """One line per flag of ``fit`` (a :class:`~scalectl.curve.SigmoidFit`), led by the run's name."""
+    for f in fit.flags:
+        out.print(f"[yellow]{name}[/yellow] {f.code}: {f.message}", soft_wrap=True)
+
+
+def write_figure(fn, data, path: Path, **kwargs) -> Path:
+    """``fn(data, path, **kwargs)`` (a figure of :mod:`scalectl.present.plot`), its ValueError a
+    :class:`UserError`; returns the path written."""
+    try:
+        return fn(data, path, **kwargs)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+
+
+def finish_ablation(db, manifest: dict, out_dir: Path, bootstrap: int, margin: float | None, json_: bool,
+                    extra: dict | None = None) -> None:
+    """The end of ``ablate`` and ``report``: fit every variant of the ablation ``manifest``, write
+    its report to ``out_dir`` and print the verdicts against the base (or JSON with ``extra``)."""
+    from scalectl.ablation.analysis import gather
+    from scalectl.ablation.report import write_report
+    from scalectl.display import format_estimate
+
+    with open_store(db) as store:
+        result = gather(store, manifest, bootstrap=bootstrap, margin=margin)
+    paths = write_report(result, out_dir)
+    if json_:
+        print_json({**(extra or {}), "result": result.to_dict(), "report": {k: str(v) for k, v in paths.items()}})
+        return
+    table = Table(title=f"{result.name}: variants against {result.baseline} (margin {result.margin:g})")
+    for col in ("variant", "A", "B", "C_mid", "dA", "verdict"):
+        table.add_column(col, justify="left" if col in ("variant", "verdict") else "right")
+    for v in result.variants:
+        if v.curve is None:
+            table.add_row(v.name, "-", "-", "-", "-", f"not fitted: {v.error}")
+            continue
+        f = v.curve.fit
+        row = result.comparison.row(v.name) if result.comparison else None
+        if row is None or row.verdict == "baseline":
+            d, verdict = "-", "-" if row is None else "baseline"
+        else:
+            lo, hi = row.delta_A_interval
+            d, verdict = f"{row.delta_A:+.3f} [{lo:+.3f}, {hi:+.3f}]", row.verdict
+        table.add_row(v.name, format_estimate(f.A, f.interval("A")), f"{f.B:.2f}", f"{f.C_mid:.4g}", d, verdict)
+    out.print(table)
+    for v in result.variants:
+        out.print(v.sentence, soft_wrap=True)
+    for note in result.notes:
+        out.print(f"note: {note}", soft_wrap=True)
+    err.print(f"wrote {paths['html']} and {paths['markdown']}")

@@ -39,7 +39,7 @@ def serve(
     """
     import importlib.util
 
-    from scalectl.store import default_db_path
+    from scalectl.store.database import default_db_path
 
     if importlib.util.find_spec("datasette") is None:
         raise UserError("scalectl serve needs Datasette: pip install 'scalectl[serve]'")

@@ -12,7 +12,17 @@ import json
 from pathlib import Path
 
 from scalectl.ablation.staged import (
-    StoreBackend, needs as _needs, power_plan, reopen_undecided, state_from_stages, summary, total_budget_line,
+    StoreBackend,
+    power_plan,
+    reopen_undecided,
+    state_from_stages,
+    summary,
+    total_budget_line,
+)
+from scalectl.ablation.staged import (
+    needs as _needs,
+)
+from scalectl.ablation.staged import (
     write_manifest as _write_manifest,
 )
 from scalectl.commands.common import err, open_store, out, print_json
@@ -167,7 +177,7 @@ def adaptive_command(spec, *, setup, overrides, launcher, runs_dir: Path, out_di
     from scalectl.ablation import plan as make_plan
     from scalectl.ablation.decisions import Limits
     from scalectl.launch.registry import LAUNCHER_TYPES
-    from scalectl.store import default_db_path
+    from scalectl.store.database import default_db_path
 
     if max_seeds < 1:
         raise UserError(f"--max-seeds {max_seeds} must be >= 1")
@@ -192,7 +202,7 @@ def adaptive_command(spec, *, setup, overrides, launcher, runs_dir: Path, out_di
     db = db or default_db_path()
     if rate is None:
         rate = spec.device_hours_per_step
-        from scalectl.simulated import is_simulated, parse_spec
+        from scalectl.curve.simulated import is_simulated, parse_spec
 
         if rate is None and is_simulated(first.model.path):
             rate = parse_spec(first.model.path).hours_per_step

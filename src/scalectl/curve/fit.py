@@ -92,7 +92,7 @@ def _as_arrays(compute: Any, pass_rate: Any) -> tuple[np.ndarray, np.ndarray]:
 
 def detect_late_decline(compute: np.ndarray, pass_rate: np.ndarray, tol: float = 0.02
                         ) -> Flag | None:
-    """Flag a collapse after a peak (method.md section 7: unstable runs break the sigmoid).
+    """Flag a collapse after a peak (docs/method.md, section 7: unstable runs break the sigmoid).
 
     The mean of the last fifth of the points (at least 3) is compared with the
     peak of a running median of 3 over the points before them; a drop larger than
@@ -210,7 +210,7 @@ def fit_sigmoid(
     value there is R0), with the same noise as every other evaluation, so a noisy
     step-0 evaluation moves A only as much as its weight among the points allows,
     and R0 gets a bootstrap interval inside its bounds [0, 1].  ``fixed_A`` holds the ceiling fixed (used
-    by the tie rule of :mod:`scalectl.compare`).
+    by the tie rule of :mod:`scalectl.science.compare`).
 
     r0_se: the standard error of the evaluation(s) at compute 0 (e.g. binomial,
     sqrt(p (1 - p) / samples)).  When given, each such observation is weighted by
@@ -226,7 +226,7 @@ def fit_sigmoid(
     resampled residuals and the prediction noise are inflated by the lag-1
     autocorrelation of the residuals (:func:`ar1_inflation`); False treats the
     points as independent.  ``truncation`` (n,) truncation rates,
-    flagged above ``truncation_threshold`` (method.md section 5).
+    flagged above ``truncation_threshold`` (docs/method.md, section 5).
 
     Returns a :class:`SigmoidFit`.  Raises :class:`FitError` on malformed input or
     when the window holds too few points.

@@ -1,6 +1,6 @@
 """One interface over the places a run can execute: this machine or Slurm.
 
-A launcher turns a run (its folder holds ``job.json``, :mod:`scalectl.job`)
+A launcher turns a run (its folder holds ``job.json``, :mod:`scalectl.job.body`)
 into a job with an id, reports the job's state in the store's vocabulary,
 cancels it and names its log files.  What it submitted is recorded in
 ``RUN_DIR/launch.json`` (every submission: launcher, job id, log path, and
@@ -49,7 +49,7 @@ class RunSpec:
         run_id: the run's id in the store.
         name: the run's name (already checked by :func:`scalectl.names.check_name`).
         run_dir: the run folder, holding ``job.json``.
-        recipe: the validated :class:`scalectl.recipe.Recipe` (its ``launcher``
+        recipe: the validated :class:`scalectl.recipe.schema.Recipe` (its ``launcher``
             and ``hardware`` sections size the job).
 
     The job body resumes from the run's latest checkpoint when there is one.

@@ -196,7 +196,7 @@ def _sigterm_to_interrupt(signum, frame):
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Body of a detached local job: take a slot, then :func:`scalectl.job.run_job`."""
+    """Body of a detached local job: take a slot, then :func:`scalectl.job.body.run_job`."""
     parser = argparse.ArgumentParser(prog="python -m scalectl.launch.local")
     parser.add_argument("run_dir", type=Path)
     parser.add_argument("--slots", type=int, default=1)
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _sigterm_to_interrupt)
     reporter = LogReporter(sys.stdout)
 
-    from scalectl.job import record_status, run_job
+    from scalectl.job.body import record_status, run_job
 
     slot_dir = args.slot_dir or default_slot_dir(args.run_dir)
     try:

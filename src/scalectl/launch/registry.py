@@ -54,7 +54,7 @@ def refresh(store, run: dict, launcher: Launcher | None = None) -> dict:
     """Bring one run's status in the store up to date with its launcher.
 
     Args:
-        store: an open :class:`scalectl.store.Store`.
+        store: an open :class:`scalectl.store.database.Store`.
         run: a row of :meth:`Store.list_runs` / :meth:`Store.get_run`.
         launcher: the launcher to ask (default: the one recorded for the job).
 

@@ -230,7 +230,7 @@ def query_state(job_id: str) -> JobState:
 
 
 class SlurmRunJob:
-    """The callable every task of a Slurm job runs: :func:`scalectl.job.run_job` on the run folder.
+    """The callable every task of a Slurm job runs: :func:`scalectl.job.body.run_job` on the run folder.
 
     Checkpointable in submitit's sense (it has :meth:`checkpoint`): on
     pre-emption or time limit the job is resubmitted and resumes from its last
@@ -254,7 +254,7 @@ class SlurmRunJob:
     def __call__(self, run_dir: str) -> dict | None:
         import submitit
 
-        from scalectl.job import run_job
+        from scalectl.job.body import run_job
 
         reporter = LogReporter(sys.stdout)
         env = os.environ

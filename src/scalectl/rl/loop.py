@@ -1,9 +1,9 @@
 """The RL loop: prompts -> rollouts -> rewards -> advantages -> loss -> optimiser step.
 
 One loop (:func:`train`) for every ``async.mode``: the mode's schedule
-(:mod:`scalectl.rl.schedule`) supplies each batch, generated in this process
+(:mod:`scalectl.rl.schedule.modes`) supplies each batch, generated in this process
 (``sync``, ``ppo_off_policy``) or streamed by generator processes
-(``pipeline``, :mod:`scalectl.rl.pipeline`).  Every ``eval.every_steps``
+(``pipeline``, :mod:`scalectl.rl.processes.bodies`).  Every ``eval.every_steps``
 steps, and before the first, the held-out prompts are evaluated and the
 point (:class:`~scalectl.points.EvalPoint`) goes to the run's sink with the
 compute spent so far.  :mod:`scalectl.rl.run` starts a run.
@@ -19,8 +19,8 @@ import torch
 
 from scalectl.rl.accounting import ComputeMeter
 from scalectl.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
-from scalectl.rl.filters import PromptHistory, PromptSampler, pool_warning
-from scalectl.rl.model import pad_token_id
+from scalectl.rl.batches.filters import PromptHistory, PromptSampler, pool_warning
+from scalectl.rl.policy.model import pad_token_id
 from scalectl.rl.rollout.sampling import SamplingParams
 
 
@@ -38,7 +38,7 @@ class Reporter:
 class Policy:
     """The model, tokenizer, rollout engine and trainer of one run.
 
-    ``ranks`` is the :class:`~scalectl.rl.data_parallel.TrainerRanks` over every trainer
+    ``ranks`` is the :class:`~scalectl.rl.train.data_parallel.TrainerRanks` over every trainer
     rank (``trainer`` alone when there is one): steps, checkpoints and restores go through it."""
 
     model: object
@@ -70,8 +70,8 @@ class LoopState:
 
 def load_model(recipe, reporter: Reporter):
     """The policy's (model, tokenizer) in ``model.dtype``, warm-started first for ``builtin:`` paths."""
-    from scalectl.rl.model import load_policy
-    from scalectl.rl.warmstart import ensure_warm_start
+    from scalectl.rl.policy.model import load_policy
+    from scalectl.rl.train.warmstart import ensure_warm_start
 
     path = recipe.model.path
     if path.startswith("builtin:"):
@@ -81,9 +81,9 @@ def load_model(recipe, reporter: Reporter):
 
 def build_policy(recipe, reporter: Reporter) -> Policy:
     """Load (or build and warm-start) the model, and wrap it in an engine and a trainer."""
-    from scalectl.rl.model import n_params
+    from scalectl.rl.policy.model import n_params
     from scalectl.rl.rollout import make_engine
-    from scalectl.rl.trainer import PolicyTrainer
+    from scalectl.rl.train.trainer import PolicyTrainer
 
     model, tokenizer = load_model(recipe, reporter)
     head_fp32 = recipe.precision.lm_head == "fp32"
@@ -91,7 +91,7 @@ def build_policy(recipe, reporter: Reporter) -> Policy:
                             temperature=SamplingParams.for_training(recipe).temperature,
                             micro_batch_size=recipe.batch.micro_batch_size,
                             zero_stage=recipe.hardware.zero_stage, dtype=recipe.model.dtype)
-    from scalectl.rl.data_parallel import TrainerRanks
+    from scalectl.rl.train.data_parallel import TrainerRanks
 
     engine = make_engine(recipe, trainer.model, tokenizer)
     ranks = TrainerRanks(trainer, recipe.advantage.normalization, pad_token_id(tokenizer))
@@ -177,12 +177,12 @@ def point_fields(state: LoopState) -> dict:
 
 
 def evaluations_for(recipe, policy: Policy, eval_problems: list):
-    """The run's :class:`~scalectl.rl.evaluations.Evaluations`: in the background
-    (:func:`~scalectl.rl.evaluations.runs_in_background`) on a copy of the policy that
+    """The run's :class:`~scalectl.rl.evaluation.during_training.Evaluations`: in the background
+    (:func:`~scalectl.rl.evaluation.during_training.runs_in_background`) on a copy of the policy that
     takes the trainer's weights (gathered first under ZeRO-3) at each start, else in the
     loop's thread on the policy's engine."""
-    from scalectl.rl.evaluations import Evaluations, background_engine, runs_in_background
-    from scalectl.rl.schedule import schedule_for
+    from scalectl.rl.evaluation.during_training import Evaluations, background_engine, runs_in_background
+    from scalectl.rl.schedule.modes import schedule_for
 
     hw = recipe.hardware
     if not runs_in_background(recipe, schedule_for(recipe.async_).in_processes(hw.generators, hw.trainers)):
@@ -215,13 +215,13 @@ def rollout_lines(recipe, policy: Policy, step: int, groups: list) -> list[dict]
     sampled each token: its staleness is ``step - version``), ``gen_logprobs`` (the
     generator's log-prob of each token, nats; NaN where it recorded none) and
     ``train_logprobs`` (the trainer's teacher-forced log-prob of each token on its weights
-    of version ``step``, before the step: :func:`scalectl.rl.model.token_logprobs` on the
+    of version ``step``, before the step: :func:`scalectl.rl.policy.logprobs.token_logprobs` on the
     unpadded prompt + completion, with the loss's LM-head precision and temperature), and
     ``reward`` and ``generator`` (the rank of the generator process that sampled it; None
     in one process).  Under ZeRO-3 every trainer rank gathers its partitions for the pass
-    (:meth:`~scalectl.rl.data_parallel.TrainerRanks.gathered`).
+    (:meth:`~scalectl.rl.train.data_parallel.TrainerRanks.gathered`).
     """
-    from scalectl.rl.model import token_logprobs
+    from scalectl.rl.policy.logprobs import token_logprobs
 
     head_fp32 = recipe.precision.lm_head == "fp32"
     temperature = SamplingParams.for_training(recipe).temperature
@@ -262,14 +262,14 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
     """The RL loop, the same for every async mode: train until the budget is spent.
 
     Each step takes the next batch from ``source`` (the schedule's
-    :class:`~scalectl.rl.schedule.BatchSource`), takes one optimiser step, brings the
+    :class:`~scalectl.rl.schedule.modes.BatchSource`), takes one optimiser step, brings the
     engine to the new version and tells the source.  Every ``eval.every_steps`` steps,
     at the end, and at the start when the point is missing, the held-out prompts are
     evaluated and the point goes to ``sink``; every ``checkpoint.every_steps`` steps
     (and when interrupted) a checkpoint is saved.
 
     Args:
-        recipe: the validated :class:`~scalectl.recipe.Recipe`.
+        recipe: the validated :class:`~scalectl.recipe.schema.Recipe`.
         policy, state: from :func:`prepare`.
         run_dir: the run folder (checkpoints, ``steps.jsonl``).
         eval_problems: the held-out prompts.

@@ -1,13 +1,13 @@
 """Start one run's training: the schedule of ``async.mode`` decides how.
 
 * in one process (``sync`` and ``ppo_off_policy`` with 1 generator + 1 trainer,
-  :meth:`scalectl.rl.schedule.Schedule.in_processes`): the RL loop runs here,
+  :meth:`scalectl.rl.schedule.modes.Schedule.in_processes`): the RL loop runs here,
   generating its own batches;
 * in processes (``pipeline``; ``sync`` and ``ppo_off_policy`` with more
   generators or trainers): in a multi-task job (Slurm, or ``RANK``/``WORLD_SIZE``
-  in the environment) this process is the task :func:`scalectl.rl.roles.detect`
+  in the environment) this process is the task :func:`scalectl.rl.transport.roles.detect`
   names; otherwise the generators and the trainers are spawned here and
-  supervised (:func:`scalectl.rl.processes.supervise`).
+  supervised (:func:`scalectl.rl.processes.supervise.supervise`).
 
 Evaluation points leave through ``sink``; nothing here knows where they are stored.
 """
@@ -16,18 +16,18 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from scalectl.rl.cores import set_cpu_threads
+from scalectl.rl.processes.threads import set_cpu_threads
 from scalectl.rl.loop import Reporter, prepare, train
-from scalectl.rl.pipeline import PipelineSpec, run_role
-from scalectl.rl.processes import supervise
-from scalectl.rl.roles import Task, detect
-from scalectl.rl.schedule import schedule_for
-from scalectl.rl.warmstart import ensure_warm_start
+from scalectl.rl.processes.bodies import ProcessSpec, run_role
+from scalectl.rl.processes.supervise import supervise
+from scalectl.rl.transport.roles import Task, detect
+from scalectl.rl.schedule.modes import schedule_for
+from scalectl.rl.train.warmstart import ensure_warm_start
 
 
 def job_task(recipe) -> Task:
     """This process's task in its job (role, rank), checked against ``hardware`` when the
-    run is in processes (:meth:`~scalectl.rl.schedule.Schedule.in_processes`).
+    run is in processes (:meth:`~scalectl.rl.schedule.modes.Schedule.in_processes`).
 
     Raises:
         UserError: the schedule cannot run on the recipe's hardware, or the job's
@@ -44,7 +44,7 @@ def run_training(recipe, run_dir: Path, *, sink, train_problems: list, eval_prob
     """Train ``recipe`` until its budget is spent.
 
     Args:
-        recipe: the validated :class:`~scalectl.recipe.Recipe`.
+        recipe: the validated :class:`~scalectl.recipe.schema.Recipe`.
         run_dir: the run folder (checkpoints, ``steps.jsonl``, process logs).
         sink: ``sink(point)`` stores each :class:`~scalectl.points.EvalPoint`; with a
             run in processes it runs in the first trainer process, so it must pickle.
@@ -59,7 +59,7 @@ def run_training(recipe, run_dir: Path, *, sink, train_problems: list, eval_prob
 
     Raises:
         KeyboardInterrupt: interrupted, after a checkpoint.
-        scalectl.rl.processes.PipelineFailed: a process of a run in processes failed.
+        scalectl.rl.processes.supervise.ProcessFailed: a process of a run in processes failed.
         UserError: see :func:`job_task`.
     """
     reporter = reporter or Reporter()
@@ -72,7 +72,7 @@ def run_training(recipe, run_dir: Path, *, sink, train_problems: list, eval_prob
         source = schedule.batches(recipe, policy, state, train_problems)
         return train(recipe, policy, state, source, run_dir=run_dir, eval_problems=eval_problems,
                      sink=sink, reporter=reporter)
-    spec = PipelineSpec(recipe.to_dict(), str(run_dir.resolve()), sink, resume, train_problems, eval_problems)
+    spec = ProcessSpec(recipe.to_dict(), str(run_dir.resolve()), sink, resume, train_problems, eval_problems)
     if task.world_size > 1:
         return run_role(spec, task, reporter)
     if recipe.model.path.startswith("builtin:"):      # build the warm start once, before the processes

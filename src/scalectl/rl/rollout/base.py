@@ -2,7 +2,7 @@
 
 An engine samples n completions for each prompt with the current policy and
 returns, for every completion token, the generator's own log-prob (the
-``pi_gen`` of the importance ratio, recipe-axes.md) and the policy version that
+``pi_gen`` of the importance ratio, docs/recipe-axes.md) and the policy version that
 produced it (PipelineRL-k: weights may change while a completion is in flight).
 """
 
@@ -26,7 +26,7 @@ class Completion:
     the completion stopped):
 
     - ``prompt_index``: index of the prompt in the ``prompts`` list given to ``generate``.
-    - ``prompt_ids``: the prompt's token ids (:func:`scalectl.rl.model.encode_prompt`: BOS first
+    - ``prompt_ids``: the prompt's token ids (:func:`scalectl.rl.policy.model.encode_prompt`: BOS first
       when the tokenizer has one; no padding).
     - ``token_ids`` (T): the completion's token ids.
     - ``logprobs`` (T): log pi_gen(token) at the sampling temperature, from the full
@@ -72,7 +72,7 @@ class RolloutEngine(ABC):
 
     Implementations: :class:`scalectl.rl.rollout.cpu.CPURolloutEngine` (torch, KV cache),
     and a vLLM engine at paper scale.  Both must use the same prompt encoding
-    (:func:`scalectl.rl.model.encode_prompt`) and LM-head precision as the trainer.
+    (:func:`scalectl.rl.policy.model.encode_prompt`) and LM-head precision as the trainer.
     """
 
     @abstractmethod
@@ -80,7 +80,7 @@ class RolloutEngine(ABC):
         """Sample ``n`` completions for each prompt.
 
         Args:
-            prompts: prompt texts (encoded with :func:`scalectl.rl.model.encode_prompt`).
+            prompts: prompt texts (encoded with :func:`scalectl.rl.policy.model.encode_prompt`).
             n: completions per prompt (the group size G).
             params: every sampling setting (length cap, temperature, top-p, interruption),
                 built from the recipe by :meth:`SamplingParams.for_training` or

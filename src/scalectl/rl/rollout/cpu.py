@@ -8,8 +8,8 @@ Each batch of prompts is left padded; positions skip the padding
 (``position_ids = cumsum(mask) - 1``); one ``DynamicCache`` is updated in place for
 the whole decode; a finished row leaves the decoding batch and its rows of the cache
 (``DynamicCache.batch_select_indices``), so later steps compute only live rows.  Log-probs come
-from :func:`scalectl.rl.model.next_token_logprobs`, the per-step form of the
-trainer's :func:`~scalectl.rl.model.token_logprobs` (same head, same precision), so
+from :func:`scalectl.rl.policy.logprobs.next_token_logprobs`, the per-step form of the
+trainer's :func:`~scalectl.rl.policy.logprobs.token_logprobs` (same head, same precision), so
 the recorded generator log-probs equal a teacher-forced pass of the same weights
 up to float rounding.
 
@@ -30,10 +30,9 @@ from pathlib import Path
 
 import torch
 
-from scalectl.rl.length import interrupt_lengths
-from scalectl.rl.model import (
-    encode_prompts, eos_token_id, load_policy, next_token_logprobs, pad_token_id, position_ids_from_mask,
-)
+from scalectl.rl.rollout.length import interrupt_lengths
+from scalectl.rl.policy.model import encode_prompts, eos_token_id, load_policy, pad_token_id
+from scalectl.rl.policy.logprobs import next_token_logprobs, position_ids_from_mask
 from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams
 
 
@@ -42,7 +41,7 @@ class CPURolloutEngine(RolloutEngine):
 
     Args:
         model: a causal LM with ``.model`` and ``.lm_head`` (e.g. ``Qwen2ForCausalLM``).
-        tokenizer: its tokenizer (needs an EOS; padding uses :func:`~scalectl.rl.model.pad_token_id`,
+        tokenizer: its tokenizer (needs an EOS; padding uses :func:`~scalectl.rl.policy.model.pad_token_id`,
             which may equal the EOS).
         head_fp32: LM head and log-softmax in float32 (``precision.lm_head = "fp32"``).
         max_batch: most rows (completions) decoded together; larger batches are split.
@@ -67,7 +66,7 @@ class CPURolloutEngine(RolloutEngine):
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: str = "fp32", **kwargs) -> "CPURolloutEngine":
-        """An engine over the checkpoint folder ``path`` (see :func:`scalectl.rl.model.load_policy`)."""
+        """An engine over the checkpoint folder ``path`` (see :func:`scalectl.rl.policy.model.load_policy`)."""
         model, tokenizer = load_policy(path, dtype)
         return cls(model, tokenizer, **kwargs)
 

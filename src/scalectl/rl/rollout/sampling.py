@@ -6,7 +6,7 @@ so a sampling setting of the recipe cannot reach one call site and miss another.
 
 * :meth:`SamplingParams.for_training`: ``sampling.temperature``, ``sampling.top_p``,
   ``length.max_new_tokens`` and the interruption of ``length.control = "interrupt"``.
-* :meth:`SamplingParams.for_evaluation`: the held-out protocol (method.md section 5):
+* :meth:`SamplingParams.for_evaluation`: the held-out protocol (docs/method.md, section 5):
   ``eval.temperature``, no top-p (the pass rate is that of the policy itself, the same
   protocol for every recipe, so recipes that differ in ``sampling.top_p`` are compared
   on equal terms; as verl's validation defaults), and the training length settings

@@ -53,8 +53,8 @@ import numpy as np
 import torch
 
 from scalectl.errors import UserError
-from scalectl.rl.length import interrupt_lengths
-from scalectl.rl.model import encode_prompts, eos_token_id
+from scalectl.rl.rollout.length import interrupt_lengths
+from scalectl.rl.policy.model import encode_prompts, eos_token_id
 from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams
 
 VLLM_MISSING = (
@@ -217,7 +217,7 @@ class VLLMRolloutEngine(RolloutEngine):
     Args:
         model_path: checkpoint folder (``save_pretrained`` layout) vLLM loads.
         tokenizer: the policy's tokenizer (prompts are encoded with
-            :func:`scalectl.rl.model.encode_prompt`, as by the trainer); default:
+            :func:`scalectl.rl.policy.model.encode_prompt`, as by the trainer); default:
             loaded from ``model_path``.
         dtype: ``"fp32"`` or ``"bf16"`` (recipe ``model.dtype``).
         head_fp32: LM head in float32 (``precision.lm_head = "fp32"``).

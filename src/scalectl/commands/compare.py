@@ -1,0 +1,117 @@
+"""``scalectl compare``: rank runs by ceiling A, each judged against a baseline with the margin."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from scalectl.commands.common import (
+    AxisOption,
+    BootstrapOption,
+    DbOption,
+    JsonOption,
+    MarginOption,
+    MethodOption,
+    MinComputeOption,
+    PlotOption,
+    SeedOption,
+    err,
+    open_store,
+    out,
+    print_flags,
+    print_json,
+    user_errors,
+    write_figure,
+)
+from scalectl.defaults import MARGIN
+from scalectl.errors import UserError
+from scalectl.present.tables import compare_table
+from scalectl.science.fits import FitOptions, fit_run
+
+
+@user_errors
+def compare(
+    runs: Annotated[list[str] | None, typer.Argument(help="Runs to compare (default: every run that can be fitted).")] = None,
+    baseline: Annotated[str | None, typer.Option("--baseline", help="Run the others are judged "
+                                                                    "against (default: the first).")] = None,
+    margin: MarginOption = MARGIN,
+    axis: AxisOption = None,
+    min_compute: MinComputeOption = None,
+    method: MethodOption = "vp",
+    bootstrap: BootstrapOption = 1000,
+    seed: SeedOption = 0,
+    plot: PlotOption = None,
+    loo_plot: Annotated[Path | None, typer.Option(
+        "--loo-plot", help="Write the leave-one-out linearised plot (.png or .svg).")] = None,
+    db: DbOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Rank runs by ceiling A and give each a verdict against the baseline."""
+    from scalectl.science import compare as cmp
+
+    opts = FitOptions(axis, min_compute, method, "auto", bootstrap, 0.95, seed)
+    with open_store(db) as store:
+        if runs:
+            infos = [store.get_run(r) for r in runs]
+        else:
+            infos = [r for r in store.list_runs() if r.get("n_points")]
+            if not infos:
+                raise UserError(f"no run with evaluation points in {store.path}")
+        names = [r["name"] for r in infos]
+        if len(set(names)) != len(names):
+            raise UserError(f"a run is named twice: {names}")
+        curves, left_out = {}, []
+        for r in infos:
+            try:
+                curves[r["name"]] = fit_run(store, r, opts)[0]
+            except UserError as exc:       # named runs must fit; of every run, those that can are compared
+                if runs:
+                    raise
+                left_out.append(str(exc))
+    for reason in left_out:
+        err.print(f"left out: {reason}", markup=False)
+    if len(curves) < 2 and left_out:
+        raise UserError(f"fewer than two runs in {store.path} can be fitted; compare needs two")
+    if baseline is not None and baseline not in curves:
+        ids = {str(r["id"]): r["name"] for r in infos}
+        if baseline not in ids:
+            raise UserError(f"--baseline {baseline!r} is not one of the compared runs: "
+                            f"{', '.join(curves)}")
+        baseline = ids[baseline]
+    try:
+        result = cmp.compare(curves, baseline=baseline, margin=margin)
+    except ValueError as exc:
+        raise UserError(str(exc)) from None
+    written = []
+    if plot is not None:
+        from scalectl.present.plot import plot_curves
+
+        written.append(str(write_figure(plot_curves, curves, plot, baseline=result.baseline, margin=margin)))
+    if loo_plot is not None:
+        from scalectl.present.plot import plot_loo
+
+        lines = cmp.loo_lines(curves)
+        axis_name = next(iter(curves.values())).fit.axis
+        written.append(str(write_figure(plot_loo, lines, loo_plot, axis=axis_name)))
+    if json_:
+        data = result.to_dict()
+        data["fits"] = {n: c.fit.to_dict() for n, c in curves.items()}
+        data["plots"] = written
+        print_json(data)
+        return
+    out.print(compare_table(result, curves, margin, out.width))
+    for row in result.rows:
+        if row.reason:
+            out.print(f"{row.name}: {row.reason}", soft_wrap=True)
+        print_flags(row.name, curves[row.name].fit)
+    for f in result.flags:
+        out.print(f"[red]{f.code}[/red]: {f.message}", soft_wrap=True)
+    for path in written:
+        err.print(f"wrote {path}")
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``compare`` to the app."""
+    app.command()(compare)

@@ -1,0 +1,46 @@
+"""``scalectl report``: an ablation's report, HTML with its figures and a Markdown summary."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from scalectl.commands.common import (
+    DbOption,
+    JsonOption,
+    finish_ablation,
+    open_store,
+    user_errors,
+)
+from scalectl.defaults import MARGIN
+
+
+@user_errors
+def report(
+    ablation: Annotated[str, typer.Argument(metavar="ABLATION", help="Ablation name or file (ablations/*.toml).")],
+    out_dir: Annotated[Path | None, typer.Option("--out", help="Report folder (default reports/NAME).")] = None,
+    runs_dir: Annotated[Path, typer.Option(help="Where ablation manifests are (RUNS_DIR/.ablations).")] = Path("runs"),
+    margin: Annotated[float | None, typer.Option(help=f"Noise margin on A (default: the ablation's, {MARGIN}).")] = None,
+    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples per fit (0: none).")] = 1000,
+    db: DbOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Write an ablation's report: index.html (figures embedded) and summary.md.
+
+    ABLATION is the name given to `scalectl ablate` (its manifest in
+    RUNS_DIR/.ablations) or an ablation file; without a manifest the runs are
+    found by their names NAME--VARIANT--sSEED (imported curves too).
+    """
+    from scalectl.ablation.campaign import find_manifest
+
+    with open_store(db) as store:
+        manifest = find_manifest(store, ablation, runs_dir)
+        path = store.path
+    finish_ablation(path, manifest, out_dir or Path("reports") / manifest["name"], bootstrap, margin, json_)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``report`` to the app."""
+    app.command()(report)

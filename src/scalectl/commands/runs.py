@@ -1,0 +1,46 @@
+"""``scalectl runs``: every run in the store, its status and last point."""
+
+from __future__ import annotations
+
+import typer
+
+from scalectl.commands.common import (
+    DbOption,
+    JsonOption,
+    fmt,
+    open_store,
+    out,
+    print_json,
+    user_errors,
+)
+
+
+@user_errors
+def runs(db: DbOption = None, json_: JsonOption = False) -> None:
+    """List every run in the store with its status and last evaluation point.
+
+    The status of a run whose job should be alive is checked with its launcher,
+    as `scalectl status` does (a job killed outright shows as failed)."""
+    from scalectl.launch.registry import current_runs
+
+    with open_store(db) as store:
+        rows = current_runs(store)
+    if json_:
+        print_json([{k: v for k, v in r.items() if k != "recipe"} for r in rows])
+        return
+    from scalectl.display import Column, fitted_table
+
+    cols = [Column("id", priority=1), Column("name", "left", keep=True), Column("hash", "left", priority=0),
+            Column("status", "left", keep=True), Column("launcher", "left", priority=2),
+            Column("hardware", "left", priority=3), Column("points", priority=5),
+            Column("last step", priority=4), Column("pass rate", keep=True), Column("trunc.", priority=6)]
+    table = fitted_table(f"runs in {db or 'the store'}", cols, [
+        [str(r["id"]), r["name"], r["recipe_hash"] or "-", r["status"], r["launcher"] or "-",
+         r["hardware"] or "-", str(r["n_points"]), fmt(r["last_step"]), fmt(r["last_pass_rate"]),
+         fmt(r["last_truncation_rate"])] for r in rows], out.width)
+    out.print(table)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``runs`` to the app."""
+    app.command()(runs)

@@ -1,0 +1,57 @@
+"""``scalectl show``: one run with its evaluation points."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from scalectl.commands.common import (
+    DbOption,
+    JsonOption,
+    fmt,
+    open_store,
+    out,
+    print_json,
+    user_errors,
+)
+
+
+@user_errors
+def show(
+    run: Annotated[str, typer.Argument(help="Run name or id.")],
+    db: DbOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Show one run: its recipe summary and every evaluation point."""
+    with open_store(db) as store:
+        info = store.get_run(run)
+        points = store.points(info["id"])
+    if json_:
+        print_json({"run": info, "points": points})
+        return
+    recipe = info.get("recipe") or {}
+    out.print(f"[bold]{info['name']}[/bold] (id {info['id']}, hash {info['recipe_hash'] or '-'}, "
+              f"status {info['status']}, launcher {info['launcher'] or '-'}, hardware {info['hardware'] or '-'})")
+    if recipe:
+        loss, asy = recipe.get("loss", {}), recipe.get("async", {})
+        out.print(f"loss {loss.get('type')} ({loss.get('aggregation')} aggregation), advantage "
+                  f"{recipe.get('advantage', {}).get('normalization')}, head {recipe.get('precision', {}).get('lm_head')}, "
+                  f"async {asy.get('mode')} k={asy.get('k')}, run folder {info.get('run_dir') or '-'}")
+    from scalectl.display import Column, fitted_table
+
+    # The gpu_hours field holds device-hours: CPU-hours for a run on CPU.
+    device = (recipe.get("hardware") or {}).get("device", "")
+    hours = "CPU-hours" if device == "cpu" else "GPU-hours"
+    cols = [Column("step", keep=True), Column(hours, priority=5), Column("FLOPs", priority=4),
+            Column("tokens", priority=1), Column("pass rate", keep=True), Column("trunc.", priority=6),
+            Column("mean len", priority=3), Column("reward", priority=2), Column("entropy", priority=0)]
+    out.print(fitted_table(None, cols, [
+        [str(p["step"]), fmt(p["gpu_hours"], 4), fmt(p["flops"]), fmt(p["tokens"]), fmt(p["pass_rate"]),
+         fmt(p["truncation_rate"]), fmt(p["mean_length"], 1), fmt(p["train_reward"]), fmt(p["entropy"])]
+        for p in points], out.width))
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``show`` to the app."""
+    app.command()(show)

@@ -1,0 +1,133 @@
+"""``scalectl status``: runs as jobs of their launcher (local or Slurm), once or live."""
+
+from __future__ import annotations
+
+import time
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from scalectl.commands.common import (
+    DbOption,
+    JsonOption,
+    fmt,
+    open_store,
+    out,
+    print_json,
+    user_errors,
+)
+from scalectl.errors import UserError
+
+
+def _first_line(text: str | None, width: int = 60) -> str:
+    if not text:
+        return "-"
+    line = text.strip().splitlines()[0]
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def _status_rows(db, run: list[str] | None, ids: set[int] | None = None) -> list[dict]:
+    """The runs (all, those named, or those with ``ids``), each refreshed with its launcher when
+    alive (:func:`scalectl.launch.registry.current_runs`, as `scalectl runs` shows them)."""
+    from scalectl.launch.registry import current_runs
+
+    with open_store(db) as store:
+        wanted = {store.get_run(r)["id"] for r in run} if run else ids
+        return current_runs(store, wanted)
+
+
+def _status_table(rows: list[dict], db, title: str | None = None) -> Table:
+    table = Table(title=title or f"runs in {db or 'the store'}")
+    for col, kw in (("id", {"justify": "right"}), ("name", {"no_wrap": True}), ("status", {"no_wrap": True}),
+                    ("job", {}), ("job state", {}), ("eval step", {"justify": "right"}),
+                    ("pass rate", {"justify": "right"}), ("trunc.", {"justify": "right"})):
+        table.add_column(col, **kw)
+    for r in rows:
+        job = f"{r.get('launcher') or '-'} {r.get('job_id')}" if r.get("job_id") else (r.get("launcher") or "-")
+        table.add_row(str(r["id"]), r["name"], r["status"], job, r.get("launcher_state") or "-",
+                      fmt(r.get("last_step")), fmt(r.get("last_pass_rate")), fmt(r.get("last_truncation_rate")))
+    return table
+
+
+def _status_line(r: dict) -> str:
+    return (f"{r['name']}: {r['status']}, evaluated at step {fmt(r.get('last_step'))}, "
+            f"pass rate {fmt(r.get('last_pass_rate'))}, "
+            f"truncation {fmt(r.get('last_truncation_rate'))}")
+
+
+def _watch(db, run: list[str] | None, interval: float) -> None:
+    """Refresh the runs' table every ``interval`` seconds (rich Live on a terminal; elsewhere a
+    plain line per run whose status or step changed) until none of them is active."""
+    from rich.live import Live
+
+    from scalectl.launch.base import ACTIVE
+
+    rows = _status_rows(db, run)
+    ids = {r["id"] for r in rows} if run else {r["id"] for r in rows if r["status"] in ACTIVE}
+    if not ids:
+        out.print("no active runs to watch")
+        return
+    seen: dict[int, tuple] = {}
+    live = Live(console=out, auto_refresh=False, transient=False) if out.is_terminal else None
+    if live:
+        live.start()
+    try:
+        while True:
+            rows = _status_rows(db, None, ids)
+            active = [r for r in rows if r["status"] in ACTIVE]
+            if live:
+                title = (f"{len(active)} of {len(rows)} run(s) active in {db or 'the store'}, "
+                         f"every {interval:g} s (Ctrl-C stops watching, not the runs)")
+                live.update(_status_table(rows, db, title), refresh=True)
+            else:
+                for r in rows:
+                    key = (r["status"], r.get("last_step"))
+                    if seen.get(r["id"]) != key:
+                        seen[r["id"]] = key
+                        out.print(_status_line(r), markup=False, highlight=False, soft_wrap=True)
+            if not active:
+                return
+            time.sleep(interval)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if live:
+            live.stop()
+
+
+@user_errors
+def status(
+    run: Annotated[list[str] | None, typer.Argument(metavar="[RUN]...", help="Runs (names or ids); default all.")] = None,
+    watch: Annotated[bool, typer.Option(
+        "--watch", "-w", help="Keep refreshing the active runs (or RUN...) until they end.")] = False,
+    interval: Annotated[float, typer.Option(help="Seconds between refreshes with --watch.", min=0.1)] = 2.0,
+    db: DbOption = None,
+    json_: JsonOption = False,
+) -> None:
+    """Every run with its job: launcher state, last step, pass rate, truncation rate.
+
+    The status of a run whose job is alive is checked with its launcher
+    (process table, Slurm) and corrected in the store: a job cancelled with
+    scancel shows as cancelled, one that died without a result as failed
+    (with the tail of its log).  With --watch, a live table of the active runs
+    (on a terminal) or a plain line per change (elsewhere) until they end.
+    """
+    if watch:
+        if json_:
+            raise UserError("--watch shows a live table; it does not combine with --json")
+        _watch(db, run, interval)
+        return
+    rows = _status_rows(db, run)
+    if json_:
+        print_json([{k: v for k, v in r.items() if k != "recipe"} for r in rows])
+        return
+    out.print(_status_table(rows, db))
+    for r in rows:
+        if r.get("error"):
+            out.print(f"{r['name']}: {_first_line(r['error'].split('; log tail')[0], 200)}", markup=False)
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``status`` to the app."""
+    app.command()(status)

@@ -1,0 +1,70 @@
+"""``scalectl validate``: check recipe and setup files."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.markup import escape
+
+from scalectl.commands.common import JsonOption, err, out, print_json, user_errors
+from scalectl.errors import UserError
+
+
+@user_errors
+def validate(
+    files: Annotated[list[Path], typer.Argument(help="Recipe files to check.")],
+    setup: Annotated[Path | None, typer.Option(help="Setup file to merge under each recipe.")] = None,
+    set_: Annotated[list[str], typer.Option("--set", help="Override KEY=VALUE (repeatable).")] = [],
+    json_: JsonOption = False,
+) -> None:
+    """Print each recipe normalised (with its content hash), or its errors (exit 2).
+
+    Also checks that model.path and data.source name what exists here (a
+    checkpoint folder, a data file, a known builtin:, synthetic: or hf: source).
+    Without --setup each recipe is checked alone, while `scalectl run` merges the
+    default setup under it: give that setup to see the hash a run will have.
+    """
+    import tomli_w
+
+    from scalectl.recipe.load import load
+
+    results, problems = [], []
+    for path in files:
+        try:
+            notes: list[str] = []
+            recipe = load(path, setup, set_, check_files=True, notes=notes)
+        except UserError as exc:
+            problems.append(str(exc))
+            continue
+        results.append({"file": str(path), "hash": recipe.content_hash, "recipe": recipe.to_dict(),
+                        "taken": notes})
+    if json_:
+        print_json(results if not problems else {"ok": results, "errors": problems})
+    else:
+        for r in results:
+            out.print(f"[bold]# {escape(r['file'])}[/bold]  hash {r['hash']}")
+            for note in r["taken"]:
+                out.print(f"# taken: {note}", markup=False, soft_wrap=True)
+            data = {k: v for k, v in r["recipe"].items()}
+            out.print(tomli_w.dumps(_drop_none(data)), markup=False)
+    if problems:
+        raise UserError("\n".join(problems))
+    err.print(f"{len(results)} file(s) valid")
+    if setup is None and results:
+        from scalectl.recipe.load import find_default_setup
+
+        err.print(f"checked without a setup; `scalectl run` merges {find_default_setup(files[0])} under each "
+                  "recipe (another hash): pass it with --setup to see what a run trains", markup=False)
+
+
+def _drop_none(d):
+    if isinstance(d, dict):
+        return {k: _drop_none(v) for k, v in d.items() if v is not None}
+    return d
+
+
+def register(app: typer.Typer) -> None:
+    """Add ``validate`` to the app."""
+    app.command()(validate)

@@ -1,0 +1,192 @@
+"""The body of a training job: what a launcher runs, on this machine or on a Slurm node.
+
+A run folder holds ``job.json`` (the store path, the run id, the normalised
+recipe) written when the run is created; :func:`run_job` needs nothing else,
+so the same call serves ``scalectl run`` in the foreground, a local
+background process and every task of a Slurm job.  The job body alone
+
+* works out which task of the job it is (:func:`scalectl.rl.run.job_task`):
+  a run in one process (``sync`` or ``ppo_off_policy`` with 1 generator + 1
+  trainer) trains on task 0 and other tasks return at once; a run in processes
+  (every other layout) runs every task's role, and the first trainer rank
+  records the run (generators and the trainer ranks that follow it do not,
+  except the failure of a job whose first trainer rank is gone, named by
+  :class:`scalectl.rl.transport.board.TaskLost`);
+* decides to resume: it does whenever the run folder holds a checkpoint;
+* writes the run's status in the store: running, then completed, failed (with
+  the error), cancelled, or what the launcher says an exception means
+  (``timed_out``, ``pending`` when requeued);
+* stores the evaluation points (:class:`StoreSink`) and sends them, with each
+  step's metrics, to the recipe's ``[logging]`` trackers (:mod:`scalectl.job.trackers`).
+
+A simulated run (``model.path = "simulated:..."``, :mod:`scalectl.curve.simulated`)
+stores points drawn from a given curve instead of training.
+
+Launchers only submit, watch and cancel.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import traceback
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from scalectl.points import EvalPoint
+from scalectl.recipe.schema import Recipe
+from scalectl.job.lock import run_folder_lock
+from scalectl.rl.transport.board import LOG_ENV, TaskLost
+from scalectl.rl.checkpoint import latest_checkpoint
+from scalectl.rl.data.splits import load_prompt_sets
+from scalectl.rl.loop import Reporter
+from scalectl.rl.run import job_task, run_training
+from scalectl.rl.schedule.modes import schedule_for
+from scalectl.curve.simulated import run_simulated
+from scalectl.store.database import Store
+from scalectl.job.trackers import run_key, tracking
+
+JOB_FILE = "job.json"
+
+#: ``stop_status(exc)`` -> (status, error) for an exception the launcher can explain, else None.
+StopStatus = Callable[[BaseException], "tuple[str, str] | None"]
+
+
+def write_job_file(run_dir: Path, *, db: str, run_id: int, recipe: dict) -> Path:
+    """Write ``RUN_DIR/job.json`` (atomically)."""
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tmp = run_dir / (JOB_FILE + ".tmp")
+    tmp.write_text(json.dumps({"db": str(Path(db).resolve()), "run_id": run_id, "recipe": recipe}, indent=2))
+    tmp.replace(run_dir / JOB_FILE)
+    return run_dir / JOB_FILE
+
+
+def read_job_file(run_dir: Path) -> dict:
+    """``RUN_DIR/job.json`` as a dict (db, run_id, recipe)."""
+    return json.loads((Path(run_dir) / JOB_FILE).read_text())
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@dataclass(frozen=True)
+class StoreSink:
+    """The training loop's sink for evaluation points: the store at ``db``, run ``run_id``.
+
+    Picklable (a path and an id), so that a trainer process of its own can store
+    its points; each point is written in its own transaction before the loop goes on.
+    """
+
+    db: str
+    run_id: int
+
+    def __call__(self, point: EvalPoint) -> None:
+        with Store.open(self.db) as store:
+            store.add_point(self.run_id, point)
+
+
+def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | None = None,
+            task_log: str | None = None) -> dict | None:
+    """Train the run described by ``RUN_DIR/job.json`` and record its fate in the store.
+
+    The first task of the job (the only one of a single-process job) holds the run
+    folder's lock (:func:`scalectl.job.lock.run_folder_lock`) from before it reads
+    the folder until the job ends: one job at a time trains a folder.
+
+    Args:
+        reporter: progress (:class:`scalectl.rl.loop.Reporter`).
+        stop_status: the launcher's reading of an exception that stopped the job
+            (e.g. Slurm's time limit -> ``timed_out``); its status and error are recorded
+            instead of ``failed``.
+        task_log: this task's log file, which the job's other tasks name if this task dies
+            (:mod:`scalectl.rl.transport.board`; exported as ``$SCALECTL_TASK_LOG``).
+
+    Returns:
+        The training summary (steps, first and last pass rate, compute), or None in a
+        task that does not record the run (a generator, a trainer rank after the first,
+        or a task other than 0 when the run is in one process).
+
+    Raises:
+        UserError: another process holds the run folder.
+        KeyboardInterrupt: re-raised after the run is checkpointed and marked cancelled.
+        Exception: any training error, after the run is marked failed with it.
+    """
+    if task_log:
+        os.environ[LOG_ENV] = str(task_log)
+    if int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0"))) != 0:
+        return _run_job(run_dir, reporter=reporter, stop_status=stop_status)
+    with run_folder_lock(run_dir):
+        return _run_job(run_dir, reporter=reporter, stop_status=stop_status)
+
+
+def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | None = None) -> dict | None:
+    run_dir = Path(run_dir)
+    reporter = reporter or Reporter()
+    job = read_job_file(run_dir)
+    recipe = Recipe.model_validate(job["recipe"])
+    run_id = job["run_id"]
+    simulated = recipe.model.path.startswith("simulated:")   # scalectl.curve.simulated: points from a given curve
+    task = None if simulated else job_task(recipe)
+    hw = recipe.hardware
+    if task is not None and task.world_size > 1 and task.rank != 0 \
+            and not schedule_for(recipe.async_).in_processes(hw.generators, hw.trainers):
+        reporter.log(f"the training loop runs on task 0; task {task.rank} has nothing to do")
+        return None
+    resume = latest_checkpoint(run_dir) is not None
+    if task is not None and task.world_size > 1 and (task.role == "generator" or task.role_rank > 0):
+        # a generator or a follower trainer: the first trainer rank records the run, unless it is gone
+        train, held_out = load_prompt_sets(recipe)
+        try:
+            return run_training(recipe, run_dir, sink=StoreSink(job["db"], run_id), train_problems=train,
+                                eval_problems=held_out, reporter=reporter, resume=resume, task=task)
+        except TaskLost as exc:
+            if exc.leader:
+                _record(job, status="failed", ended=_now(), error="".join(traceback.format_exception_only(exc)).strip())
+            raise
+    with Store.open(job["db"]) as store:
+        store.update_run(run_id, status="running", started=_now(), error=None)
+    try:
+        if simulated:
+            with Store.open(job["db"]) as store:
+                summary = run_simulated(recipe, store, run_id)
+        else:
+            train, held_out = load_prompt_sets(recipe)
+            with tracking(recipe, run_dir, reporter, name=run_dir.name, resume=resume,
+                          key=run_key(run_dir.name, job["db"], run_id)) as tracked:   # [logging] backends
+                summary = run_training(recipe, run_dir, sink=StoreSink(job["db"], run_id), train_problems=train,
+                                       eval_problems=held_out, reporter=tracked, resume=resume, task=task)
+    except BaseException as exc:
+        explained = stop_status(exc) if stop_status else None
+        if explained is not None:
+            status, error = explained
+            _record(job, status=status, error=error, ended=None if status == "pending" else _now())
+        elif isinstance(exc, KeyboardInterrupt):
+            _record(job, status="cancelled", ended=_now(), error="interrupted (resume with --resume)")
+        else:
+            _record(job, status="failed", ended=_now(), error="".join(traceback.format_exception_only(exc)).strip())
+        raise
+    if simulated:
+        with Store.open(job["db"]) as store:
+            store.update_run(run_id, status="completed", ended=_now())
+        return summary
+    with Store.open(job["db"]) as store:
+        store.update_run(run_id, status="completed", ended=_now())
+        points = store.points(run_id)
+    first, last = (points[0]["pass_rate"], points[-1]["pass_rate"]) if points else (None, None)
+    return {"steps": summary["steps"], "first_pass_rate": first, "last_pass_rate": last,
+            **{k: v for k, v in summary.items() if k != "steps"}}
+
+
+def record_status(run_dir: str | Path, status: str, error: str | None = None) -> None:
+    """Record a status for a job that ended before :func:`run_job` started (e.g. cancelled
+    while waiting for a local slot)."""
+    _record(read_job_file(run_dir), status=status, error=error, ended=_now())
+
+
+def _record(job: dict, **fields) -> None:
+    with Store.open(job["db"]) as store:
+        store.update_run(job["run_id"], **fields)

@@ -1,0 +1,324 @@
+"""A run's layout on its devices, checked before anything is submitted.
+
+The dry run (and ``scalectl run`` before it creates a run) refuses what the
+job would refuse at start, or what would leave devices idle while billed:
+
+* task counts that do not add up: a Slurm job of ``nodes x tasks_per_node``
+  tasks must hold exactly ``hardware.generators + hardware.trainers`` tasks;
+* generator or trainer counts the async mode cannot use: a step's prompts must
+  split into whole groups across the trainers; in the modes that generate
+  a round of batches with one policy version (:data:`BATCHED_GENERATION`), a
+  round's prompts across the generators (else some would sit idle); in
+  ``pipeline``, the (k + 1) P prompts kept requested must be at least one per
+  generator;
+* GPUs per task: on CUDA every task needs a GPU of its own;
+* a trainer whose parameters, gradients and optimiser states do not fit the
+  device's memory at the chosen ZeRO stage (:func:`trainer_memory`), or a
+  generator that cannot hold the weights;
+
+It also describes the layout: the role of every task on every node
+(:func:`role_map`) and the weight-sync plan (:mod:`scalectl.rl.transport.weight_sync`).
+Pure functions on plain numbers and a :class:`scalectl.recipe.schema.Recipe`;
+:func:`parameter_count` alone imports transformers (lazily).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from scalectl.display import bytes_text, count_text
+from scalectl.rl.transport.weight_sync import WeightSyncPlan, weight_sync_plan
+
+#: Modes whose generators sample a round of requests with one policy version and then
+#: wait for the next round's weights (``scalectl.rl.schedule.feeder.RoundFeeder``): one step's
+#: prompts for ``sync``, k steps' for ``ppo_off_policy``.  A round's prompts must split
+#: across the generators by whole groups, else some generators wait while others sample.
+BATCHED_GENERATION = ("sync", "ppo_off_policy")
+
+
+def round_prompts(mode: str, k: int, prompts_per_step: int) -> int:
+    """Prompts one round of a :data:`BATCHED_GENERATION` mode requests at once: P for
+    ``sync``, k P for ``ppo_off_policy``."""
+    return prompts_per_step * (k if mode == "ppo_off_policy" else 1)
+
+#: Bytes per parameter of (weights, gradients, optimiser states) for AdamW.
+#: bf16 is mixed precision: bf16 weights and gradients, and fp32 master weights,
+#: momentum and variance (K = 12 in Rajbhandari et al. 2020, Sec. 3.1);
+#: fp32 keeps fp32 weights and gradients and the two fp32 moments (K = 8).
+ADAM_BYTES = {"bf16": (2, 2, 12), "fp32": (4, 4, 8)}
+
+
+def one_process(mode: str, generators: int, trainers: int) -> bool:
+    """True when the run generates and trains in one process (``sync`` and
+    ``ppo_off_policy`` with one generator and one trainer); every other layout runs
+    one process per generator and per trainer (as
+    ``scalectl.rl.schedule.modes.Schedule.in_processes``; a test checks that they agree)."""
+    return mode in BATCHED_GENERATION and generators == 1 and trainers == 1
+
+
+@dataclass(frozen=True)
+class Slot:
+    """One task of a job: where it runs and what it does.
+
+    Attributes:
+        node: node index in the allocation (0-based).
+        local_rank: task index on that node (its GPU).
+        rank: global rank.
+        role: ``generator`` or ``trainer``.
+        role_rank: rank among the tasks of that role.
+    """
+
+    node: int
+    local_rank: int
+    rank: int
+    role: str
+    role_rank: int
+
+
+def role_map(generators: int, trainers: int, tasks_per_node: int) -> list[Slot]:
+    """Every task's node and role: ranks fill node 0 first; the first ``generators``
+    ranks generate, the rest train (as :func:`scalectl.rl.transport.roles.assign_role`).
+
+    Raises:
+        ValueError: a count below 1.
+    """
+    if generators < 1 or trainers < 1 or tasks_per_node < 1:
+        raise ValueError("generators, trainers and tasks_per_node must be >= 1")
+    slots = []
+    for rank in range(generators + trainers):
+        role, role_rank = ("generator", rank) if rank < generators else ("trainer", rank - generators)
+        slots.append(Slot(rank // tasks_per_node, rank % tasks_per_node, rank, role, role_rank))
+    return slots
+
+
+def _ranks(ranks) -> str:
+    """``rank 0`` or ``ranks 0-3``."""
+    ranks = list(ranks)
+    return f"{'rank' if len(ranks) == 1 else 'ranks'} {_span(ranks)}"
+
+
+def _span(values: list[int]) -> str:
+    return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
+
+
+def role_map_lines(slots: list[Slot]) -> list[str]:
+    """One line per node: ``node 8: ranks 64-71 -> trainers 0-7``."""
+    lines = []
+    for node in sorted({s.node for s in slots}):
+        on = [s for s in slots if s.node == node]
+        parts = []
+        for role in ("generator", "trainer"):
+            of = [s for s in on if s.role == role]
+            if of:
+                parts.append(f"{role}s {_span([s.role_rank for s in of])}")
+        lines.append(f"node {node}: ranks {_span([s.rank for s in on])} -> {', '.join(parts)}")
+    return lines
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """Model states held by one trainer (bytes), activations and buffers not included.
+
+    Attributes:
+        params: parameter count Psi.
+        zero_stage: 0-3.
+        trainers: data-parallel degree N_d.
+        weights, gradients, optimizer: bytes of each on one trainer.
+    """
+
+    params: int
+    zero_stage: int
+    trainers: int
+    weights: float
+    gradients: float
+    optimizer: float
+
+    @property
+    def total(self) -> float:
+        """Bytes per trainer."""
+        return self.weights + self.gradients + self.optimizer
+
+    def line(self) -> str:
+        """One line for the dry run."""
+        return (f"trainer memory (ZeRO-{self.zero_stage}, {self.trainers} trainer(s), "
+                f"{count_text(self.params)} parameters): {bytes_text(self.total)} per trainer = "
+                f"weights {bytes_text(self.weights)} + gradients {bytes_text(self.gradients)} + "
+                f"optimiser states {bytes_text(self.optimizer)} (activations not included)")
+
+
+
+def trainer_memory(params: int, zero_stage: int, trainers: int, dtype: str = "bf16") -> MemoryEstimate:
+    """Bytes of weights, gradients and AdamW states on each of ``trainers`` data-parallel ranks.
+
+    ZeRO (Rajbhandari et al. 2020, "ZeRO: Memory Optimizations Toward Training
+    Trillion Parameter Models", SC20, arXiv 1910.02054, Sec. 5.1 and Figure 1):
+    with w, g, K bytes per parameter of weights, gradients and optimiser states
+    (mixed-precision Adam: 2, 2, 12) and N_d data-parallel ranks, one rank holds
+
+    - stage 0 (plain data parallel): (w + g + K) Psi
+    - stage 1 (P_os, optimiser states partitioned): (w + g) Psi + K Psi / N_d
+    - stage 2 (P_os+g, and gradients): w Psi + (g + K) Psi / N_d
+    - stage 3 (P_os+g+p, and weights): (w + g + K) Psi / N_d
+
+    e.g. Psi = 7.5e9, N_d = 64: 120, 31.4, 16.6 and 1.9 GB (the paper's Figure 1).
+
+    Args:
+        params: parameter count Psi.
+        zero_stage: 0, 1, 2 or 3.
+        trainers: N_d.
+        dtype: the model dtype, ``bf16`` (mixed precision) or ``fp32`` (:data:`ADAM_BYTES`).
+
+    Raises:
+        ValueError: a stage outside 0-3, trainers < 1, unknown dtype.
+    """
+    if zero_stage not in (0, 1, 2, 3):
+        raise ValueError(f"zero_stage must be 0-3, got {zero_stage}")
+    if trainers < 1:
+        raise ValueError(f"trainers must be >= 1, got {trainers}")
+    if dtype not in ADAM_BYTES:
+        raise ValueError(f"dtype {dtype!r} is not one of {', '.join(ADAM_BYTES)}")
+    w, g, k = ADAM_BYTES[dtype]
+    n = trainers
+    return MemoryEstimate(
+        params, zero_stage, trainers,
+        weights=params * w / (n if zero_stage >= 3 else 1),
+        gradients=params * g / (n if zero_stage >= 2 else 1),
+        optimizer=params * k / (n if zero_stage >= 1 else 1),
+    )
+
+
+def parameter_count(model) -> int | None:
+    """The policy's parameter count, or None when it cannot be known here.
+
+    From the model's config without loading weights (transformers on the meta
+    device): ``builtin:tiny``, or a checkpoint folder with a ``config.json``;
+    otherwise the setup's ``model.params``.
+    """
+    path = model.path
+    config_file = Path(path) / "config.json"
+    if not path.startswith("builtin:") and not config_file.is_file():
+        return int(model.params) if model.params is not None else None
+    import torch
+
+    with torch.device("meta"):
+        if path.startswith("builtin:"):
+            from scalectl.rl.policy.model import build_tiny_model
+
+            net = build_tiny_model()
+        else:
+            from transformers import AutoConfig, AutoModelForCausalLM
+
+            json.loads(config_file.read_text())       # a readable JSON file, or the error names it
+            net = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+    return sum(p.numel() for p in net.parameters())
+
+
+@dataclass(frozen=True)
+class LayoutReport:
+    """What the dry run prints and what it refuses.
+
+    Attributes:
+        lines: role map, memory estimate and weight-sync plan, ready to print.
+        problems: reasons the run cannot start (empty when it can).
+        memory: the trainer estimate, when the parameter count is known.
+        weight_sync: the plan, when the parameter count is known and there are generators.
+    """
+
+    lines: list[str]
+    problems: list[str]
+    memory: MemoryEstimate | None
+    weight_sync: WeightSyncPlan | None
+
+
+def check_layout(recipe, params: int | None, launcher: str | None = None) -> LayoutReport:
+    """Check ``recipe``'s hardware, launcher and batch against each other.
+
+    Args:
+        recipe: a :class:`scalectl.recipe.schema.Recipe`.
+        params: the policy's parameter count (:func:`parameter_count`), None if unknown
+            (memory is then not checked).
+        launcher: ``local`` or ``slurm`` (default: the recipe's ``launcher.type``).
+
+    Returns:
+        A :class:`LayoutReport`; each problem names the keys involved and what would work.
+    """
+    hw, mode = recipe.hardware, recipe.async_.mode
+    kind = launcher or recipe.launcher.type
+    slurm = recipe.launcher.slurm
+    gens, trains = hw.generators, hw.trainers
+    problems: list[str] = []
+    lines: list[str] = []
+
+    single = one_process(mode, gens, trains)
+    tasks = gens + trains
+    if kind == "slurm":
+        job_tasks = slurm.nodes * slurm.tasks_per_node
+        if single and job_tasks != 1:
+            problems.append(f"async.mode = {mode} with {gens} generator + {trains} trainer runs in one process: "
+                            f"launcher.slurm.nodes x tasks_per_node = {slurm.nodes} x {slurm.tasks_per_node} "
+                            f"= {job_tasks} tasks would leave {job_tasks - 1} idle (use 1 x 1)")
+        elif not single and job_tasks not in (1, tasks):
+            problems.append(f"launcher.slurm.nodes x tasks_per_node = {slurm.nodes} x {slurm.tasks_per_node} "
+                            f"= {job_tasks} tasks, but hardware.generators + trainers = {gens} + {trains} "
+                            f"= {tasks} (one task per device)")
+        # one GPU per process: the tasks of a node, or every process spawned by a one-task job
+        per_node = 1 if single else (tasks if job_tasks == 1 else slurm.tasks_per_node)
+        if hw.device == "cuda" and slurm.gpus_per_node < per_node:
+            problems.append(f"hardware.device = cuda needs one GPU per process: launcher.slurm.gpus_per_node = "
+                            f"{slurm.gpus_per_node} < {per_node} process(es) per node")
+        if single or job_tasks == 1:
+            lines.append("role map: one task on node 0" + (" (generates and trains)" if single else
+                         f", spawning {gens} generator(s) and {trains} trainer(s)"))
+        else:
+            lines.append("role map (one task per device):")
+            lines += ["  " + line for line in role_map_lines(role_map(gens, trains, slurm.tasks_per_node))]
+    elif single:
+        lines.append("role map: one process generates and trains")
+    else:
+        lines.append(f"role map (processes on this machine): {_ranks(range(gens))} generator(s), "
+                     f"{_ranks(range(gens, tasks))} trainer(s)")
+
+    prompts = recipe.batch.prompts_per_step
+    if prompts % trains:
+        problems.append(f"batch.prompts_per_step = {prompts} does not split into whole groups across "
+                        f"hardware.trainers = {trains} (use a multiple of {trains})")
+    if mode == "pipeline" and (recipe.async_.k + 1) * prompts < gens:
+        window = (recipe.async_.k + 1) * prompts
+        problems.append(f"async.mode = pipeline keeps (async.k + 1) x batch.prompts_per_step = "
+                        f"({recipe.async_.k} + 1) x {prompts} = {window} prompts requested at once: "
+                        f"hardware.generators = {gens} would leave {gens - window} generator(s) without work "
+                        f"(use at most {window})")
+    if mode in BATCHED_GENERATION and not single:
+        n = round_prompts(mode, recipe.async_.k, prompts)
+        what = (f"batch.prompts_per_step = {prompts}" if mode == "sync" else
+                f"a round of async.k x batch.prompts_per_step = {recipe.async_.k} x {prompts} = {n} prompts")
+        if n % gens:
+            problems.append(f"{what} does not split into whole groups across hardware.generators = {gens} in "
+                            f"async.mode = {mode}: {gens - n % gens} generator(s) would wait while the others "
+                            f"sample the last prompts of each round (use a number of generators that divides {n})")
+
+    memory = plan = None
+    if params is None:
+        lines.append("trainer memory: not estimated (set model.params, or point model.path at a "
+                     "checkpoint folder with a config.json)")
+    else:
+        memory = trainer_memory(params, hw.zero_stage, trains, recipe.model.dtype)
+        lines.append(memory.line())
+        if hw.memory_gb is not None:
+            cap = hw.memory_gb * 1e9
+            if memory.total > cap:
+                problems.append(f"a trainer needs {memory.total / 1e9:.1f} GB for parameters, gradients and "
+                                f"optimiser states at hardware.zero_stage = {hw.zero_stage} with {trains} "
+                                f"trainer(s), more than hardware.memory_gb = {hw.memory_gb:g} (raise "
+                                "zero_stage or trainers)")
+            weights = memory.params * ADAM_BYTES[recipe.model.dtype][0]
+            if weights > cap:
+                problems.append(f"a generator needs {weights / 1e9:.1f} GB for the weights alone, more than "
+                                f"hardware.memory_gb = {hw.memory_gb:g}")
+        else:
+            lines.append("  (hardware.memory_gb not set: not compared with the device's memory)")
+        plan = weight_sync_plan(params, recipe.model.dtype, gens)
+        lines.append(plan.line())
+    return LayoutReport(lines, problems, memory, plan)

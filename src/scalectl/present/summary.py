@@ -1,0 +1,41 @@
+"""The answer at the end of ``scalectl run``: the finished run's fitted curve, its flags,
+the advice line, and a plot of it."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from scalectl.defaults import MARGIN
+from scalectl.errors import UserError
+
+
+def summarize_run(store, run_id: int, plot: Path, margin: float = MARGIN) -> tuple[list[str], dict[str, Any]]:
+    """Fit a stored run (:func:`scalectl.science.fits.fit_run`, default settings), draw it
+    to ``plot`` (points, curve, ceiling with its interval, +-``margin`` band) and say
+    what came out.
+
+    Returns (lines for people, JSON-ready {"fit", "advice", "plot"}).  A run that
+    cannot be fitted yet (too few points) gives one line and {"error": why}; no
+    exception, the run itself succeeded.
+    """
+    from scalectl.present.tables import fit_line
+    from scalectl.science.fits import FitOptions, fit_run
+
+    run = store.get_run(str(run_id))
+    try:
+        curve = fit_run(store, run, FitOptions())[0]
+    except UserError as exc:
+        return [f"fit: not yet possible: {exc}"], {"error": str(exc)}
+    from scalectl.curve import advise
+    from scalectl.present.plot import plot_curves
+
+    f = curve.fit
+    path = plot_curves({run["name"]: curve}, plot, baseline=run["name"], margin=margin)
+    lines = [fit_line(run["name"], f)] + [f"{run['name']} {fl.code}: {fl.message}" for fl in f.flags]
+    advice = advise(f, margin) if f.interval("A") else None
+    if advice is not None:
+        lines.append(f"advice: {advice.message}")
+    lines.append(f"plot: {path}")
+    return lines, {"fit": f.to_dict(), "advice": None if advice is None else advice.message,
+                   "plot": str(path)}

@@ -1,0 +1,105 @@
+"""The tables of ``scalectl fit``, ``compare`` and ``extrapolate`` (rich), sized to the terminal.
+
+Run names and the ceiling A with its interval always show; the other columns
+are dropped, least useful first, when the terminal is too narrow (see
+:func:`scalectl.display.fit_columns`).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+from scalectl.display import (
+    Column,
+    fitted_table,
+    format_compute,
+    format_estimate,
+    format_number,
+)
+
+TITLE = "sigmoid fits R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B)"
+
+
+def estimate_text(fit: Any, name: str) -> str:
+    """``name`` of ``fit`` with its interval, as :func:`~scalectl.display.format_estimate` prints it."""
+    return format_estimate(getattr(fit, name), fit.interval(name))
+
+
+def _window(w: tuple[float, float]) -> str:
+    return f"{format_compute(w[0])}-{format_compute(w[1])}"
+
+
+def _flags(fit: Any) -> str:
+    return ", ".join(dict.fromkeys(fit.flag_codes)) or "-"
+
+
+def fit_table(named_fits: Sequence[tuple[str, Any]], axes: Sequence[str], width: int):
+    """One row per (name, :class:`~scalectl.curve.SigmoidFit`); ``axes`` the distinct axes."""
+    cols = [Column("run", "left", keep=True), Column("axis", "left", priority=6),
+            Column("window", priority=1), Column("points", priority=2),
+            Column("A", keep=True), Column("B", priority=5), Column("C_mid", priority=4),
+            Column("R0", priority=3), Column("rmse", priority=0),
+            Column("flags", "left", priority=7)]
+    one_axis = len(axes) == 1
+    if one_axis:
+        cols.pop(1)
+    rows = []
+    for name, f in named_fits:
+        r0 = (estimate_text(f, "R0") if f.interval("R0") else f"{f.R0:.3f}") + (" fit" if f.r0_fitted else "")
+        rows.append([name, *([] if one_axis else [f.axis]), _window(f.window), str(f.n_points),
+                     estimate_text(f, "A"), estimate_text(f, "B"), estimate_text(f, "C_mid"), r0, f"{f.rmse:.4f}", _flags(f)])
+    title = TITLE + (f", compute in {axes[0]}" if one_axis else "")
+    return fitted_table(title, cols, rows, width)
+
+
+def compare_table(result: Any, curves: dict, margin: float, width: int):
+    """Runs of a :class:`~scalectl.science.compare.Comparison` ranked by A, with dA and the verdict."""
+    cols = [Column("#", priority=0), Column("run", "left", keep=True),
+            Column("hardware", "left", priority=1), Column("A", keep=True),
+            Column("B", priority=2), Column("C_mid", priority=3), Column("dA", priority=4),
+            Column("verdict", "left", keep=True)]
+    rows = []
+    for i, row in enumerate(result.rows, 1):
+        f = curves[row.name].fit
+        lo, hi = row.delta_A_interval
+        d = "-" if row.verdict == "baseline" else f"{row.delta_A:+.3f} [{lo:+.3f}, {hi:+.3f}]"
+        rows.append([str(i), row.name, curves[row.name].hardware or "-", estimate_text(f, "A"),
+                     f"{f.B:.2f}", format_number(f.C_mid), d, row.verdict])
+    return fitted_table(f"runs ranked by ceiling A (baseline {result.baseline}, margin {margin:g})",
+                        cols, rows, width)
+
+
+def sensitivity_table(sens: Any, width: int):
+    """Fits of one run over several windows (:class:`~scalectl.science.extrapolate.Sensitivity`)."""
+    cols = [Column("window", keep=True), Column("points", priority=1), Column("A", keep=True),
+            Column("B", priority=2), Column("C_mid", priority=3), Column("flags", "left", priority=4)]
+    rows = []
+    for row in sens.rows:
+        g = row.fit
+        if g is None:
+            rows.append([_window(row.window), "-", "-", "-", "-", row.error or ""])
+        else:
+            rows.append([_window(row.window), str(g.n_points), estimate_text(g, "A"), estimate_text(g, "B"),
+                         estimate_text(g, "C_mid"), _flags(g)])
+    return fitted_table(f"sensitivity of the fit to its window (A spread {sens.A_spread:.3f})",
+                        cols, rows, width)
+
+
+def fit_line(name: str, fit: Any) -> str:
+    """One line with a run's fitted curve: A with its interval, B, C_mid, R0 and flag codes."""
+    parts = [f"{p} {estimate_text(fit, p)}" for p in ("A", "B", "C_mid")]
+    r0 = estimate_text(fit, "R0") if fit.interval("R0") else f"{fit.R0:.3f}"
+    return (f"fit {name} ({fit.n_points} points on {fit.axis}): " + ", ".join(parts)
+            + f", R0 {r0}; flags: {_flags(fit)}")
+
+
+def extrapolation_lines(name: str, axis: str, ex: Any) -> list[str]:
+    """What ``extrapolate`` says about a prefix fit and its held-out points."""
+    f = ex.fit
+    band = ("" if ex.share_in_band is None
+            else f", {ex.share_in_band:.0%} inside the {f.level:.0%} prediction band")
+    return [f"{name}: fitted on {axis} <= {format_compute(ex.cut)} ({f.n_points} points): "
+            + ", ".join(f"{p} {estimate_text(f, p)}" for p in ("A", "B", "C_mid")),
+            f"held out {ex.heldout_compute.size} points up to "
+            f"{format_compute(ex.heldout_compute.max())}: mean |error| {ex.mean_abs_error:.4f}, "
+            f"max {ex.max_abs_error:.4f}{band}"]

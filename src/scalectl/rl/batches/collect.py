@@ -1,0 +1,77 @@
+"""One training batch of scored groups: fetch, count, filter, refill.
+
+How groups are fetched is the schedule's business (:mod:`scalectl.rl.schedule.modes`):
+generated here by the run's own engine, or received from generator processes.
+What is done with them is the same for every schedule: each fetched group is
+counted (compute meter, prompt history), kept or dropped by the filters, and
+dynamic sampling asks for more until the batch is full.
+"""
+
+from __future__ import annotations
+
+from scalectl.rl.train.batch import keep_groups
+from scalectl.rl.batches.filters import groups_to_refill
+from scalectl.rl.rollout.groups import rollout_stats, score_groups
+from scalectl.rl.rollout.sampling import SamplingParams
+
+
+def collect_batch(recipe, fetch, state) -> tuple[list, dict]:
+    """One training batch of scored groups, filtered, with dynamic-sampling refills.
+
+    Args:
+        fetch: ``fetch(want, refill_round)`` returns ``want`` more scored groups and
+            has counted them (:func:`count_groups`).
+        state: the loop's :class:`~scalectl.rl.loop.LoopState`.
+
+    Returns:
+        (kept groups, rollout statistics over every fetched group).
+
+    Raises:
+        DynamicSamplingExhausted: dynamic sampling used every refill round.
+    """
+    P, filt = recipe.batch.prompts_per_step, recipe.filter
+    kept, generated, want, rounds_done = [], [], P, 0
+    while True:
+        groups = fetch(want, rounds_done)      # round 0 is the step's own; 1.. are refills
+        generated += groups
+        kept += keep_groups(groups, filt.zero_variance or filt.dynamic_sampling)
+        if not filt.dynamic_sampling:
+            break
+        want = groups_to_refill(len(kept), P, rounds_done, filt.max_refill_rounds,
+                                keep_rate=len(kept) / len(generated))
+        if want == 0:
+            break
+        rounds_done += 1
+    if filt.dynamic_sampling:
+        kept = kept[:P]
+    stats = rollout_stats(generated)
+    stats["groups_kept"] = len(kept)
+    stats["retired_prompts"] = len(state.history.retired)
+    return kept, stats
+
+
+def count_groups(recipe, groups: list, state) -> None:
+    """Add generated groups to the compute meter and (when retiring solved prompts) the prompt history."""
+    G = recipe.batch.generations_per_prompt
+    state.meter.add_generation(sum(len(c.prompt_ids) for g in groups for c in g.completions),
+                               sum(len(c.token_ids) for g in groups for c in g.completions),
+                               sum(len(g.completions) for g in groups))
+    if recipe.filter.retire_solved:
+        for g in groups:
+            state.history.update(g.prompt_id, g.n_correct, G)
+
+
+def generate_batch(recipe, engine, problems: list, state, seed: int) -> tuple[list, dict]:
+    """One training batch of scored, filtered groups (dynamic-sampling refills included),
+    generated here by ``engine`` with its current weights; see :func:`collect_batch`."""
+    G, params = recipe.batch.generations_per_prompt, SamplingParams.for_training(recipe)
+
+    def fetch(want: int, refill_round: int) -> list:
+        retired = state.history.retired if recipe.filter.retire_solved else frozenset()
+        ids = state.sampler.next(want, retired)
+        raw = engine.generate([problems[i].prompt for i in ids], G, params, seed=seed * 1009 + refill_round)
+        groups = score_groups(raw, problems, ids, recipe.length)
+        count_groups(recipe, groups, state)
+        return groups
+
+    return collect_batch(recipe, fetch, state)

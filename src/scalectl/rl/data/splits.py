@@ -1,0 +1,81 @@
+"""Prompt sets for a run: the training split and the disjoint held-out split.
+
+``data.source`` selects the loader:
+
+* ``synthetic:arithmetic``: generated from ``data.seed`` at ``data.difficulty``
+  (:mod:`scalectl.rl.data.arithmetic`); ``data.train_size`` prompts (default
+  :data:`DEFAULT_SYNTHETIC_TRAIN`) and ``eval.prompts`` held-out prompts.
+* a ``.jsonl``/``.json``/``.parquet`` file or ``hf:NAME``: a real prompt set
+  (:mod:`scalectl.rl.data.files`): ``eval.prompts`` held-out prompts drawn by
+  ``data.seed``, the rest (or its first ``data.train_size``) for training;
+  prompts rendered with the tokenizer's chat template when
+  ``model.chat_template`` is true, and longer than ``length.max_prompt_tokens``
+  dropped.  A relative file path is read from the working directory.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from scalectl.errors import UserError
+
+DEFAULT_SYNTHETIC_TRAIN = 4000
+
+
+def policy_tokenizer(model_cfg):
+    """The tokenizer of ``model.path`` (``builtin:tiny``: the project's own), or None
+    when the path is not a checkpoint folder on this machine."""
+    if model_cfg.path.startswith("builtin:"):
+        from scalectl.rl.policy.model import build_tokenizer
+
+        return build_tokenizer()
+    if not Path(model_cfg.path).is_dir():
+        return None
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(model_cfg.path)
+
+
+def load_prompt_sets(recipe, tokenizer=None, *, log=None) -> tuple[list, list]:
+    """(train, held-out) problems for ``recipe`` (objects with ``id``, ``prompt``, ``answer``).
+
+    Args:
+        recipe: the validated :class:`~scalectl.recipe.schema.Recipe`.
+        tokenizer: the policy's tokenizer, for chat templates and the prompt-length
+            filter of real sets; default :func:`policy_tokenizer`.
+        log: called with one line saying what a real set gave (rows, duplicates,
+            prompts too long, split sizes).
+
+    Raises:
+        UserError: an unknown ``data.source``, a set that cannot be read, or
+            ``model.chat_template`` without a tokenizer that has a template.
+    """
+    source = recipe.data.source
+    if source == "synthetic:arithmetic":
+        from scalectl.rl.data.arithmetic import make_splits
+
+        try:
+            return make_splits(recipe.data.train_size or DEFAULT_SYNTHETIC_TRAIN, recipe.eval.prompts,
+                               seed=recipe.data.seed, difficulty=recipe.data.difficulty)
+        except ValueError as exc:  # sizes the synthetic task cannot supply
+            raise UserError(f"data.source = 'synthetic:arithmetic': {exc}") from None
+    if source.startswith("synthetic:"):
+        raise UserError(f"data.source = {source!r} is not one of: synthetic:arithmetic, "
+                        "a .jsonl/.json/.parquet file, hf:NAME")
+    from scalectl.rl.data.files import load_problems
+
+    if tokenizer is None:
+        tokenizer = policy_tokenizer(recipe.model)
+    if recipe.model.chat_template and tokenizer is None:
+        raise UserError(f"model.chat_template = true needs the tokenizer of model.path = {recipe.model.path!r}, "
+                        "which is not a checkpoint folder here")
+    d = recipe.data
+    train, held_out, info = load_problems(
+        source, held_out=recipe.eval.prompts, seed=d.seed, train_size=d.train_size, split=d.split,
+        subset=d.subset, prompt_key=d.prompt_key, answer_key=d.answer_key, tokenizer=tokenizer,
+        chat_template=recipe.model.chat_template, max_prompt_tokens=recipe.length.max_prompt_tokens)
+    if log is not None:
+        log(f"prompt set {source}: {info['rows']} rows, {info['duplicates']} duplicates, "
+            f"{info['too_long']} longer than {recipe.length.max_prompt_tokens} tokens; "
+            f"{info['train']} training, {info['held_out']} held-out prompts")
+    return train, held_out

@@ -1,0 +1,262 @@
+"""The processes of a job in processes (``pipeline``; ``sync`` and ``ppo_off_policy`` beyond
+1 generator + 1 trainer) on one machine: spawn, relay progress, stop together.
+
+:func:`supervise` starts ``generators`` generator processes and ``trainers`` trainer
+processes (the first trainer rank leads, the others follow it) (``python -m scalectl.rl.processes.supervise SPEC``, with the environment
+:func:`scalectl.rl.transport.roles.local_task_env` gives task ``rank``), each with
+one thread, its output in ``RUN_DIR/logs/pipeline-ROLE-RANK.log`` and its
+progress (steps, evaluation points, messages) sent back as JSON lines on a
+pipe and handed to the run's reporter.  ``RUN_DIR/pipeline/tasks.json`` lists
+the processes.
+
+Stopping:
+
+* a process that fails (an error, a signal) stops the job: the others get
+  SIGTERM (the trainer checkpoints), and :class:`ProcessFailed` names the
+  process and its error;
+* Ctrl-C or SIGTERM on the supervisor (``scalectl cancel``) is passed to
+  every process as SIGINT: the trainer finishes its step, checkpoints and
+  stops the generators; the supervisor then raises ``KeyboardInterrupt``;
+* a process still alive ``grace_s`` seconds after being told to stop is
+  killed, and each process gets SIGTERM if the supervisor dies
+  (``PR_SET_PDEATHSIG``), so none is left behind.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import os
+import pickle
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from pathlib import Path
+
+from scalectl.recipe.schema import Async
+from scalectl.rl.processes.bodies import run_role
+from scalectl.rl.transport.roles import detect, free_port, local_task_env
+from scalectl.rl.schedule.modes import schedule_for
+from scalectl.rl.transport.board import LOG_ENV, is_lost_peer
+
+
+class ProcessFailed(RuntimeError):
+    """A generator or trainer process of a job in processes failed (its name is historical:
+    every async mode's processes raise it)."""
+
+
+class EventReporter:
+    """A :class:`scalectl.rl.loop.Reporter` writing JSON lines to a pipe (a child's end)."""
+
+    def __init__(self, fd: int):
+        self.out = os.fdopen(fd, "w", buffering=1)
+
+    def emit(self, event: str, **data) -> None:
+        try:
+            self.out.write(json.dumps({"event": event, **data}, default=str) + "\n")
+        except (BrokenPipeError, ValueError):   # the supervisor is gone; PR_SET_PDEATHSIG stops us
+            pass
+
+    def start(self, total_steps, first_step):
+        self.emit("start", total_steps=total_steps, first_step=first_step)
+
+    def step(self, step, metrics):
+        self.emit("step", step=step, metrics=metrics)
+
+    def eval(self, step, point):
+        self.emit("eval", step=step, point=point)
+
+    def log(self, message):
+        self.emit("log", message=str(message))
+
+    def stop(self):
+        pass
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGTERM this process when its parent dies (Linux), and exit now if it already has."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGTERM))   # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+    if os.getppid() != parent:
+        sys.exit(1)
+
+
+def child_main(argv: list[str] | None = None) -> int:
+    """Body of one spawned task: run its role, report the outcome on the events pipe."""
+    parser = argparse.ArgumentParser(prog="python -m scalectl.rl.processes.supervise")
+    parser.add_argument("spec", type=Path)
+    parser.add_argument("--events-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    _die_with_parent(int(os.environ.get("SCALECTL_PARENT_PID", os.getppid())))
+    reporter = EventReporter(args.events_fd)
+    spec = pickle.loads(args.spec.read_bytes())
+    hw = spec.recipe["hardware"]
+    task = detect(hw["generators"], hw["trainers"])
+    try:
+        result = run_role(spec, task, reporter)
+    except KeyboardInterrupt:
+        reporter.emit("interrupted")
+        return 130
+    except BaseException as exc:  # noqa: BLE001 - reported, then the exit status says it failed
+        traceback.print_exc()
+        reporter.emit("error", message="".join(traceback.format_exception_only(exc)).strip(),
+                      secondary=_lost_peer(exc))
+        return 1
+    reporter.emit("done", result=result)
+    return 0
+
+
+def _lost_peer(exc: BaseException) -> bool:
+    """Whether ``exc`` only says that another task went away (a generator or the leader stopped
+    answering, a trainers' collective whose peer closed): the other task's failure is the cause."""
+    return is_lost_peer(exc)
+
+
+def _read_events(rank: int, fd: int, events: queue.Queue) -> None:
+    with os.fdopen(fd) as fh:
+        for line in fh:
+            try:
+                events.put((rank, json.loads(line)))
+            except json.JSONDecodeError:
+                events.put((rank, {"event": "log", "message": line.rstrip()}))
+    events.put((rank, None))
+
+
+def recipe_mode(spec) -> str:
+    """``async.mode`` and k of a spec's recipe, as one word (``pipeline-8``)."""
+    return schedule_for(Async.model_validate(spec.recipe["async"])).describe()
+
+
+def _describe(task: dict, rc: int, error: dict | None, mode: str = "pipeline") -> str:
+    what = f"{mode} {task['role']} process (rank {task['rank']}, pid {task['pid']})"
+    if rc < 0:
+        how = f"was killed by signal {signal.Signals(-rc).name}"
+    elif error is not None:
+        how = f"failed: {error['message']}"
+    else:
+        how = f"exited with status {rc}"
+    return f"{what} {how} (log: {task['log']})"
+
+
+def supervise(spec, generators: int, reporter, grace_s: float = 120.0, trainers: int = 1) -> dict:
+    """Run a pipeline job as local processes (see the module docstring) and return the trainer's summary.
+
+    Raises:
+        ProcessFailed: a process failed; KeyboardInterrupt: interrupted (the trainer checkpointed).
+    """
+    run_dir = Path(spec.run_dir)
+    folder, logs = run_dir / "pipeline", run_dir / "logs"
+    folder.mkdir(parents=True, exist_ok=True)
+    logs.mkdir(parents=True, exist_ok=True)
+    spec_path = folder / "spec.pkl"
+    spec_path.write_bytes(pickle.dumps(spec))
+    world, port, leader = generators + trainers, free_port(), generators
+    events: queue.Queue = queue.Queue()
+    tasks, procs = [], []
+    for rank in range(world):
+        role = "generator" if rank < generators else "trainer"    # as scalectl.rl.transport.roles.assign_role
+        log = logs / f"pipeline-{role}-{rank}.log"
+        r, w = os.pipe()
+        env = {**os.environ, **local_task_env(rank, world, port), "SCALECTL_PARENT_PID": str(os.getpid()),
+               "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", LOG_ENV: str(log)}
+        with log.open("ab") as fh:
+            proc = subprocess.Popen([sys.executable, "-m", "scalectl.rl.processes.supervise", str(spec_path),
+                                     "--events-fd", str(w)], pass_fds=(w,), stdin=subprocess.DEVNULL,
+                                    stdout=fh, stderr=subprocess.STDOUT, env=env)
+        os.close(w)
+        threading.Thread(target=_read_events, args=(rank, r, events), daemon=True).start()
+        procs.append(proc)
+        tasks.append({"rank": rank, "role": role, "pid": proc.pid, "log": str(log)})
+    (folder / "tasks.json").write_text(json.dumps({"supervisor": os.getpid(), "tasks": tasks}, indent=2))
+    reporter.log(f"{generators} generator process(es) and {trainers} trainer process(es) started "
+                 f"({recipe_mode(spec)}; logs in {logs})")
+
+    result, errors, exits = None, {}, []
+    interrupted, deadline = False, None
+
+    def handle(rank: int, ev: dict | None) -> None:
+        nonlocal result
+        if ev is None:
+            return
+        kind = ev["event"]
+        if kind == "start":
+            reporter.start(ev["total_steps"], ev["first_step"])
+        elif kind == "step":
+            reporter.step(ev["step"], ev["metrics"])
+        elif kind == "eval":
+            reporter.eval(ev["step"], ev["point"])
+        elif kind == "log":
+            reporter.log(ev["message"])
+        elif kind == "done" and rank == leader:
+            result = ev["result"]
+        elif kind == "error":
+            errors[rank] = ev
+
+    def signal_all(sig) -> None:
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(sig)
+                except ProcessLookupError:
+                    pass
+
+    def wait_all() -> None:
+        nonlocal deadline
+        while any(p.poll() is None for p in procs) or not events.empty():
+            try:
+                handle(*events.get(timeout=0.1))
+            except queue.Empty:
+                pass
+            for rank, p in enumerate(procs):
+                if p.returncode is not None and rank not in dict(exits):
+                    exits.append((rank, p.returncode))
+                    if p.returncode not in (0, 130) and deadline is None:
+                        signal_all(signal.SIGTERM)           # one failed: the others checkpoint and stop
+                        deadline = time.monotonic() + grace_s
+            if deadline is not None and time.monotonic() > deadline:
+                signal_all(signal.SIGKILL)
+
+    try:
+        while True:
+            try:
+                wait_all()
+                break
+            except KeyboardInterrupt:                        # wherever it lands: pass it on, keep waiting
+                interrupted = True
+                signal_all(signal.SIGINT)
+                deadline = deadline or time.monotonic() + grace_s
+    finally:
+        signal_all(signal.SIGKILL)
+        for rank, p in enumerate(procs):
+            p.wait()
+            if rank not in dict(exits):
+                exits.append((rank, p.returncode))
+        while not events.empty():
+            rank, ev = events.get()
+            if ev is not None and ev["event"] == "error":
+                errors[rank] = ev
+        reporter.stop()
+    failed = [(rank, rc) for rank, rc in exits if rc not in (0, 130)]
+    if failed:
+        primary = [(r, rc) for r, rc in failed if not errors.get(r, {}).get("secondary")] or failed
+        rank, rc = primary[0]
+        raise ProcessFailed(_describe(tasks[rank], rc, errors.get(rank), spec.recipe["async"]["mode"]))
+    if interrupted or any(rc == 130 for _, rc in exits):
+        raise KeyboardInterrupt
+    if result is None:
+        raise ProcessFailed(f"the first trainer process ended without a result (log: {tasks[leader]['log']})")
+    return result
+
+
+if __name__ == "__main__":
+    code = child_main()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)      # no interpreter teardown: a receive still pending after a failure would abort it

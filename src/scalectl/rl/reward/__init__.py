@@ -1,0 +1,1 @@
+"""Rewards: the answer checker and the +-1 reward of a completion (:mod:`.checker`)."""

@@ -1,0 +1,82 @@
+"""Rollouts to scored groups: sample G completions per prompt, check, shape rewards.
+
+A *group* is the G completions of one prompt.  Rewards are +1 for a correct
+final answer and -1 otherwise (checked with math-verify,
+:mod:`scalectl.rl.reward.checker`); with ``length.control = "penalty"`` the DAPO
+overlong shaping is added to correct completions (DAPO, arXiv 2503.14476,
+eq. 13).  With ``interrupt`` the rollout engine appends the interruption
+phrase itself; ``none`` leaves truncated completions to the checker.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from scalectl.rl.rollout.length import overlong_penalty
+from scalectl.rl.reward.checker import check
+
+
+@dataclass
+class Group:
+    """The G completions of one prompt, with their rewards.
+
+    Attributes:
+        prompt_id: index of the prompt in the training set.
+        completions: G rollout completions (:class:`scalectl.rl.rollout.base.Completion`).
+        correct: G booleans from the checker.
+        rewards: (G,) float, +1/-1 plus any length shaping.
+        generator: the rank of the generator process that sampled it (None: sampled in the
+            trainer's process).
+    """
+
+    prompt_id: int
+    completions: list
+    correct: list[bool]
+    rewards: torch.Tensor = field(repr=False)
+    generator: int | None = None
+
+    @property
+    def n_correct(self) -> int:
+        return int(sum(self.correct))
+
+    @property
+    def zero_variance(self) -> bool:
+        """All G rewards equal: the group's advantages are all zero."""
+        return bool((self.rewards == self.rewards[0]).all())
+
+
+def score_groups(raw_groups: list[list], problems: list, prompt_ids: list[int], length) -> list[Group]:
+    """Check every completion and shape rewards.
+
+    Args:
+        raw_groups: one list of G completions per prompt, as the engine returned them.
+        problems: the prompt set (objects with ``answer``).
+        prompt_ids: the prompt index of each group.
+        length: the recipe's :class:`~scalectl.recipe.schema.Length` section.
+    """
+    groups = []
+    for pid, comps in zip(prompt_ids, raw_groups):
+        correct = [check(c.text, problems[pid].answer) for c in comps]
+        rewards = torch.tensor([1.0 if ok else -1.0 for ok in correct])
+        if length.control == "penalty":
+            lmax = length.penalty_max or length.max_new_tokens
+            pen = overlong_penalty(torch.tensor([len(c.token_ids) for c in comps]), lmax, length.penalty_cache)
+            rewards = rewards + torch.where(torch.tensor(correct), pen.to(rewards.dtype), torch.zeros_like(rewards))
+        groups.append(Group(pid, comps, correct, rewards))
+    return groups
+
+
+def rollout_stats(groups: list[Group]) -> dict:
+    """Reward mean, truncation rate, mean completion length (tokens), zero-variance share."""
+    comps = [c for g in groups for c in g.completions]
+    if not comps:
+        return {"reward": 0.0, "truncation_rate": 0.0, "mean_length": 0.0, "zero_variance_share": 0.0}
+    return {
+        "reward": float(torch.cat([g.rewards for g in groups]).mean()),
+        "truncation_rate": sum(c.finish_reason == "length" for c in comps) / len(comps),
+        "mean_length": sum(len(c.token_ids) for c in comps) / len(comps),
+        "zero_variance_share": sum(g.zero_variance for g in groups) / len(groups),
+        "pass_rate": sum(g.n_correct for g in groups) / len(comps),
+    }

@@ -1,0 +1,271 @@
+"""The SFT warm start of the built-in tiny model (``model.path = "builtin:tiny"``).
+
+RL needs a policy that already solves some prompts (a group whose rewards are
+all -1 has zero advantage).  A freshly built tiny model solves none, so a short
+supervised stage trains it on reference completions (:func:`scalectl.rl.data.arithmetic.sft_target`)
+and stops at the first check whose held-out pass rate (mean@k, sampled at
+temperature 1 with the CPU engine and scored by :func:`scalectl.rl.reward.checker.check`)
+reaches ``model.warm_start_target``.  The SFT pass rate jumps suddenly, so checks
+are frequent and cheap (a small held-out subset every few steps).
+
+The result is cached outside run folders, in ``$SCALECTL_CACHE/models/<key>`` (default
+``~/.cache/scalectl/models/<key>``), where the key hashes everything that
+determines the weights (model config, task, target, SFT settings, this module's
+version); every run of the same setup reuses it and a cache hit costs only a
+directory check.  It is written to a temporary folder and renamed into place, so
+a crash never leaves a half-written cache; a lock file keeps two processes from
+training the same key at once.  Deterministic: same key, same weights (on one
+machine and thread count).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from scalectl.rl.policy.model import TINY_CONFIG, build_tiny_model, build_tokenizer, encode_prompt, eos_token_id, pad_token_id, save_policy
+from scalectl.rl.policy.logprobs import token_logprobs
+from scalectl.rl.data.splits import DEFAULT_SYNTHETIC_TRAIN
+from scalectl.rl.evaluation.pass_rate import evaluate
+from scalectl.rl.rollout.cpu import CPURolloutEngine
+from scalectl.rl.rollout.sampling import SamplingParams
+from scalectl.rl.data.arithmetic import Problem, eval_problems, sft_target, train_problems
+
+#: Bump when the SFT procedure changes: old cache entries are then ignored.
+WARMSTART_VERSION = 1
+#: The SFT set: the first this many problems of the training split (fewer when
+#: ``data.train_size`` is smaller), so that a larger RL pool starts from the same weights.
+SFT_PROBLEMS = DEFAULT_SYNTHETIC_TRAIN
+BUILTIN_TINY = "builtin:tiny"
+
+
+@dataclass(frozen=True)
+class SFTConfig:
+    """SFT settings (all part of the cache key).
+
+    ``lr``/``warmup_steps``/``batch_size``: AdamW (betas 0.9/0.95, no weight decay),
+    linear warm-up then constant.  Every ``check_every`` steps, ``check_samples``
+    completions for each of the first ``check_prompts`` held-out prompts; stop at
+    the first check >= target, or fail after ``max_steps``.
+    """
+
+    lr: float = 3e-3
+    warmup_steps: int = 20
+    batch_size: int = 64
+    check_every: int = 10
+    check_prompts: int = 128
+    check_samples: int = 4
+    max_steps: int = 3000
+    seed: int = 0
+
+
+# ------------------------------------------------------------------------------------ SFT
+
+
+def sft_batch(problems: list[Problem], tokenizer) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Left-padded (input_ids, attention_mask, target_mask), each (N, L): prompt (with
+    BOS), reference completion and EOS; ``target_mask`` (N, L-1) is 1 where the
+    predicted token belongs to the completion (EOS included)."""
+    seqs, n_prompt = [], []
+    for p in problems:
+        prompt = encode_prompt(tokenizer, p.prompt)
+        completion = tokenizer.encode(sft_target(p.prompt), add_special_tokens=False) + [eos_token_id(tokenizer)]
+        seqs.append(prompt + completion)
+        n_prompt.append(len(prompt))
+    L = max(map(len, seqs))
+    ids = torch.full((len(seqs), L), pad_token_id(tokenizer), dtype=torch.long)
+    mask = torch.zeros((len(seqs), L), dtype=torch.long)
+    target = torch.zeros((len(seqs), L - 1), dtype=torch.float32)
+    for r, (s, npr) in enumerate(zip(seqs, n_prompt)):
+        ids[r, L - len(s):], mask[r, L - len(s):] = torch.tensor(s), 1
+        target[r, L - len(s) + npr - 1:] = 1.0  # targets are tokens 1..L-1
+    return ids, mask, target
+
+
+def _log(msg: str) -> None:
+    from rich.console import Console
+
+    Console(stderr=True, highlight=False).print(msg)
+
+
+#: A progress line every this many checks (a warm start to 0.45 runs about 90 checks).
+LOG_EVERY_CHECKS = 10
+
+
+def train_sft(model, tokenizer, train: list[Problem], check_set: list[Problem], target: float,
+              cfg: SFTConfig, *, max_new_tokens: int, log=_log) -> dict:
+    """Supervised fine-tuning until the held-out pass rate on ``check_set`` reaches ``target``.
+
+    Cross-entropy on the completion tokens, with the same log-prob function as RL
+    (:func:`token_logprobs`, fp32 head).  Checks every ``cfg.check_every`` steps
+    (and before the first step); ``log`` gets every :data:`LOG_EVERY_CHECKS`-th check.
+
+    Returns:
+        {"steps", "pass_rate" (of the stopping check), "seconds", "history": [(step, loss, pass_rate)]}.
+
+    Raises:
+        RuntimeError: target not reached within ``cfg.max_steps``.
+    """
+    gen = torch.Generator().manual_seed(cfg.seed)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, 0.95), weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps)))
+    engine = CPURolloutEngine(model, tokenizer, head_fp32=True)
+    history, t0, loss_val = [], time.perf_counter(), float("nan")
+    for step in range(cfg.max_steps + 1):
+        if step % cfg.check_every == 0:
+            model.eval()
+            rate = evaluate(engine, check_set, SamplingParams(max_new_tokens=max_new_tokens),
+                            samples_per_prompt=cfg.check_samples, seed=cfg.seed + step,
+                            chunk_prompts=len(check_set))["pass_rate"]
+            history.append((step, loss_val, rate))
+            if step % (LOG_EVERY_CHECKS * cfg.check_every) == 0:   # every check is in the history
+                trained = f"loss {loss_val:.3f}" if step else "before training"
+                log(f"[dim]warm start[/] step {step:5d}  {trained}  held-out pass rate "
+                    f"{rate:.3f} (target {target})  {time.perf_counter() - t0:.0f}s")
+            if rate >= target:
+                return {"steps": step, "pass_rate": rate, "seconds": time.perf_counter() - t0,
+                        "history": history}
+        if step == cfg.max_steps:
+            break
+        model.train()
+        idx = torch.randint(len(train), (cfg.batch_size,), generator=gen).tolist()
+        ids, mask, tmask = sft_batch([train[i] for i in idx], tokenizer)
+        logp, _ = token_logprobs(model, ids, mask, head_fp32=True, with_entropy=False)
+        loss = -(logp * tmask).sum() / tmask.sum()
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        loss_val = loss.item()
+    model.eval()
+    raise RuntimeError(
+        f"warm start: held-out pass rate {history[-1][2]:.3f} after {cfg.max_steps} SFT steps, "
+        f"below model.warm_start_target = {target}; lower the target or the data.difficulty"
+    )
+
+
+# ------------------------------------------------------------------------------------ cache
+
+
+def cache_root() -> Path:
+    """``$SCALECTL_CACHE`` or ``~/.cache/scalectl``; warm starts live in its ``models/``."""
+    return Path(os.environ.get("SCALECTL_CACHE") or Path.home() / ".cache" / "scalectl")
+
+
+def cache_key(model_overrides: dict, difficulty: int, data_seed: int, train_size: int, target: float,
+              max_new_tokens: int, sft: SFTConfig) -> str:
+    """16 hex digits of SHA-256 over everything that determines the warm-start weights."""
+    blob = json.dumps({
+        "version": WARMSTART_VERSION, "arch": {**TINY_CONFIG, **model_overrides},
+        "tokenizer": len(build_tokenizer()), "task": ["arithmetic", difficulty, data_seed, train_size],
+        "target": target, "max_new_tokens": max_new_tokens,
+        "sft": dataclasses.asdict(sft), "torch": torch.__version__.split("+")[0],
+    }, sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+@contextlib.contextmanager
+def _locked(path: Path):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tokens: int | None = None,
+                      cache_dir: str | Path | None = None, sft: SFTConfig = SFTConfig(),
+                      model_overrides: dict | None = None, log=_log) -> Path:
+    """The checkpoint folder a run starts from.
+
+    For ``model.path == "builtin:tiny"``: the cached SFT warm start of the tiny model
+    on the run's synthetic task, trained (once per key) until the held-out pass rate
+    reaches ``model.warm_start_target``.  For any other path: that path.
+
+    The warm start depends only on the setup (model, data, ``length.max_new_tokens``),
+    never on the recipe's training choices, so that every variant of an ablation starts
+    from the same weights.  It trains on the first ``min(data.train_size, SFT_PROBLEMS)``
+    problems of the training split (the split is prefix-stable), so pools of 4,000
+    prompts or more share one warm start.  Its checks sample without interruption.
+
+    Args:
+        recipe: a :class:`~scalectl.recipe.schema.Recipe`; or give ``model_cfg``, ``data_cfg`` and
+            ``max_new_tokens`` (its ``model`` and ``data`` sections and ``length.max_new_tokens``).
+        cache_dir: where the warm starts live; default :func:`cache_root` ``/ "models"``.
+        sft: SFT settings.
+        model_overrides: ``Qwen2Config`` fields over :data:`TINY_CONFIG`.
+        log: progress messages (rich markup); default: stderr.
+
+    Returns:
+        The folder (``save_pretrained`` layout, plus ``warmstart.json`` with the
+        pass rate reached, steps and wall time).
+
+    Raises:
+        FileNotFoundError: a non-builtin path that does not exist.
+        ValueError: builtin model with a data source other than ``synthetic:arithmetic``,
+            or neither a recipe nor the three sections.
+        RuntimeError: the target was not reached (see :func:`train_sft`).
+    """
+    if recipe is not None:
+        model_cfg, data_cfg, max_new_tokens = recipe.model, recipe.data, recipe.length.max_new_tokens
+    if model_cfg is None or data_cfg is None or max_new_tokens is None:
+        raise ValueError("ensure_warm_start needs a recipe, or model_cfg, data_cfg and max_new_tokens")
+    if model_cfg.path != BUILTIN_TINY:
+        path = Path(model_cfg.path).expanduser()
+        if not path.is_dir():
+            raise FileNotFoundError(f"model.path = {model_cfg.path!r}: no checkpoint folder there")
+        return path
+    if data_cfg.source != "synthetic:arithmetic":
+        raise ValueError(
+            f"model.path = {BUILTIN_TINY!r} is warm-started on data.source = 'synthetic:arithmetic' only, "
+            f"got {data_cfg.source!r}; give a checkpoint folder in model.path instead"
+        )
+    overrides = dict(model_overrides or {})
+    train_size = min(data_cfg.train_size or DEFAULT_SYNTHETIC_TRAIN, SFT_PROBLEMS)   # the SFT set's size
+    target = model_cfg.warm_start_target
+    key = cache_key(overrides, data_cfg.difficulty, data_cfg.seed, train_size, target, max_new_tokens, sft)
+    models = Path(cache_dir) if cache_dir is not None else cache_root() / "models"
+    final = models / key
+    if (final / "warmstart.json").is_file():
+        return final
+    with _locked(models / f".{key}.lock"):
+        if (final / "warmstart.json").is_file():  # another process finished it meanwhile
+            return final
+        log(f"[bold]warm start[/] {key}: SFT of the tiny model to held-out pass rate {target} "
+            f"(difficulty {data_cfg.difficulty}); cached in {final}")
+        tokenizer = build_tokenizer()
+        model = build_tiny_model(seed=sft.seed, **overrides)
+        train = train_problems(train_size, seed=data_cfg.seed, difficulty=data_cfg.difficulty)
+        check_set = eval_problems(sft.check_prompts, seed=data_cfg.seed, difficulty=data_cfg.difficulty)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(sft.seed)
+            result = train_sft(model, tokenizer, train, check_set, target, sft,
+                               max_new_tokens=max_new_tokens, log=log)
+        tmp = models / f".tmp-{key}-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        save_policy(model, tokenizer, tmp)
+        meta = {"key": key, "target": target, "difficulty": data_cfg.difficulty, "data_seed": data_cfg.seed,
+                "train_size": train_size, "max_new_tokens": max_new_tokens, "sft": dataclasses.asdict(sft),
+                "model_overrides": overrides, "steps": result["steps"], "pass_rate": result["pass_rate"],
+                "seconds": round(result["seconds"], 1), "history": result["history"],
+                "python": sys.version.split()[0], "torch": torch.__version__}
+        (tmp / "warmstart.json").write_text(json.dumps(meta, indent=1))
+        shutil.rmtree(final, ignore_errors=True)  # a folder without warmstart.json is not a cache entry
+        os.replace(tmp, final)
+        log(f"[bold]warm start[/] done: pass rate {result['pass_rate']:.3f} after {result['steps']} steps "
+            f"({result['seconds']:.0f}s)")
+        return final

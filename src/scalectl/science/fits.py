@@ -1,0 +1,142 @@
+"""Fits of stored runs: a run's points read from the store on one compute axis,
+fitted with :func:`scalectl.curve.fit_sigmoid` and cached in the ``fits`` table
+(recomputed only when the run's points change).  Used by ``scalectl fit``,
+``compare``, ``extrapolate`` and the ablation report alike.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from typing import Any
+
+from scalectl.defaults import TRUNCATION_THRESHOLD
+from scalectl.errors import UserError
+
+AXES = ("gpu_hours", "flops", "tokens", "step")
+
+
+def _stderr(message: str) -> None:
+    print(message, file=sys.stderr)
+
+
+@dataclass(frozen=True)
+class FitOptions:
+    """Settings of a fit from the command line (None: from the recipe or the default)."""
+
+    axis: str | None = None
+    min_compute: float | None = None
+    method: str = "vp"
+    r0: str = "auto"
+    bootstrap: int = 1000
+    level: float = 0.95
+    seed: int = 0
+
+
+def fit_section(run: dict) -> dict:
+    return (run.get("recipe") or {}).get("fit") or {}
+
+
+def resolve_axis(run: dict, opts: FitOptions) -> str:
+    axis = opts.axis or fit_section(run).get("axis") or "gpu_hours"
+    if axis not in AXES:
+        raise UserError(f"--axis {axis!r} is not one of: {', '.join(AXES)}")
+    return axis
+
+
+def parse_r0(value: str) -> str | float:
+    if value in ("auto", "measured", "fit"):
+        return value
+    try:
+        return float(value)
+    except ValueError:
+        raise UserError(f"--r0 {value!r} is not one of: auto, measured, fit, or a number "
+                        "in [0, 1]") from None
+
+
+def load_points(store, run: dict, axis: str, log=_stderr) -> tuple:
+    """(compute, pass_rate, truncation_rate) of a run on ``axis``; points without a value dropped."""
+    import numpy as np
+
+    pts = store.points(run["id"])
+    if not pts:
+        raise UserError(f"run {run['name']!r} has no evaluation points yet")
+    have = [p for p in pts if p.get(axis) is not None and p.get("pass_rate") is not None]
+    if not have:
+        filled = [a for a in AXES if any(p.get(a) is not None for p in pts)]
+        raise UserError(f"run {run['name']!r} has no {axis!r} values; axes with values: "
+                        f"{', '.join(filled) or 'none'} (choose one with --axis)")
+    if len(have) < len(pts):
+        log(f"run {run['name']}: {len(pts) - len(have)} points without {axis} left out")
+    x = np.array([float(p[axis]) for p in have])
+    y = np.array([float(p["pass_rate"]) for p in have])
+    t = np.array([np.nan if p.get("truncation_rate") is None else float(p["truncation_rate"])
+                  for p in have])
+    return x, y, t
+
+
+def r0_standard_error(store, run: dict, axis: str) -> float | None:
+    """Standard error of the run's evaluation at compute 0 (from its per-prompt correct
+    counts), or None when there is none or it did not store them."""
+    from scalectl.curve import evaluation_standard_error
+
+    zero = [p for p in store.points(run["id"]) if p.get(axis) == 0 and p.get("correct_counts")]
+    ses = [evaluation_standard_error(p["correct_counts"], p.get("samples_per_prompt") or 0) for p in zero]
+    ses = [s for s in ses if s is not None]
+    return None if not ses else (sum(s * s for s in ses) / len(ses)) ** 0.5   # per evaluation
+
+
+def fit_window(section: dict, axis: str, compute, override: float | None = None) -> float:
+    """Where a run's fit window starts, in ``axis`` units: the rule every fit of stored points uses.
+
+    ``override`` (``--min-compute``) when given; else the recipe's ``fit.min_compute`` when its
+    ``fit.axis`` is ``axis`` (a bound in other units means nothing here); else
+    :func:`scalectl.curve.default_min_compute` of the points' ``compute``.
+
+    Args:
+        section: the run's recipe ``fit`` section (a dict, possibly empty).
+        compute: the points' compute on ``axis``.
+    """
+    from scalectl.curve import default_min_compute
+
+    if override is not None:
+        return float(override)
+    if "min_compute" in section and section.get("axis", "gpu_hours") == axis:
+        return float(section["min_compute"])
+    return default_min_compute(compute, axis)
+
+
+def fit_run(store, run: dict, opts: FitOptions, refit: bool = False) -> tuple[Any, bool, str]:
+    """Fit a stored run (or reuse its stored fit when its points are unchanged).
+
+    Returns (:class:`scalectl.science.compare.RunCurve`, cached, key).  Raises UserError on
+    input that cannot be fitted, naming the run.
+    """
+    from scalectl.science.compare import RunCurve
+    from scalectl.curve import FitError, SigmoidFit, fit_sigmoid
+
+    if opts.method not in ("vp", "grid"):
+        raise UserError(f"--method {opts.method!r} is not one of: vp, grid")
+    axis = resolve_axis(run, opts)
+    x, y, trunc = load_points(store, run, axis)
+    section = fit_section(run)
+    min_c = fit_window(section, axis, x, opts.min_compute)
+    threshold = float(section.get("truncation_threshold", TRUNCATION_THRESHOLD))
+    key = (f"{axis}/{opts.method}/min={min_c:g}/r0={opts.r0}/boot={opts.bootstrap}"
+           f"/level={opts.level:g}/seed={opts.seed}/trunc={threshold:g}")
+    digest = store.points_digest(run["id"])
+    hardware = run.get("hardware") or None
+    stored = None if refit else store.get_fit(run["id"], key)
+    if stored is not None and stored[1] == digest:
+        return RunCurve(x, y, SigmoidFit.from_dict(stored[0]), hardware), True, key
+    try:
+        fit = fit_sigmoid(x, y, min_compute=min_c, r0=parse_r0(opts.r0), method=opts.method, axis=axis,
+                          bootstrap=opts.bootstrap, level=opts.level, seed=opts.seed,
+                          truncation=trunc, truncation_threshold=threshold,
+                          r0_se=r0_standard_error(store, run, axis))
+    except (FitError, ValueError) as exc:
+        raise UserError(f"run {run['name']!r}: {exc}") from None
+    store.save_fit(run["id"], key, fit.to_dict(), digest)
+    return RunCurve(x, y, fit, hardware), False, key
+
+
