@@ -320,7 +320,7 @@ def test_load_prompt_sets_from_a_recipe_drops_long_prompts():
     short = sum(len(t.encode()) - 6 * t.count("\\boxed{") + 1 <= 300 for t in texts)
     assert 100 < short < 1319
     assert (len(train), len(held)) == (200, 100)
-    assert lines == [f"prompt set {GSM8K}: 1319 rows, 0 duplicates, {1319 - short} longer than 300 tokens; "
+    assert lines == [f"prompt set {GSM8K}: 1319 rows, 0 duplicates (0 near-duplicates), {1319 - short} longer than 300 tokens; "
                      f"200 training, 100 held-out prompts"]
     tok = build_tokenizer()
     assert all(len(tok.encode(p.prompt, add_special_tokens=False)) + 1 <= 300 for p in train + held)

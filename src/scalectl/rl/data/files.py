@@ -20,8 +20,10 @@ name their columns with ``data.prompt_key`` / ``data.answer_key`` (dotted for ne
 Prompts are rendered (:func:`render_prompt`) with the tokenizer's chat template when
 ``model.chat_template`` is true, otherwise as plain text; either way a prompt that does
 not already ask for a ``\\boxed{}`` answer gets :data:`BOXED_INSTRUCTION` appended to its
-last message.  Duplicated prompts are kept once; prompts longer than
-``length.max_prompt_tokens`` are dropped (when a tokenizer is at hand).  The held-out split (``eval.prompts`` prompts, paper: 1,000) is
+last message.  Duplicated prompts are kept once, near-duplicates included (one
+:func:`scalectl.rl.data.duplicates.prompt_key`: equal up to whitespace, the case of words and
+surrounding punctuation); prompts longer than ``length.max_prompt_tokens`` are dropped (when
+a tokenizer is at hand).  The held-out split (``eval.prompts`` prompts, paper: 1,000) is
 drawn by ``data.seed`` from what remains and is disjoint from training (:func:`split_indices`).
 """
 
@@ -35,6 +37,7 @@ import numpy as np
 
 from scalectl.errors import UserError
 from scalectl.rl.data.arithmetic import Problem
+from scalectl.rl.data import duplicates as near
 from scalectl.rl.reward.gold import Gold
 
 #: Appended to a prompt that does not ask for a boxed answer (the wording of the
@@ -337,15 +340,19 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
     """Training and held-out problems of a real prompt set, and what was dropped.
 
     Rows -> records (:func:`to_record`) -> rendered prompts (:func:`render_prompt`) ->
-    first occurrence of each prompt kept -> prompts of more than ``max_prompt_tokens``
-    tokens as the engines encode them (:func:`scalectl.rl.policy.model.encode_prompts`, BOS
-    included when the tokenizer has one) dropped when ``tokenizer`` is given -> :func:`split_indices` -> the first
+    first occurrence of each prompt kept, near-duplicates included (one
+    :func:`~scalectl.rl.data.duplicates.prompt_key`, the boxed-answer instruction left out)
+    -> prompts of more than ``max_prompt_tokens`` tokens as the engines encode them
+    (:func:`scalectl.rl.policy.model.encode_prompts`, BOS included when the tokenizer has
+    one) dropped when ``tokenizer`` is given -> :func:`split_indices` -> the first
     ``train_size`` training prompts (all by default).
 
     Returns:
         (train, held_out, info); problem ids are indices in their split, answers a
         :class:`~scalectl.rl.reward.gold.Gold` of the row's answers with ``think_tags``;
-        ``info`` counts ``rows``, ``duplicates``, ``too_long``, ``train``, ``held_out``.
+        ``info`` counts ``rows``, ``duplicates`` (all dropped as a copy of an earlier
+        prompt), ``near_duplicates`` (those among them whose rendered text differs from
+        it), ``too_long``, ``train``, ``held_out``.
 
     Raises:
         UserError: see :func:`read_rows`, :func:`to_record`, :func:`render_prompt`,
@@ -355,12 +362,11 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
     records = [to_record(r, i, prompt_key=prompt_key, answer_key=answer_key, source=source)
                for i, r in enumerate(rows)]
     texts = [render_prompt(r.messages, tokenizer=tokenizer, chat_template=chat_template) for r in records]
-    seen, keep = set(), []
-    for i, text in enumerate(texts):
-        if text not in seen:
-            seen.add(text)
-            keep.append(i)
+    keys = [near.prompt_key(r.messages, drop=(BOXED_INSTRUCTION,)) for r in records]
+    keep = near.first_of_each(keys)
     duplicates = len(records) - len(keep)
+    kept_text = {keys[i]: texts[i] for i in keep}
+    near_duplicates = sum(text != kept_text[key] for key, text in zip(keys, texts))
     too_long = 0
     if tokenizer is not None and max_prompt_tokens is not None and keep:
         from scalectl.rl.policy.model import encode_prompts
@@ -381,6 +387,6 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
                                row=records[keep[p]].row) for j, p in enumerate(positions)]
 
     train, held = problems(train_pos), problems(held_pos)
-    info = {"rows": len(records), "duplicates": duplicates, "too_long": too_long,
+    info = {"rows": len(records), "duplicates": duplicates, "near_duplicates": near_duplicates, "too_long": too_long,
             "train": len(train), "held_out": len(held)}
     return train, held, info

@@ -49,8 +49,8 @@ def load_prompt_sets(recipe, tokenizer=None, *, log=None) -> tuple[list, list]:
         recipe: the validated :class:`~scalectl.recipe.schema.Recipe`.
         tokenizer: the policy's tokenizer, for chat templates and the prompt-length
             filter of real sets; default :func:`policy_tokenizer`.
-        log: called with one line saying what a real set gave (rows, duplicates,
-            prompts too long, split sizes).
+        log: called with one line saying what a real set gave (rows, duplicates and how
+            many of them near-duplicates, prompts too long, split sizes).
 
     Raises:
         UserError: an unknown ``data.source``, a set that cannot be read, or
@@ -86,7 +86,8 @@ def load_prompt_sets(recipe, tokenizer=None, *, log=None) -> tuple[list, list]:
         chat_template=recipe.model.chat_template, max_prompt_tokens=recipe.length.max_prompt_tokens,
         think_tags=recipe.model.think_tags)
     if log is not None:
-        log(f"prompt set {source}: {info['rows']} rows, {info['duplicates']} duplicates, "
+        log(f"prompt set {source}: {info['rows']} rows, {info['duplicates']} duplicates "
+            f"({info['near_duplicates']} near-duplicates), "
             f"{info['too_long']} longer than {recipe.length.max_prompt_tokens} tokens; "
             f"{info['train']} training, {info['held_out']} held-out prompts")
     return train, held_out
