@@ -14,6 +14,7 @@ from scalectl.rl.data.files import (
     BOXED_INSTRUCTION, load_problems, normalize_answer, read_rows, render_prompt, split_indices, to_record,
 )
 from scalectl.rl.reward.checker import check, reward
+from scalectl.rl.reward.gold import Gold
 
 MATH = Path(__file__).parent / "data" / "math"
 GSM8K = MATH / "gsm8k-test.jsonl"
@@ -31,24 +32,24 @@ def test_every_gsm8k_answer_is_read_and_parses(gsm8k):
     from math_verify import parse
 
     assert len(gsm8k) == 1319
-    assert [r.answer for r in gsm8k[:3]] == ["18", "3", "70000"]
+    assert [r.answers[0] for r in gsm8k[:3]] == ["18", "3", "70000"]
     raw = [json.loads(line)["answer"].rsplit("####", 1)[1].strip() for line in GSM8K.read_text().splitlines()]
     assert sum("," in a for a in raw) == 14                         # thousands separators, removed
     for r, a in zip(gsm8k, raw):
-        assert r.answer == a.replace(",", "")
-        parsed = parse("\\boxed{" + r.answer + "}", parsing_timeout=None)
-        assert parsed and parsed[0] == int(r.answer), r.answer
+        assert r.answers[0] == a.replace(",", "")
+        parsed = parse("\\boxed{" + r.answers[0] + "}", parsing_timeout=None)
+        assert parsed and parsed[0] == int(r.answers[0]), r.answers[0]
 
 
 def test_gsm8k_correct_answers_score_plus_one_wrong_minus_one(gsm8k):
     for r in gsm8k:
-        gold = int(r.answer)
-        assert reward(f"So the total is \\boxed{{{gold}}}.", r.answer) == 1.0
-        assert reward(f"\\boxed{{{gold + 1}}}", r.answer) == -1.0
+        gold = int(r.answers[0])
+        assert reward(f"So the total is \\boxed{{{gold}}}.", r.answers[0]) == 1.0
+        assert reward(f"\\boxed{{{gold + 1}}}", r.answers[0]) == -1.0
     for r in gsm8k[::10]:                         # the same through math-verify
-        gold = int(r.answer)
-        assert reward(f"\\boxed{{{gold:,}.0}}" if gold >= 1000 else f"\\boxed{{{gold}.0}}", r.answer) == 1.0
-        assert reward(f"\\boxed{{\\frac{{{2 * gold + 1}}}{{2}}}}", r.answer) == -1.0
+        gold = int(r.answers[0])
+        assert reward(f"\\boxed{{{gold:,}.0}}" if gold >= 1000 else f"\\boxed{{{gold}.0}}", r.answers[0]) == 1.0
+        assert reward(f"\\boxed{{\\frac{{{2 * gold + 1}}}{{2}}}}", r.answers[0]) == -1.0
 
 
 @pytest.mark.parametrize("name,rows", [("aime24", 30), ("aime25", 30), ("amc23", 83)])
@@ -56,11 +57,11 @@ def test_aime_and_amc_ground_truths(name, rows):
     records = [to_record(r, i) for i, r in enumerate(read_rows(str(MATH / f"{name}.parquet")))]
     assert len(records) == rows
     for r in records:
-        assert reward(f"\\boxed{{{r.answer}}}", r.answer) == 1.0
-        value = int(r.answer.removesuffix("^\\circ"))
-        assert reward(f"\\boxed{{{value}}}", r.answer) == 1.0              # 025 -> 25, 336^\circ -> 336
-        assert reward(f"\\boxed{{{value + 1}}}", r.answer) == -1.0
-    answers = [r.answer for r in records]
+        assert reward(f"\\boxed{{{r.answers[0]}}}", r.answers[0]) == 1.0
+        value = int(r.answers[0].removesuffix("^\\circ"))
+        assert reward(f"\\boxed{{{value}}}", r.answers[0]) == 1.0              # 025 -> 25, 336^\circ -> 336
+        assert reward(f"\\boxed{{{value + 1}}}", r.answers[0]) == -1.0
+    answers = [r.answers[0] for r in records]
     if name == "aime24":
         assert answers[:2] == ["204", "025"]
     if name == "aime25":
@@ -130,17 +131,17 @@ def test_rl_layout_in_jsonl_math_layout_and_named_keys(tmp_path):
         {"prompt": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "1+2?"}],
          "reward_model": {"ground_truth": "3", "style": "rule"}}])
     rec = to_record(read_rows(rl)[0], 0)
-    assert rec.answer == "3" and [m["role"] for m in rec.messages] == ["system", "user"]
+    assert rec.answers[0] == "3" and [m["role"] for m in rec.messages] == ["system", "user"]
     assert render_prompt(rec.messages) == "Be brief.\n\n1+2? " + BOXED_INSTRUCTION
 
     math = _write_jsonl(tmp_path / "math.jsonl", [{"problem": "Half of 1?", "solution": "It is \\boxed{\\frac12}."}])
-    assert to_record(read_rows(math)[0], 0).answer == "\\frac12"
+    assert to_record(read_rows(math)[0], 0).answers == ("\\frac12",)
 
     custom = _write_jsonl(tmp_path / "custom.jsonl", [{"q": "2*3?", "meta": {"gold": 6}}])
     row = read_rows(custom)[0]
     with pytest.raises(UserError, match=r"row 0: no prompt column .*the row has q, meta.*data.prompt_key"):
         to_record(row, 0)
-    assert to_record(row, 0, prompt_key="q", answer_key="meta.gold").answer == "6"
+    assert to_record(row, 0, prompt_key="q", answer_key="meta.gold").answers == ("6",)
 
 
 def test_bad_sources_get_clear_errors(tmp_path):
@@ -152,9 +153,91 @@ def test_bad_sources_get_clear_errors(tmp_path):
         read_rows(str(tmp_path / "missing.parquet"))
     with pytest.raises(UserError, match=r"is not one of: synthetic:arithmetic, a .jsonl/.json/.parquet file, hf:NAME"):
         read_rows("prompts.csv")
-    lists = _write_jsonl(tmp_path / "lists.jsonl", [{"question": "1?", "answer": [1, 2]}])
-    with pytest.raises(UserError, match=r"row 0: answer: a list of 2 answers"):
-        load_problems(lists, held_out=1)
+    empty = _write_jsonl(tmp_path / "empty.jsonl", [{"question": "1?", "answer": []}])
+    with pytest.raises(UserError, match=r"row 0: answer: an empty list of answers"):
+        load_problems(empty, held_out=1)
+    nested = _write_jsonl(tmp_path / "nested.jsonl", [{"question": "1?", "answer": ["1", None]}])
+    with pytest.raises(UserError, match=r"row 0: answer: answer 1 of 2: no answer \(None\)"):
+        load_problems(nested, held_out=1)
+
+
+def test_rows_with_several_gold_answers_load_and_any_of_them_is_right(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    jsonl = _write_jsonl(tmp_path / "lists.jsonl", [
+        {"question": "Solve $x^2 = 16$ for $x > 0$.", "answer": ["4", "x=4", 4.0]},
+        {"question": "Half of 1?", "answer": ["\\frac{1}{2}", "0.5"]},
+        {"question": "One?", "answer": "1"}])
+    verl = tmp_path / "verl.parquet"
+    pq.write_table(pa.Table.from_pylist([
+        {"prompt": [{"role": "user", "content": "Speed of light, m/s?"}],
+         "reward_model": {"ground_truth": ["3 \\times 10^{8}", "299792458"], "style": "rule"}},
+        {"prompt": [{"role": "user", "content": "Two?"}], "reward_model": {"ground_truth": ["2"], "style": "rule"}}]),
+        verl)
+    column = tmp_path / "column.parquet"
+    pq.write_table(pa.table({"problem": ["A?", "B?"], "final_answer": [["1", "one"], ["2"]]}), column)
+    assert pq.read_schema(verl).field("reward_model").type.field("ground_truth").type == pa.list_(pa.string())
+
+    records = [to_record(r, i) for i, r in enumerate(read_rows(jsonl))]
+    assert [r.answers for r in records] == [("4", "x=4"), ("\\frac{1}{2}", "0.5"), ("1",)]   # 4.0 is "4": kept once
+    assert [to_record(r, i).answers for i, r in enumerate(read_rows(str(verl)))] == [
+        ("3 \\times 10^{8}", "299792458"), ("2",)]
+    assert [to_record(r, i).answers for i, r in enumerate(read_rows(str(column)))] == [("1", "one"), ("2",)]
+
+    train, held, _ = load_problems(str(verl), held_out=1, seed=0)
+    light = next(p for p in train + held if "light" in p.prompt)
+    assert light.answer == Gold(("3 \\times 10^{8}", "299792458"))
+    assert reward("\\boxed{299792458}", light.answer) == 1.0 and reward("\\boxed{3e8}", light.answer) == 1.0
+    assert reward("\\boxed{2.99792458e8}", light.answer) == 1.0 and reward("\\boxed{3e9}", light.answer) == -1.0
+    train, held, _ = load_problems(jsonl, held_out=1, seed=0)
+    solve = next(p for p in train + held if "Solve" in p.prompt)
+    assert [check(f"\\boxed{{{a}}}", solve.answer) for a in ("x=4", "4", "4.0", "-4", "x=-4")] == [
+        True, True, True, False, False]
+
+
+def test_think_tags_reach_training_and_held_out_problems():
+    """``model.think_tags``: every problem of both splits, real or synthetic, is graded after
+    its completion's last ``</think>``; the rollout scorer gives the rewards it implies."""
+    from scalectl.recipe.schema import Recipe
+    from scalectl.rl.data.splits import load_prompt_sets
+    from scalectl.rl.rollout.base import Completion
+    from scalectl.rl.rollout.groups import score_groups
+
+    for data in ({"source": str(MATH / "aime24.parquet")}, {"source": "synthetic:arithmetic", "train_size": 40}):
+        base = Recipe.model_validate({"data": data, "eval": {"prompts": 10}})
+        thinking = Recipe.model_validate({"data": data, "eval": {"prompts": 10}, "model": {"think_tags": True}})
+        assert base.content_hash != thinking.content_hash
+        plain_train, plain_held = load_prompt_sets(base)
+        train, held = load_prompt_sets(thinking)
+        assert [p.prompt for p in train + held] == [p.prompt for p in plain_train + plain_held]
+        assert all(p.answer.think_tags for p in train + held)
+        gold = held[0].answer.answers[0]
+        texts = [f"<think>maybe \\boxed{{{gold}}}", f"<think>hmm</think> \\boxed{{{gold}}}",
+                 f"\\boxed{{{gold}}}", f"<think>\\boxed{{{gold}}}</think> no box"]
+        comps = [Completion(0, [1], [2], [-0.5], [0], "stop", t) for t in texts]
+        [group] = score_groups([comps], held, [0], thinking.length)
+        assert group.correct == [False, True, False, False]
+        assert [check(t, plain_held[0].answer) for t in texts] == [True, True, True, True]
+
+
+@pytest.mark.parametrize("name", ["gsm8k-test.jsonl", "aime24.parquet", "aime25.parquet", "amc23.parquet"])
+def test_every_real_gold_answer_equals_itself_and_its_scientific_notation(name):
+    """Each row's gold answer scores +1 against itself and against the same number in
+    e-notation and in ``\\times 10^{}`` notation; one more than it scores -1 in both."""
+    records = to_records(MATH / name)
+    counts = {"self": 0, "e": 0, "times": 0, "wrong": 0}
+    for r in records:
+        [gold] = r.answers
+        value = int(gold.removesuffix("^\\circ"))
+        digits = max(len(str(abs(value))) - 1, 1)                            # every digit: exact
+        mantissa, exponent = f"{value:.{digits}e}".split("e")
+        counts["self"] += reward(f"\\boxed{{{gold}}}", gold) == 1.0
+        counts["e"] += reward(f"\\boxed{{{value:.{digits}e}}}", gold) == 1.0           # 70000 -> 7.0000e+04
+        counts["times"] += reward(f"\\boxed{{{mantissa} \\times 10^{{{int(exponent)}}}}}", gold) == 1.0
+        counts["wrong"] += (reward(f"\\boxed{{{value + 1:e}}}", gold) == -1.0
+                            and reward(f"\\boxed{{{value + 1} \\cdot 10^{{0}}}}", gold) == -1.0)
+    assert counts == dict.fromkeys(counts, len(records))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("datasets") is not None, reason="datasets is installed")
@@ -237,7 +320,7 @@ def test_load_prompt_sets_from_a_recipe_drops_long_prompts():
     short = sum(len(t.encode()) - 6 * t.count("\\boxed{") + 1 <= 300 for t in texts)
     assert 100 < short < 1319
     assert (len(train), len(held)) == (200, 100)
-    assert lines == [f"prompt set {GSM8K}: 1319 rows, 0 duplicates, {1319 - short} longer than 300 tokens; "
+    assert lines == [f"prompt set {GSM8K}: 1319 rows, 0 duplicates (0 near-duplicates), {1319 - short} longer than 300 tokens; "
                      f"200 training, 100 held-out prompts"]
     tok = build_tokenizer()
     assert all(len(tok.encode(p.prompt, add_special_tokens=False)) + 1 <= 300 for p in train + held)

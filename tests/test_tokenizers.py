@@ -135,7 +135,7 @@ def test_prompt_length_filter_counts_what_the_engines_encode(tmp_path, kind, bos
     instr = len(tok.encode(render_prompt(({"role": "user", "content": "x?"},)), add_special_tokens=False)) - 2
     limit = 12 + instr
     train, held, info = load_problems(str(src), held_out=1, tokenizer=tok, max_prompt_tokens=limit)
-    kept = sorted(int(p.answer) for p in train + held)
+    kept = sorted(int(p.answer.answers[0]) for p in train + held)
     assert kept == [n for n in range(9, 17) if (n - 1) + bos <= 12]
     assert info["too_long"] == 8 - len(kept)
     assert all(len(encode_prompt(tok, p.prompt)) <= limit for p in train + held)

@@ -154,7 +154,7 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
             with Store.open(job["db"]) as store:
                 summary = run_simulated(recipe, store, run_id)
         else:
-            train, held_out = load_prompt_sets(recipe)
+            train, held_out = load_prompt_sets(recipe, log=reporter.log)
             with tracking(recipe, run_dir, reporter, name=run_dir.name, resume=resume,
                           key=run_key(run_dir.name, job["db"], run_id)) as tracked:   # [logging] backends
                 summary = run_training(recipe, run_dir, sink=StoreSink(job["db"], run_id), train_problems=train,

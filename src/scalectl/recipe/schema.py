@@ -266,6 +266,9 @@ class Model(_Section):
     path: Line = "builtin:tiny"
     dtype: Literal["fp32", "bf16"] = "fp32"
     chat_template: bool = False
+    think_tags: bool = Field(default=False, description=(
+        "the model reasons inside <think>...</think> before its answer: only the text after the last "
+        "</think> is graded, and a completion whose thinking block is not closed scores -1"))
     warm_start_target: float = Field(default=0.3, gt=0, lt=1, description="held-out pass rate SFT stops at")
     params: float | None = Field(
         default=None, gt=0, le=1e15,

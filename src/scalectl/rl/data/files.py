@@ -11,19 +11,20 @@
   or files ``load_dataset`` reads).
 
 Each row becomes a :class:`Record` (:func:`to_record`): the prompt as chat messages, and
-the gold answer as a string.  Known layouts are recognised without configuration
-(:data:`PROMPT_KEYS`, :data:`ANSWER_KEYS`): GSM8K (``question`` + ``answer`` ending in
-``#### <number>``), the verl RL layout, MATH-style ``problem`` + ``solution`` (last
-``\\boxed{}``); other layouts name their columns with ``data.prompt_key`` /
-``data.answer_key`` (dotted for nested fields).
+the gold answers as strings (one, or several where the row lists acceptable answers).
+Known layouts are recognised without configuration (:data:`PROMPT_KEYS`,
+:data:`ANSWER_KEYS`): GSM8K (``question`` + ``answer`` ending in ``#### <number>``), the
+verl RL layout, MATH-style ``problem`` + ``solution`` (last ``\\boxed{}``); other layouts
+name their columns with ``data.prompt_key`` / ``data.answer_key`` (dotted for nested fields).
 
 Prompts are rendered (:func:`render_prompt`) with the tokenizer's chat template when
 ``model.chat_template`` is true, otherwise as plain text; either way a prompt that does
 not already ask for a ``\\boxed{}`` answer gets :data:`BOXED_INSTRUCTION` appended to its
-last message.  Duplicated prompts are kept once; prompts longer than
-``length.max_prompt_tokens`` are dropped (when a tokenizer is at hand).  The held-out
-split (``eval.prompts`` prompts, paper: 1,000) is drawn by ``data.seed`` from what
-remains and is disjoint from training (:func:`split_indices`).
+last message.  Duplicated prompts are kept once, near-duplicates included (one
+:func:`scalectl.rl.data.duplicates.prompt_key`: equal up to whitespace, the case of words and
+surrounding punctuation); prompts longer than ``length.max_prompt_tokens`` are dropped (when
+a tokenizer is at hand).  The held-out split (``eval.prompts`` prompts, paper: 1,000) is
+drawn by ``data.seed`` from what remains and is disjoint from training (:func:`split_indices`).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ import numpy as np
 
 from scalectl.errors import UserError
 from scalectl.rl.data.arithmetic import Problem
+from scalectl.rl.data import duplicates as near
+from scalectl.rl.reward.gold import Gold
 
 #: Appended to a prompt that does not ask for a boxed answer (the wording of the
 #: verl / DeepScaleR / POLARIS prompt sets).
@@ -49,18 +52,22 @@ ANSWER_KEYS = ("reward_model.ground_truth", "ground_truth", "final_answer", "ans
 @dataclass(frozen=True)
 class Record:
     """One usable row: ``messages`` (chat messages, dicts with ``role`` and ``content``),
-    the gold ``answer`` (a string, without ``\\boxed{}``) and its ``row`` index in the source."""
+    the gold ``answers`` (strings without ``\\boxed{}``: one, or every acceptable answer the
+    row lists) and its ``row`` index in the source."""
 
     messages: tuple
-    answer: str
+    answers: tuple[str, ...]
     row: int
 
 
 @dataclass(frozen=True)
 class SourcedProblem(Problem):
     """A :class:`~scalectl.rl.data.arithmetic.Problem` (``id`` = index in its split, rendered
-    ``prompt``, gold ``answer``) that also knows its ``row`` in the source."""
+    ``prompt``) whose ``answer`` is a :class:`~scalectl.rl.reward.gold.Gold` (every gold
+    answer of its row, and whether completions think in tags), and that knows its ``row``
+    in the source."""
 
+    answer: Gold
     row: int = -1
 
 
@@ -170,7 +177,7 @@ def normalize_answer(value) -> str:
       ``"2 125"`` -> ``"2125"``; :func:`scalectl.rl.reward.checker.without_thousands`, which the
       checker applies to the model's answers too);
     * an integral float is written as an integer (``142.0`` -> ``"142"``);
-    * a one-element list is its element.
+    * a one-element list is its element (several: :func:`normalize_answers`).
 
     Raises:
         ValueError: None, a boolean, an empty answer, a list of several answers, or a
@@ -202,6 +209,29 @@ def normalize_answer(value) -> str:
     if not text:
         raise ValueError("empty answer")
     return text
+
+
+def normalize_answers(value) -> tuple[str, ...]:
+    """Every gold answer of a row, as the checker's strings: a list (a JSON list, a Parquet
+    list column, verl's ``reward_model.ground_truth`` as a list) gives each element by
+    :func:`normalize_answer`, in order, repeats dropped; anything else its one answer.
+
+    Raises:
+        ValueError: an empty list, or an element :func:`normalize_answer` refuses (naming it).
+    """
+    if not isinstance(value, (list, tuple)):
+        return (normalize_answer(value),)
+    if not value:
+        raise ValueError("an empty list of answers")
+    answers = []
+    for i, element in enumerate(value):
+        try:
+            answer = normalize_answer(element)
+        except ValueError as exc:
+            raise ValueError(f"answer {i} of {len(value)}: {exc}") from None
+        if answer not in answers:
+            answers.append(answer)
+    return tuple(answers)
 
 
 def _messages(value) -> tuple:
@@ -237,10 +267,10 @@ def to_record(row: dict, index: int, *, prompt_key: str | None = None, answer_ke
     except ValueError as exc:
         raise UserError(f"{where}: {found['prompt'][0]}: {exc}") from exc
     try:
-        answer = normalize_answer(found["answer"][1])
+        answers = normalize_answers(found["answer"][1])
     except ValueError as exc:
         raise UserError(f"{where}: {found['answer'][0]}: {exc}") from exc
-    return Record(messages, answer, index)
+    return Record(messages, answers, index)
 
 
 # --------------------------------------------------------------------------- prompts
@@ -305,18 +335,24 @@ def split_indices(n: int, held_out: int, seed: int) -> tuple[np.ndarray, np.ndar
 def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int | None = None,
                   split: str = "train", subset: str | None = None, prompt_key: str | None = None,
                   answer_key: str | None = None, tokenizer=None, chat_template: bool = False,
-                  max_prompt_tokens: int | None = None) -> tuple[list[SourcedProblem], list[SourcedProblem], dict]:
+                  max_prompt_tokens: int | None = None,
+                  think_tags: bool = False) -> tuple[list[SourcedProblem], list[SourcedProblem], dict]:
     """Training and held-out problems of a real prompt set, and what was dropped.
 
     Rows -> records (:func:`to_record`) -> rendered prompts (:func:`render_prompt`) ->
-    first occurrence of each prompt kept -> prompts of more than ``max_prompt_tokens``
-    tokens as the engines encode them (:func:`scalectl.rl.policy.model.encode_prompts`, BOS
-    included when the tokenizer has one) dropped when ``tokenizer`` is given -> :func:`split_indices`
-    -> the first ``train_size`` training prompts (all by default).
+    first occurrence of each prompt kept, near-duplicates included (one
+    :func:`~scalectl.rl.data.duplicates.prompt_key`, the boxed-answer instruction left out)
+    -> prompts of more than ``max_prompt_tokens`` tokens as the engines encode them
+    (:func:`scalectl.rl.policy.model.encode_prompts`, BOS included when the tokenizer has
+    one) dropped when ``tokenizer`` is given -> :func:`split_indices` -> the first
+    ``train_size`` training prompts (all by default).
 
     Returns:
-        (train, held_out, info); problem ids are indices in their split; ``info`` counts
-        ``rows``, ``duplicates``, ``too_long``, ``train``, ``held_out``.
+        (train, held_out, info); problem ids are indices in their split, answers a
+        :class:`~scalectl.rl.reward.gold.Gold` of the row's answers with ``think_tags``;
+        ``info`` counts ``rows``, ``duplicates`` (all dropped as a copy of an earlier
+        prompt), ``near_duplicates`` (those among them whose rendered text differs from
+        it), ``too_long``, ``train``, ``held_out``.
 
     Raises:
         UserError: see :func:`read_rows`, :func:`to_record`, :func:`render_prompt`,
@@ -326,12 +362,11 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
     records = [to_record(r, i, prompt_key=prompt_key, answer_key=answer_key, source=source)
                for i, r in enumerate(rows)]
     texts = [render_prompt(r.messages, tokenizer=tokenizer, chat_template=chat_template) for r in records]
-    seen, keep = set(), []
-    for i, text in enumerate(texts):
-        if text not in seen:
-            seen.add(text)
-            keep.append(i)
+    keys = [near.prompt_key(r.messages, drop=(BOXED_INSTRUCTION,)) for r in records]
+    keep = near.first_of_each(keys)
     duplicates = len(records) - len(keep)
+    kept_text = {keys[i]: texts[i] for i in keep}
+    near_duplicates = sum(text != kept_text[key] for key, text in zip(keys, texts))
     too_long = 0
     if tokenizer is not None and max_prompt_tokens is not None and keep:
         from scalectl.rl.policy.model import encode_prompts
@@ -348,10 +383,10 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
         train_pos = train_pos[:train_size]
 
     def problems(positions) -> list[SourcedProblem]:
-        return [SourcedProblem(id=j, prompt=texts[keep[p]], answer=records[keep[p]].answer, row=records[keep[p]].row)
-                for j, p in enumerate(positions)]
+        return [SourcedProblem(id=j, prompt=texts[keep[p]], answer=Gold(records[keep[p]].answers, think_tags),
+                               row=records[keep[p]].row) for j, p in enumerate(positions)]
 
     train, held = problems(train_pos), problems(held_pos)
-    info = {"rows": len(records), "duplicates": duplicates, "too_long": too_long,
+    info = {"rows": len(records), "duplicates": duplicates, "near_duplicates": near_duplicates, "too_long": too_long,
             "train": len(train), "held_out": len(held)}
     return train, held, info

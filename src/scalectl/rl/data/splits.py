@@ -11,13 +11,19 @@
   prompts rendered with the tokenizer's chat template when
   ``model.chat_template`` is true, and longer than ``length.max_prompt_tokens``
   dropped.  A relative file path is read from the working directory.
+
+With ``model.think_tags`` every problem's answer is a :class:`~scalectl.rl.reward.gold.Gold`
+that grades only the text after a completion's last ``</think>`` (training rollouts and
+held-out evaluation alike).
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from scalectl.errors import UserError
+from scalectl.rl.reward.gold import Gold
 
 DEFAULT_SYNTHETIC_TRAIN = 4000
 
@@ -43,8 +49,8 @@ def load_prompt_sets(recipe, tokenizer=None, *, log=None) -> tuple[list, list]:
         recipe: the validated :class:`~scalectl.recipe.schema.Recipe`.
         tokenizer: the policy's tokenizer, for chat templates and the prompt-length
             filter of real sets; default :func:`policy_tokenizer`.
-        log: called with one line saying what a real set gave (rows, duplicates,
-            prompts too long, split sizes).
+        log: called with one line saying what a real set gave (rows, duplicates and how
+            many of them near-duplicates, prompts too long, split sizes).
 
     Raises:
         UserError: an unknown ``data.source``, a set that cannot be read, or
@@ -55,10 +61,14 @@ def load_prompt_sets(recipe, tokenizer=None, *, log=None) -> tuple[list, list]:
         from scalectl.rl.data.arithmetic import make_splits
 
         try:
-            return make_splits(recipe.data.train_size or DEFAULT_SYNTHETIC_TRAIN, recipe.eval.prompts,
-                               seed=recipe.data.seed, difficulty=recipe.data.difficulty)
+            train, held_out = make_splits(recipe.data.train_size or DEFAULT_SYNTHETIC_TRAIN, recipe.eval.prompts,
+                                          seed=recipe.data.seed, difficulty=recipe.data.difficulty)
         except ValueError as exc:  # sizes the synthetic task cannot supply
             raise UserError(f"data.source = 'synthetic:arithmetic': {exc}") from None
+        if recipe.model.think_tags:
+            train, held_out = ([replace(p, answer=Gold((p.answer,), think_tags=True)) for p in split]
+                               for split in (train, held_out))
+        return train, held_out
     if source.startswith("synthetic:"):
         raise UserError(f"data.source = {source!r} is not one of: synthetic:arithmetic, "
                         "a .jsonl/.json/.parquet file, hf:NAME")
@@ -73,9 +83,11 @@ def load_prompt_sets(recipe, tokenizer=None, *, log=None) -> tuple[list, list]:
     train, held_out, info = load_problems(
         source, held_out=recipe.eval.prompts, seed=d.seed, train_size=d.train_size, split=d.split,
         subset=d.subset, prompt_key=d.prompt_key, answer_key=d.answer_key, tokenizer=tokenizer,
-        chat_template=recipe.model.chat_template, max_prompt_tokens=recipe.length.max_prompt_tokens)
+        chat_template=recipe.model.chat_template, max_prompt_tokens=recipe.length.max_prompt_tokens,
+        think_tags=recipe.model.think_tags)
     if log is not None:
-        log(f"prompt set {source}: {info['rows']} rows, {info['duplicates']} duplicates, "
+        log(f"prompt set {source}: {info['rows']} rows, {info['duplicates']} duplicates "
+            f"({info['near_duplicates']} near-duplicates), "
             f"{info['too_long']} longer than {recipe.length.max_prompt_tokens} tokens; "
             f"{info['train']} training, {info['held_out']} held-out prompts")
     return train, held_out

@@ -1,0 +1,192 @@
+"""Checker processes: math-verify under a time bound, safe in threads.
+
+math-verify's own timeouts use ``signal.alarm`` (main thread only), so they are off and
+every math-verify call (:func:`scalectl.rl.reward.mathverify.verify_here`) runs in a
+checker process instead: a fresh interpreter (nothing of the caller is re-run or inherited)
+that answers one comparison at a time over a pipe.  A call that takes longer than its
+timeout raises :class:`CheckTimeout` and its process is killed (``(x+1)^{1000}`` against
+``x^{1000}`` takes ~9 s in sympy; ``\\sum_{k=1}^{9999}k^{9999}`` does not return); the next
+check starts a new one (~1 s).  Where no process can be started (a sandbox without
+``fork``), checks run in this process without a time bound and a warning is logged once.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import logging
+import threading
+
+from scalectl.rl.reward.mathverify import verify_here
+
+#: Seconds a new checker process may take to start (imports math-verify, sympy).
+WORKER_START_TIMEOUT_S = 120.0
+#: Idle checker processes kept for reuse (more start while more threads check at once).
+MAX_IDLE_WORKERS = 4
+
+
+def serve_checks() -> None:
+    """Body of a checker process (``python -c "from scalectl.rl.reward.workers import serve_checks;
+    serve_checks()"``): reads ``[gold, answer]`` JSON lines on stdin, writes ``1`` or ``0``
+    lines on stdout, until stdin closes.  Stray output of the libraries goes to stderr."""
+    import json
+    import os
+    import sys
+
+    out = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    verify_here("1", "1.0")  # load the LaTeX parser before reporting ready
+    out.write("ready\n")
+    out.flush()
+    for line in sys.stdin:
+        try:
+            gold, answer = json.loads(line)
+            ok = verify_here(str(gold), str(answer))
+        except ValueError:
+            ok = False
+        out.write("1\n" if ok else "0\n")
+        out.flush()
+
+
+class CheckTimeout(Exception):
+    """A checker process did not answer in time, or died (never cached)."""
+
+
+class _Worker:
+    """One checker process (a fresh interpreter running :func:`serve_checks`)."""
+
+    def __init__(self):
+        """Start the process and wait until it has loaded math-verify.
+
+        Raises:
+            RuntimeError: the process cannot be started, exits, or is not ready within
+                :data:`WORKER_START_TIMEOUT_S` seconds.
+        """
+        import os
+        import subprocess
+        import sys
+
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        try:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", "from scalectl.rl.reward.workers import serve_checks; serve_checks()"],
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
+        except OSError as exc:
+            raise RuntimeError(f"cannot start a checker process: {exc}") from exc
+        try:
+            ready = self._read(WORKER_START_TIMEOUT_S) == "ready"
+        except (CheckTimeout, EOFError):
+            ready = False
+        if not ready:
+            self.stop()
+            raise RuntimeError(f"checker process did not start (or not within {WORKER_START_TIMEOUT_S} s)")
+
+    def _read(self, timeout: float) -> str:
+        import select
+
+        ready, _, _ = select.select([self.proc.stdout], [], [], timeout)
+        if not ready:
+            raise CheckTimeout
+        line = self.proc.stdout.readline()
+        if not line:
+            raise EOFError("checker process exited")
+        return line.strip()
+
+    def ask(self, gold: str, answer: str, timeout: float) -> bool:
+        import json
+
+        self.proc.stdin.write(json.dumps([gold, answer]) + "\n")
+        self.proc.stdin.flush()
+        return self._read(timeout) == "1"
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def stop(self) -> None:
+        """Kill the process (it may be stuck in sympy) and reap it."""
+        for stream in (self.proc.stdin, self.proc.stdout):
+            try:
+                stream.close()
+            except OSError:
+                pass
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+
+
+class _WorkerPool:
+    """Checker processes, one request at a time each; a worker that overruns its
+    timeout is killed and a new one started on demand (~1 s: a fresh interpreter
+    imports math-verify).  Thread-safe: each thread takes an idle worker or starts one."""
+
+    def __init__(self):
+        import os
+
+        self._idle: list[_Worker] = []
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self.unavailable: str | None = None   # why workers cannot start (then: in-process)
+
+    def run(self, gold: str, answer: str, timeout: float) -> bool:
+        """math-verify on (gold, answer) in a worker; raises :class:`CheckTimeout` after
+        ``timeout`` seconds (the worker is killed)."""
+        import os
+
+        if self._pid != os.getpid():   # a forked child: the parent's workers are not ours
+            self._idle, self._lock, self._pid = [], threading.Lock(), os.getpid()
+        with self._lock:
+            worker = self._idle.pop() if self._idle else None
+        if worker is not None and not worker.alive():
+            worker.stop()          # died while idle
+            worker = None
+        if worker is None:
+            worker = _Worker()
+        try:
+            result = worker.ask(gold, answer, timeout)
+        except BaseException:
+            worker.stop()          # overran, died or was interrupted
+            raise
+        with self._lock:
+            if len(self._idle) < MAX_IDLE_WORKERS:
+                self._idle.append(worker)
+                worker = None
+        if worker is not None:
+            worker.stop()
+        return result
+
+    def close(self) -> None:
+        """Stop the idle workers (the next check starts a new one)."""
+        import os
+
+        if self._pid != os.getpid():
+            return
+        with self._lock:
+            idle, self._idle = self._idle, []
+        for worker in idle:
+            worker.stop()
+
+
+_POOL = _WorkerPool()
+atexit.register(_POOL.close)
+
+
+@functools.lru_cache(maxsize=65536)
+def verify_bounded(gold: str, answer: str, timeout: float) -> bool:
+    """:func:`~scalectl.rl.reward.mathverify.verify_here` in a checker process, at most
+    ``timeout`` seconds (cached per arguments; a timeout is not cached).
+
+    Raises:
+        CheckTimeout: the check overran ``timeout`` (its process was killed) or its process died.
+    """
+    if _POOL.unavailable is None:
+        try:
+            return _POOL.run(gold, answer, timeout)
+        except (CheckTimeout, EOFError, OSError):
+            raise CheckTimeout from None
+        except Exception as exc:  # noqa: BLE001 - no process can be started here
+            _POOL.unavailable = f"{type(exc).__name__}: {exc}"
+            logging.getLogger(__name__).warning(
+                "answer checking runs in-process, without a time bound: cannot start a checker process (%s)",
+                _POOL.unavailable)
+    return verify_here(gold, answer)
