@@ -122,3 +122,13 @@ def test_hash_ignores_where_it_runs_but_not_what_it_measures():
     assert moved.content_hash == base.content_hash
     other_eval = load(ROOT / "recipes" / "scalerl.toml", ROOT / "setups" / "tiny-cpu.toml", ["eval.prompts=100"])
     assert other_eval.content_hash != base.content_hash
+
+
+def test_a_key_added_later_keeps_stored_hashes_at_its_neutral_value():
+    """scalerl on tiny-cpu had the hash 6a2cfc67d93e before ``model.think_tags`` existed (runs
+    in users' stores carry it); the key at its neutral value leaves it, any other value changes it."""
+    from scalectl.recipe.load import load
+
+    assert load("scalerl", setup="tiny-cpu").content_hash == "6a2cfc67d93e"
+    thinking = load("scalerl", setup="tiny-cpu", overrides=["model.think_tags=true"])
+    assert thinking.content_hash != "6a2cfc67d93e"

@@ -395,6 +395,10 @@ SETUP_SECTIONS = ("model", "data", "hardware", "launcher", "budget", "logging")
 #: Keys that do not change what is trained or measured: excluded from the content hash
 #: (the seed is stored beside the hash, so repeated runs of one recipe share it).
 UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint", "logging")
+#: Keys added after recipe hashes were first stored, with the value that leaves a hash as it
+#: was: at that value the key is left out of the content hash, so that stored runs of a recipe
+#: are still recognised as its seeds; any other value changes the hash.
+HASH_NEUTRAL = {("model", "think_tags"): False}
 
 
 class Recipe(_Section):
@@ -447,9 +451,12 @@ class Recipe(_Section):
     def content_hash(self) -> str:
         """12 hex digits of SHA-256 over the normalised content, key order
         independent; :data:`UNHASHED_KEYS`, ``hardware.threads`` and ``eval.background``
-        (speed only) excluded."""
+        (speed only) excluded, and each key of :data:`HASH_NEUTRAL` at its neutral value."""
         data = {k: v for k, v in self.to_dict().items() if k not in UNHASHED_KEYS}
         data["hardware"] = {k: v for k, v in data["hardware"].items() if k != "threads"}
         data["eval"] = {k: v for k, v in data["eval"].items() if k != "background"}
+        for (section, key), neutral in HASH_NEUTRAL.items():
+            if data[section].get(key, neutral) == neutral:
+                data[section].pop(key, None)
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
