@@ -27,7 +27,7 @@ from pydantic import ValidationError
 from scalectl import presets
 from scalectl.errors import UserError
 from scalectl.files import decode_utf8, read_limited
-from scalectl.recipe.loss_choices import stale_companions
+from scalectl.recipe.loss_choices import companion_defaults
 from scalectl.recipe.schema import Recipe
 
 #: Where ``scalectl run`` finds the embedded default setup when none is given
@@ -152,12 +152,12 @@ def read_layered(path: str | Path, _chain: tuple[Path, ...] = ()) -> tuple[dict,
 
 def _companions_of(merged: dict, layer: dict, origin: dict[str, str], where: str) -> dict[str, str]:
     """Lay the new loss's companion defaults into ``layer`` when it changes ``loss.type``
-    without setting them (:func:`scalectl.recipe.loss_choices.stale_companions`); returns their
+    without setting them (:func:`scalectl.recipe.loss_choices.companion_defaults`); returns their
     provenance, e.g. {"loss.clip_high": "default of loss.type = 'ppo_clip' (set in X)"}."""
     before, own = merged.get("loss"), layer.get("loss")
     if not isinstance(own, dict) or not isinstance(before, dict):
         return {}
-    stale = stale_companions(before, own)
+    stale = companion_defaults(own, before)
     for key, value in stale.items():
         own[key] = value
     return {f"loss.{key}": f"default of loss.type = {own['type']!r} (set in {where}; "

@@ -28,7 +28,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from scalectl.defaults import TRUNCATION_THRESHOLD
-from scalectl.recipe.loss_choices import LOSS_CHOICES
+from scalectl.recipe.loss_choices import COMPANIONS, LOSS_CHOICES, companion_defaults
 
 # --------------------------------------------------------------------------- bounds
 # Every number has finite bounds that fit where the value goes; values are strict
@@ -81,9 +81,9 @@ class Loss(_Section):
     (PPO/GRPO/DAPO).  ``gspo``: the same clip on the sequence-level ratio
     exp(mean_t log rho) (GSPO; clip values of order 1e-3).  ``cispo``:
     sg(min(rho, clip_high)) A log pi (MiniMax-M1; ``clip_low`` unused).
-    Defaults for the clip values depend on ``type``
-    (:data:`scalectl.recipe.loss_choices.LOSS_CHOICES`): ppo_clip 0.2/0.28 (DAPO),
-    gspo 3e-3/5e-3 (ScaleRL's best), cispo eps_max 5.0.
+    Unset clip values take the defaults of ``type``
+    (:data:`scalectl.recipe.loss_choices.LOSS_CHOICES`,
+    :func:`~scalectl.recipe.loss_choices.companion_defaults`).
     """
 
     type: Literal["ppo_clip", "gspo", "cispo"] = "cispo"
@@ -92,12 +92,10 @@ class Loss(_Section):
     aggregation: Literal["sample", "prompt", "token"] = "prompt"
 
     @model_validator(mode="after")
-    def _fill_clip_defaults(self) -> "Loss":
-        choice = LOSS_CHOICES[self.type]
-        low = choice.clip_low if self.clip_low is None else self.clip_low
-        high = choice.clip_high if self.clip_high is None else self.clip_high
-        object.__setattr__(self, "clip_low", low)
-        object.__setattr__(self, "clip_high", high)
+    def _fill_companions(self) -> "Loss":
+        table = {key: getattr(self, key) for key in ("type", *COMPANIONS)}
+        for key, value in companion_defaults(table).items():
+            object.__setattr__(self, key, value)
         return self
 
     @property
