@@ -28,7 +28,8 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from scalectl.defaults import TRUNCATION_THRESHOLD
-from scalectl.recipe.loss_choices import COMPANIONS, LOSS_CHOICES, companion_defaults
+from scalectl.recipe.launcher_choices import DEFAULT_LAUNCHER, LAUNCHER_NAMES
+from scalectl.recipe.loss_choices import COMPANIONS, DEFAULT_LOSS, LOSS_CHOICES, LOSS_NAMES, companion_defaults
 
 # --------------------------------------------------------------------------- bounds
 # Every number has finite bounds that fit where the value goes; values are strict
@@ -86,7 +87,7 @@ class Loss(_Section):
     :func:`~scalectl.recipe.loss_choices.companion_defaults`).
     """
 
-    type: Literal["ppo_clip", "gspo", "cispo"] = "cispo"
+    type: Literal[LOSS_NAMES] = DEFAULT_LOSS
     clip_low: float | None = Field(default=None, gt=0, lt=1, description="epsilon-")
     clip_high: float | None = Field(default=None, gt=0, le=100, description="epsilon+ (CISPO: eps_max)")
     aggregation: Literal["sample", "prompt", "token"] = "prompt"
@@ -334,7 +335,7 @@ class Launcher(_Section):
     """Where jobs run: ``local`` (processes on this machine, at most
     ``max_parallel`` runs at once) or ``slurm`` (submitit)."""
 
-    type: Literal["local", "slurm"] = "local"
+    type: Literal[LAUNCHER_NAMES] = DEFAULT_LAUNCHER
     max_parallel: int = Field(default=1, ge=1, le=DEVICES_MAX)
     slurm: Slurm = Slurm()
 
