@@ -93,7 +93,10 @@ def test_key_docs_read_the_declaration():
     backends = key_doc("logging.backends")
     assert (backends.kind, backends.bounds, backends.default) == (
         "list, each one of: tensorboard, wandb, mlflow, jsonl", ("at most 4 entries",), "[]")
-    assert key_doc("data.subset").bounds == ("one line", "at most 4,096 characters")
+    assert key_doc("data.subset").bounds == ("at most 4,096 characters", "one line")
+    assert key_doc("name").bounds == ("at most 100 characters", "one line")          # the tighter length
+    assert key_doc("logging.project").type_text == "string; at least 1 character, at most 4,096 characters, one line"
+    assert key_doc("optim.grad_clip").type_text == "number > 0, <= 1e6, or unset"
     assert key_doc("async").key == "async" and [k.name for k in key_doc("async").keys] == ["mode", "k"]
     assert [k.name for k in key_doc("launcher.slurm").keys][:3] == ["partition", "account", "qos"]
     assert toml_text(5.0) == "5.0" and toml_text(5e-7) == "5e-07" and toml_text(None) == "unset"
@@ -105,7 +108,7 @@ def test_explain_a_key_with_its_value_in_the_merged_recipe():
     lines = done.stdout.splitlines()
     assert lines[0] == "loss.clip_high"
     assert lines[1] == "  " + Loss.model_fields["clip_high"].description
-    assert "  type: number" in lines and "  bounds: > 0, <= 100" in lines
+    assert "  type: number, or unset" in lines and "  bounds: > 0, <= 100" in lines
     assert "  default: unset (taken from loss.type: ppo_clip 0.28, gspo 0.005, cispo 5.0)" in lines
     # the merged value (gspo's default, not CISPO's 5.0 nor grpo's 0.2) and where it came from
     assert load("recipes/scalerl.toml", None, ["loss.type=gspo"]).loss.clip_high == 0.005
@@ -127,7 +130,8 @@ def test_explain_a_section_lists_every_key_once():
     assert len(rows) == len(Length.model_fields)
     for row, (name, info) in zip(rows, Length.model_fields.items()):
         assert row.split()[0] == name and row.endswith(summary(info.description))
-    assert "  max_new_tokens     integer >= 1, <= 1,048,576" in text[3]
+    assert text[3].startswith("  max_new_tokens     integer >= 1, <= 1,048,576            default 14336   ")
+    assert text[8].startswith('  interrupt_phrase   string; at most 4,096 characters      default "Okay, time is up. L..."  Text')
 
 
 @pytest.mark.parametrize("key, expect", [

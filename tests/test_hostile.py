@@ -261,6 +261,8 @@ CASES = [
          ("--set loss.type: loss.type = [1] is not one of: ppo_clip, gspo, cispo",)),
     Case("explain-unknown-key", lambda tmp, store: ["validate", "--explain", "optim.betta1"],
          ("optim.betta1: unknown key; did you mean optim.beta1? The keys of [optim]:\n  lr ",)),
+    Case("explain-not-a-key", lambda tmp, store: ["validate", "--explain", "loss.type\n[x]" + "y" * 5000],
+         ("is not a dotted key (parts of letters, digits, _ and -, e.g. loss.clip_high)", "(5,013 chars)")),
     Case("run-unknown-key", override("async.kk=2", command="run"),
          ("--set async.kk: async.kk: unknown key; did you mean async.k? The keys of [async]:",)),
     Case("run-seed-negative", override("seed=-5", command="run"), ("--set seed: seed = -5 is out of range",)),

@@ -37,7 +37,8 @@ class KeyDoc:
     """What one recipe key is: ``key`` dotted as in TOML (``loss.clip_high``; ``""`` is the
     recipe itself), ``kind`` its type in words (``section`` for a table of keys), its
     ``description``, ``bounds`` (``> 0``, ``at most 4 entries``), ``allowed`` values with
-    their notes, ``default`` as TOML text (``unset`` for none; empty for a section),
+    their notes, whether it is ``optional`` (may be left unset), ``default`` as TOML text
+    (``unset`` for none; empty for a section),
     ``default_note`` when the default depends on other keys, and a section's ``keys``."""
 
     key: str
@@ -47,6 +48,7 @@ class KeyDoc:
     default_note: str = ""
     bounds: tuple[str, ...] = ()
     allowed: tuple[tuple[str, str], ...] = ()
+    optional: bool = False
     keys: tuple["KeyDoc", ...] = ()
 
     @property
@@ -63,8 +65,9 @@ class KeyDoc:
     @property
     def type_text(self) -> str:
         """Kind and bounds in a few words: ``number > 0, <= 100, or unset``."""
-        text = " ".join([self.kind, ", ".join(self.bounds)]).strip()
-        return text + (", or unset" if self.default == "unset" and self.kind != "section" else "")
+        bounds = ", ".join(self.bounds)
+        text = self.kind + ((" " if bounds[:1] in "<>" else "; ") + bounds if bounds else "")
+        return text + (", or unset" if self.optional else "")
 
     def to_dict(self) -> dict:
         """Plain JSON-able data (``--json``)."""
@@ -72,10 +75,11 @@ class KeyDoc:
         if self.kind == "section":
             out["keys"] = [k.to_dict() for k in self.keys]
             return out
-        return {**out, "bounds": list(self.bounds), "default": self.default, "default_note": self.default_note,
-                "allowed": [{"value": v, "note": n} for v, n in self.allowed]}
+        return {**out, "bounds": list(self.bounds), "optional": self.optional, "default": self.default,
+                "default_note": self.default_note, "allowed": [{"value": v, "note": n} for v, n in self.allowed]}
 
 
+_DOTTED = re.compile(r"[A-Za-z0-9_-]+(\.[A-Za-z0-9_-]+)*")
 _CITED = re.compile(r"\s*\([^()]*(arXiv|docs/|README)[^()]*\)\.$")
 _NOT_ENDS = ("e.g", "i.e", "et al", "Sec", "App", "Eq", "vs", "cf")
 
@@ -100,12 +104,15 @@ def _fields(model: type[BaseModel]) -> dict[str, FieldInfo]:
     return {info.alias or name: info for name, info in model.model_fields.items()}
 
 
-def _unwrap(annotation: Any) -> tuple[Any, bool, list]:
-    """(the annotation without ``None``, whether ``None`` is allowed, Annotated metadata)."""
-    nullable = False
+def _optional(annotation: Any) -> bool:
+    """Whether the annotation takes ``None`` (the key may be left unset)."""
+    return get_origin(annotation) in (typing.Union, types.UnionType) and type(None) in get_args(annotation)
+
+
+def _unwrap(annotation: Any) -> tuple[Any, list]:
+    """(the annotation without ``None`` and ``Annotated``, the Annotated metadata)."""
     if get_origin(annotation) in (typing.Union, types.UnionType):
         args = [a for a in get_args(annotation) if a is not type(None)]
-        nullable = len(args) < len(get_args(annotation))
         annotation = args[0] if len(args) == 1 else annotation
     meta: list = []
     if get_origin(annotation) is typing.Annotated:
@@ -113,7 +120,7 @@ def _unwrap(annotation: Any) -> tuple[Any, bool, list]:
     for m in list(meta):
         if isinstance(m, FieldInfo):
             meta.extend(m.metadata)
-    return annotation, nullable, meta
+    return annotation, meta
 
 
 def _section_model(info: FieldInfo) -> type[BaseModel] | None:
@@ -144,19 +151,19 @@ def _num(value: float | int) -> str:
 
 
 def _bounds(info: FieldInfo) -> tuple[str, ...]:
-    base, _, meta = _unwrap(info.annotation)
+    """Bounds in words, the tightest length of each kind (``Line`` within ``max_length=100``)."""
+    base, meta = _unwrap(info.annotation)
+    metadata = [*info.metadata, *meta]
+    out = [f"{op} {_num(getattr(m, attr))}" for m in metadata
+           for cls, attr, op in ((at.Gt, "gt", ">"), (at.Ge, "ge", ">="), (at.Lt, "lt", "<"), (at.Le, "le", "<="))
+           if isinstance(m, cls)]
     unit = "characters" if base is str else "entries"
-    out = []
-    for m in [*info.metadata, *meta]:
-        for cls, attr, op in ((at.Gt, "gt", ">"), (at.Ge, "ge", ">="), (at.Lt, "lt", "<"), (at.Le, "le", "<=")):
-            if isinstance(m, cls):
-                out.append(f"{op} {_num(getattr(m, attr))}")
-        if isinstance(m, at.MinLen) and m.min_length:
-            out.append(f"at least {m.min_length:,} {unit}")
-        if isinstance(m, at.MaxLen):
-            out.append(f"at most {m.max_length:,} {unit}")
-        if isinstance(m, AfterValidator) and m.func.__name__ == "_one_line":
-            out.append("one line")
+    shortest = max((m.min_length for m in metadata if isinstance(m, at.MinLen)), default=0)
+    longest = min((m.max_length for m in metadata if isinstance(m, at.MaxLen)), default=None)
+    out += [f"at least {shortest:,} {unit if shortest > 1 else unit[:-1]}"] if shortest else []
+    out += [f"at most {longest:,} {unit}"] if longest is not None else []
+    if any(isinstance(m, AfterValidator) and m.func.__name__ == "_one_line" for m in metadata):
+        out.append("one line")
     return tuple(out)
 
 
@@ -222,7 +229,7 @@ def _doc(parts: tuple[str, ...], info: FieldInfo | None) -> KeyDoc:
         notes = VALUE_NOTES.get(key, {})
         allowed = tuple((str(v), notes.get(v, "")) for v in get_args(base))
     return KeyDoc(key, _kind(info.annotation), description, toml_text(default), _default_note(parts, default),
-                  _bounds(info), allowed)
+                  _bounds(info), allowed, _optional(info.annotation))
 
 
 def key_doc(key: str) -> KeyDoc:
@@ -230,9 +237,14 @@ def key_doc(key: str) -> KeyDoc:
     ``launcher.slurm``); ``""`` is the whole recipe.
 
     Raises:
-        UserError: an unknown key, naming the section's keys (:func:`unknown_key_hint`).
+        UserError: an unknown key, naming the section's keys (:func:`unknown_key_hint`), or
+            text that is no dotted key.
     """
-    parts = tuple(p for p in key.strip().split(".")) if key.strip() else ()
+    key = key.strip()
+    if key and (len(key) > 200 or not _DOTTED.fullmatch(key)):
+        shown = repr(key) if len(key) <= 80 else repr(key[:70]) + f"... ({len(key):,} chars)"
+        raise UserError(f"{shown} is not a dotted key (parts of letters, digits, _ and -, e.g. loss.clip_high)")
+    parts = tuple(key.split(".")) if key else ()
     model, info = Recipe, None
     for i, part in enumerate(parts):
         if model is None:
@@ -274,11 +286,15 @@ def _table(rows: list[tuple[str, ...]], indent: str = "  ") -> list[str]:
     return [(indent + "  ".join(c.ljust(w) for c, w in zip(r, widths)) + "  " + r[-1]).rstrip() for r in rows]
 
 
+def _cut(text: str, width: int = 24) -> str:
+    return text if len(text) <= width else text[:width - 4] + '..."'
+
+
 def key_lines(doc: KeyDoc, detail: bool = True) -> list[str]:
     """One line per key of a section: name and summary; ``detail`` adds type, bounds and default."""
     if detail:
-        rows = [(k.name, k.type_text if k.kind != "section" else "section",
-                 f"default {k.default}" if k.kind != "section" else "", summary(k.description)) for k in doc.keys]
+        rows = [(k.name, k.type_text, f"default {_cut(k.default)}" if k.kind != "section" else "",
+                 summary(k.description)) for k in doc.keys]
     else:
         rows = [(k.name, k.summary) for k in doc.keys]
     return _table(rows)
@@ -297,7 +313,9 @@ def explain_lines(doc: KeyDoc, values: list[tuple[str, list[tuple[str, Any, str]
             lines += _table([(f"{key.rsplit('.', 1)[-1]} = {toml_text(value)}", f"({where})")
                              for key, value, where in found])
         return lines
-    lines.append(f"  type: {doc.kind}" if not doc.allowed else "  allowed:")
+    unset = ", or unset" if doc.optional else ""
+    lines.append(f"  type: {doc.kind}{unset}" if not doc.allowed else
+                 "  allowed" + (" (or unset)" if doc.optional else "") + ":")
     if doc.allowed:
         lines += _table([(v, n) for v, n in doc.allowed], indent="    ")
     if doc.bounds:
