@@ -23,7 +23,6 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
-import annotated_types as at
 from pydantic import AfterValidator, BaseModel
 from pydantic.fields import FieldInfo
 
@@ -154,12 +153,12 @@ def _bounds(info: FieldInfo) -> tuple[str, ...]:
     """Bounds in words, the tightest length of each kind (``Line`` within ``max_length=100``)."""
     base, meta = _unwrap(info.annotation)
     metadata = [*info.metadata, *meta]
+    # pydantic keeps each bound as an annotated-types object with one attribute (Gt.gt, MaxLen.max_length)
     out = [f"{op} {_num(getattr(m, attr))}" for m in metadata
-           for cls, attr, op in ((at.Gt, "gt", ">"), (at.Ge, "ge", ">="), (at.Lt, "lt", "<"), (at.Le, "le", "<="))
-           if isinstance(m, cls)]
+           for attr, op in (("gt", ">"), ("ge", ">="), ("lt", "<"), ("le", "<=")) if getattr(m, attr, None) is not None]
     unit = "characters" if base is str else "entries"
-    shortest = max((m.min_length for m in metadata if isinstance(m, at.MinLen)), default=0)
-    longest = min((m.max_length for m in metadata if isinstance(m, at.MaxLen)), default=None)
+    shortest = max((m.min_length for m in metadata if getattr(m, "min_length", None)), default=0)
+    longest = min((m.max_length for m in metadata if getattr(m, "max_length", None) is not None), default=None)
     out += [f"at least {shortest:,} {unit if shortest > 1 else unit[:-1]}"] if shortest else []
     out += [f"at most {longest:,} {unit}"] if longest is not None else []
     if any(isinstance(m, AfterValidator) and m.func.__name__ == "_one_line" for m in metadata):
