@@ -28,6 +28,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from scalectl.defaults import TRUNCATION_THRESHOLD
+from scalectl.recipe.async_modes import ASYNC_MODE_NAMES
 from scalectl.recipe.loss_choices import LOSS_CHOICES
 
 # --------------------------------------------------------------------------- bounds
@@ -128,10 +129,12 @@ class Async(_Section):
     ``sync``: on-policy, one batch then one step.  ``ppo_off_policy``: generate
     k batches with one policy, then take k optimiser steps.  ``pipeline``
     (PipelineRL-k): generators stream, trainers push weights after every step
-    and wait when more than k steps ahead of the oldest data.
+    and wait when more than k steps ahead of the oldest data.  The allowed modes,
+    their staleness bounds, rounds and layouts are those of
+    :data:`scalectl.recipe.async_modes.ASYNC_MODES`.
     """
 
-    mode: Literal["sync", "ppo_off_policy", "pipeline"] = "pipeline"
+    mode: Literal[ASYNC_MODE_NAMES] = "pipeline"
     k: int = Field(default=8, ge=1, le=1024)
 
 

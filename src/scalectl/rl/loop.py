@@ -176,16 +176,14 @@ def point_fields(state: LoopState) -> dict:
                 **state.last_metrics)
 
 
-def evaluations_for(recipe, policy: Policy, eval_problems: list):
+def evaluations_for(recipe, policy: Policy, eval_problems: list, in_processes: bool):
     """The run's :class:`~scalectl.rl.evaluation.during_training.Evaluations`: in the background
-    (:func:`~scalectl.rl.evaluation.during_training.runs_in_background`) on a copy of the policy that
-    takes the trainer's weights (gathered first under ZeRO-3) at each start, else in the
-    loop's thread on the policy's engine."""
+    (:func:`~scalectl.rl.evaluation.during_training.runs_in_background`, which depends on whether
+    the run is ``in_processes``) on a copy of the policy that takes the trainer's weights
+    (gathered first under ZeRO-3) at each start, else in the loop's thread on the policy's engine."""
     from scalectl.rl.evaluation.during_training import Evaluations, background_engine, runs_in_background
-    from scalectl.rl.schedule.modes import schedule_for
 
-    hw = recipe.hardware
-    if not runs_in_background(recipe, schedule_for(recipe.async_).in_processes(hw.generators, hw.trainers)):
+    if not runs_in_background(recipe, in_processes):
         return Evaluations(recipe, policy.engine, eval_problems)
 
     def load_weights(engine, version: int) -> None:
@@ -257,7 +255,7 @@ def prepare(recipe, run_dir: Path, n_train: int, reporter: Reporter, resume: boo
     return policy, state
 
 
-def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, eval_problems: list,
+def train(recipe, policy: Policy, state: LoopState, source, *, schedule, run_dir: Path, eval_problems: list,
           sink, reporter: Reporter, stop=None) -> dict:
     """The RL loop, the same for every async mode: train until the budget is spent.
 
@@ -271,6 +269,9 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
     Args:
         recipe: the validated :class:`~scalectl.recipe.schema.Recipe`.
         policy, state: from :func:`prepare`.
+        source: ``schedule.batches(...)``.
+        schedule: the job's :class:`~scalectl.rl.schedule.modes.Schedule` (whether the run is in
+            processes decides where evaluations run: :func:`evaluations_for`).
         run_dir: the run folder (checkpoints, ``steps.jsonl``).
         eval_problems: the held-out prompts.
         sink: ``sink(point)`` receives each :class:`~scalectl.points.EvalPoint` (e.g. the store).
@@ -283,7 +284,8 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
     Raises:
         KeyboardInterrupt: after saving a checkpoint, when interrupted.
     """
-    evals = evaluations_for(recipe, policy, eval_problems)
+    hw = recipe.hardware
+    evals = evaluations_for(recipe, policy, eval_problems, schedule.in_processes(hw.generators, hw.trainers))
 
     def deliver(finished: list) -> None:
         for point, seconds in finished:

@@ -38,10 +38,8 @@ import time
 import traceback
 from pathlib import Path
 
-from scalectl.recipe.schema import Async
 from scalectl.rl.processes.bodies import run_role
 from scalectl.rl.transport.roles import detect, free_port, local_task_env
-from scalectl.rl.schedule.modes import schedule_for
 from scalectl.rl.transport.board import LOG_ENV, is_lost_peer
 
 
@@ -129,11 +127,6 @@ def _read_events(rank: int, fd: int, events: queue.Queue) -> None:
     events.put((rank, None))
 
 
-def recipe_mode(spec) -> str:
-    """``async.mode`` and k of a spec's recipe, as one word (``pipeline-8``)."""
-    return schedule_for(Async.model_validate(spec.recipe["async"])).describe()
-
-
 def _describe(task: dict, rc: int, error: dict | None, mode: str = "pipeline") -> str:
     what = f"{mode} {task['role']} process (rank {task['rank']}, pid {task['pid']})"
     if rc < 0:
@@ -176,7 +169,7 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0, trainers:
         tasks.append({"rank": rank, "role": role, "pid": proc.pid, "log": str(log)})
     (folder / "tasks.json").write_text(json.dumps({"supervisor": os.getpid(), "tasks": tasks}, indent=2))
     reporter.log(f"{generators} generator process(es) and {trainers} trainer process(es) started "
-                 f"({recipe_mode(spec)}; logs in {logs})")
+                 f"({spec.schedule.describe()}; logs in {logs})")
 
     result, errors, exits = None, {}, []
     interrupted, deadline = False, None
@@ -247,7 +240,7 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0, trainers:
     if failed:
         primary = [(r, rc) for r, rc in failed if not errors.get(r, {}).get("secondary")] or failed
         rank, rc = primary[0]
-        raise ProcessFailed(_describe(tasks[rank], rc, errors.get(rank), spec.recipe["async"]["mode"]))
+        raise ProcessFailed(_describe(tasks[rank], rc, errors.get(rank), spec.schedule.mode.name))
     if interrupted or any(rc == 130 for _, rc in exits):
         raise KeyboardInterrupt
     if result is None:
