@@ -311,6 +311,9 @@ def test_killed_generator_fails_the_run(tmp_path, policy):
     # a budget never reached: the generator is killed mid-run however fast the machine
     proc, run_dir, tasks = _launch(tmp_path, policy, "pipe", "--set", "budget.steps=1000000")
     gen = next(t for t in tasks if t["role"] == "generator")
+    # the step-3 point is evaluated in the background and may land after the step-3 checkpoint
+    # (a run failed before it lands evaluates step 3 again on resume): kill once it is stored
+    _wait(lambda: 3 in _stored_steps(tmp_path / "s.db"), what="the step-3 point")
     shown = _kill_and_show(proc, gen["pid"], tmp_path / "s.db")
     row = shown["run"]
     assert (f"ProcessFailed: pipeline generator process (rank 0, pid {gen['pid']}) was killed by signal SIGKILL"
