@@ -256,6 +256,7 @@ def test_forward_ablation_interrupted_then_continued(tmp_path, policy):
     assert "resumed from step-" in (runs / n / "logs" / "local-1.log").read_text()
 
 
+@pytest.mark.slow   # 8-22 s (two local jobs start, each importing the trainer): make test-slow
 def test_an_ablation_prepared_and_run_from_python(tmp_path):
     """`scalectl ablate` as a notebook calls it (scalectl.ablation.campaign): prepare plans and
     prices without creating a store; run launches the simulated runs (real local jobs), tells
