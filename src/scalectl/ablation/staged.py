@@ -21,10 +21,11 @@ from scalectl.errors import UserError
 
 
 def open_store(db: str, *, create: bool = False):
-    """The store at ``db`` (:meth:`scalectl.store.database.Store.open`)."""
+    """The store at ``db`` (:meth:`scalectl.store.database.Store.open`), run journals taken in."""
     from scalectl.store.database import Store
+    from scalectl.store.journal import with_journals
 
-    return Store.open(db, create=create)
+    return with_journals(Store.open(db, create=create))
 
 
 class StoreBackend:

@@ -30,11 +30,13 @@ def open_store(db: str | None, *, create: bool = False):
     """Open the store named by ``--db`` / ``$SCALECTL_DB`` / ``./scalectl.db``.
 
     Only the commands that add runs pass ``create=True``: the others never
-    leave an empty store (or its folder) behind.
+    leave an empty store (or its folder) behind.  Run journals written since the
+    last command (jobs on other hosts) are taken in first (:mod:`scalectl.store.journal`).
     """
     from scalectl.store.database import Store, default_db_path
+    from scalectl.store.journal import with_journals
 
-    return Store.open(db or default_db_path(), create=create)
+    return with_journals(Store.open(db or default_db_path(), create=create))
 
 
 def print_json(data: Any) -> None:
