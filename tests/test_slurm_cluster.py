@@ -123,6 +123,23 @@ def _submit(tmp_path, policy, env, name, *args) -> dict:
     return json.loads(proc.stdout)
 
 
+def _submit_here(tmp_path, policy, name, sets: list[str]) -> dict:
+    """Create and submit a run as `scalectl run --launcher slurm` does after its checks
+    (:func:`scalectl.launch.runs.create_run`, :func:`~scalectl.launch.runs.submit`), in this
+    process: the command would import torch again only to submit (10-15 s on a busy machine)."""
+    from scalectl.launch.base import RunSpec
+    from scalectl.launch.runs import create_run, submit
+    from scalectl.recipe.load import load
+    from scalectl.store.database import Store
+
+    recipe = load(ROOT / "recipes/scalerl.toml", ROOT / "setups/tiny-cpu.toml",
+                  [f"model.path={policy}"] + [a for a in sets if a != "--set"])
+    with Store.open(tmp_path / "s.db") as store:
+        run_id, run_dir = create_run(store, recipe, name, tmp_path / "runs", launcher="slurm")
+        job = submit(store, [RunSpec(run_id, name, run_dir, recipe)], "slurm")[0]
+    return {"run": name, "job_id": job.job_id, "run_dir": str(run_dir), "log": job.log}
+
+
 def _pipeline(generators: int, trainers: int, nodes: int, steps: int, k: int = 1, every: int | None = None) -> list[str]:
     """--set arguments of a small pipeline run: points (and checkpoints) at step 0 and every
     ``every`` steps (default: at the end)."""
@@ -166,7 +183,7 @@ def test_a_pipeline_across_two_nodes_lands_its_points(on_cluster, policy, tmp_pa
     points land (through the run's journal: the store's file is not written while the job runs)
     and every task ran where Slurm and the dry run's role map put it."""
     db, steps = tmp_path / "s.db", 3
-    job = _submit(tmp_path, policy, on_cluster, "across", *_pipeline(1, 1, nodes=2, steps=steps))
+    job = _submit_here(tmp_path, policy, "across", _pipeline(1, 1, nodes=2, steps=steps))
     before = _digest(db)
     assert _ended(job["job_id"]) == "COMPLETED"
     assert _digest(db) == before                         # the job wrote its journal, not the store
@@ -280,6 +297,23 @@ def test_a_job_array_of_three_runs_across_the_nodes(on_cluster, policy, tmp_path
     assert len({r["nodes"] for r in acct.values()}) >= 2, acct      # they ran on more than one node
 
 
+def _task_pids(job_id: str) -> dict[int, int]:
+    """SLURM_PROCID -> pid of each Python task of a running job (not srun, not the batch shell),
+    found in /proc: `scontrol listpids` answers only on the job's own node."""
+    out = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0")
+            if b"submitit.core._submit" not in argv or not Path(argv[0].decode()).name.startswith("python"):
+                continue
+            env = dict(v.split(b"=", 1) for v in (proc / "environ").read_bytes().split(b"\0") if b"=" in v)
+        except (OSError, ValueError):
+            continue
+        if env.get(b"SLURM_JOB_ID") == job_id.encode() and b"SLURM_PROCID" in env:
+            out[int(env[b"SLURM_PROCID"])] = int(proc.name)
+    return out
+
+
 SIMULATED = "simulated:A=0.6,B=2,C_mid=0.1,R0=0.3,hours_per_step=0.001,seconds_per_step=0.2"
 
 
@@ -304,12 +338,8 @@ def test_two_runs_on_two_nodes_reach_the_store_through_journals_and_a_kill_loses
     run_dir = Path(jobs["killed"]["run_dir"])
     _wait(lambda: journal_files(run_dir) and len(read_records(journal_files(run_dir)[0])[0]) >= 30, 300,
           "30 records in the journal of the run to kill")
-    pids = [int(line.split()[0]) for line in subprocess.run(
-        ["scontrol", "listpids", jobs["killed"]["job_id"]], capture_output=True, text=True).stdout.splitlines()[1:]
-        if line.split()]
-    task = [p for p in pids if b"submitit.core._submit" in Path(f"/proc/{p}/cmdline").read_bytes()
-            and Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")[0].endswith(b"python")]
-    assert len(task) == 1
+    task = _task_pids(jobs["killed"]["job_id"])
+    assert list(task) == [0]
     os.kill(task[0], signal.SIGKILL)
     assert _ended(jobs["kept"]["job_id"]) == "COMPLETED" and _ended(jobs["killed"]["job_id"]) == "FAILED"
     assert _digest(db) == before                         # neither job wrote the store
