@@ -166,7 +166,7 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
         else:
             out.update_run(status="failed", ended=_now(), error="".join(traceback.format_exception_only(exc)).strip())
         raise
-    out.update_run(status="completed", ended=_now())
+    out.update_run(status="completed", ended=_now(), error=None)   # clears what a launcher may have guessed
     if simulated:
         return summary
     points = out.points()
