@@ -191,8 +191,8 @@ def _in_use(exc: BaseException) -> bool:
 
 def host_store(task: Task, timeout_s: float):
     """Task 0's side of the rendezvous: a ``torch.distributed.TCPStore`` server on the first
-    free port among ``task.master_port``, the :data:`PORT_TRIES` ports after it (in
-    20000-39999, wrapping), then any port the kernel gives.
+    free port among ``task.master_port`` and the :data:`PORT_TRIES` ports after it, else on
+    any port the kernel gives.
 
     Returns:
         (the store, the ports found in use before it, in order).
@@ -203,7 +203,7 @@ def host_store(task: Task, timeout_s: float):
     import torch.distributed as dist
 
     first = task.master_port
-    candidates = [first] + [20000 + (first - 20000 + i) % 20000 for i in range(1, PORT_TRIES + 1)] + [0]
+    candidates = [p for p in range(first, first + PORT_TRIES + 1) if p <= 65535] + [0]
     busy = []
     for port in candidates:
         try:
