@@ -382,7 +382,7 @@ def prepare(spec, *, db: str, setup=None, overrides=(), repeats: int | None = No
     """
     from scalectl.job.trackers import check_installed
     from scalectl.launch.registry import LAUNCHER_TYPES
-    from scalectl.store.database import Store
+    from scalectl.store.journal import open_with_journals
 
     plan = make_plan(spec, setup=setup, overrides=overrides, repeats=repeats)
     check_installed(plan.variants[0].recipe.logging)     # [logging] backends: before any run starts
@@ -391,7 +391,7 @@ def prepare(spec, *, db: str, setup=None, overrides=(), repeats: int | None = No
         raise UserError(f"--launcher {kind!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
     actions, measured = {}, None
     if db == ":memory:" or Path(db).exists():
-        with Store.open(db, create=False) as store:
+        with open_with_journals(db) as store:
             actions = resolve(store, plan)
             measured = measured_rate(store, plan.variants[0].recipe)
     rated = cost_rate(rate, measured, spec.device_hours_per_step, db)
@@ -416,11 +416,11 @@ def run(prepared: Prepared, *, runs_dir: str | Path = "runs", out_dir: str | Pat
     """
     from scalectl.ablation.report import build_report
     from scalectl.present.watch import follow
-    from scalectl.store.database import Store
+    from scalectl.store.journal import open_with_journals
 
     progress = progress or Progress()
     plan, db = prepared.plan, prepared.db
-    with Store.open(db, create=True) as store:
+    with open_with_journals(db, create=True) as store:
         actions = resolve(store, plan)      # again: the store may have moved since the plan
         ids, launched = launch(store, plan, actions, prepared.kind, runs_dir)
         names = {n: store.get_run(i)["name"] for n, i in ids.items()}
@@ -433,7 +433,7 @@ def run(prepared: Prepared, *, runs_dir: str | Path = "runs", out_dir: str | Pat
     watch = Watch(plan, ids)
 
     def look() -> list[dict]:
-        with Store.open(db, create=False) as store:
+        with open_with_journals(db) as store:
             return watch.rows(store)
 
     try:
@@ -441,7 +441,7 @@ def run(prepared: Prepared, *, runs_dir: str | Path = "runs", out_dir: str | Pat
     except KeyboardInterrupt:
         progress.watched(None)
         progress.log("interrupted: cancelling the ablation's jobs (each saves a checkpoint)")
-        with Store.open(db, create=False) as store:
+        with open_with_journals(db) as store:
             n = cancel_all(store, ids, log=progress.log)
         return Outcome(prepared, [], data, interrupted=True, cancelled=n)
     progress.watched(rows)

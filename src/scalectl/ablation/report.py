@@ -223,8 +223,8 @@ def build_report(db: str, manifest: dict, out_dir: str | Path, *, bootstrap: int
     (:func:`scalectl.ablation.analysis.gather`) and write its report into ``out_dir``
     (:func:`write_report`).  Returns (the result, the report's files by kind)."""
     from scalectl.ablation.analysis import gather
-    from scalectl.store.database import Store
+    from scalectl.store.journal import open_with_journals
 
-    with Store.open(db, create=False) as store:
+    with open_with_journals(db) as store:
         result = gather(store, manifest, bootstrap=bootstrap, margin=margin)
     return result, write_report(result, out_dir)

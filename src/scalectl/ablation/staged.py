@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 
 from scalectl.errors import UserError
-from scalectl.store.database import Store
+from scalectl.store.journal import open_with_journals
 
 
 class StoreBackend:
@@ -68,7 +68,7 @@ class StoreBackend:
         from scalectl.launch.runs import create_run, submit
 
         specs, ids = [], []
-        with Store.open(self.db, create=False) as store:
+        with open_with_journals(self.db) as store:
             for variant, (budget, seeds) in targets.items():
                 for i in range(seeds):
                     row = self._row(store, variant, i)
@@ -107,7 +107,7 @@ class StoreBackend:
         seen: dict[int, tuple] = {}
         while True:
             alive, failed = 0, []
-            with Store.open(self.db, create=False) as store:
+            with open_with_journals(self.db) as store:
                 for run_id in ids:
                     info = store.get_run(run_id)
                     if info["status"] in ACTIVE:
@@ -132,7 +132,7 @@ class StoreBackend:
         """Per seed: (compute on the variant's fit axis, pass rate), points up to ``budget`` steps."""
         axis = self.plan.variant(variant).recipe.fit.axis
         out_ = []
-        with Store.open(self.db, create=False) as store:
+        with open_with_journals(self.db) as store:
             for i in range(seeds):
                 row = self._row(store, variant, i)
                 pts = [p for p in store.points(row["id"]) if p["step"] <= budget
@@ -142,7 +142,7 @@ class StoreBackend:
 
     def hours_per_step(self, variant: str) -> float:
         """Measured on the variant's runs (last GPU-hours / last step), else the plan's rate, else 0."""
-        with Store.open(self.db, create=False) as store:
+        with open_with_journals(self.db) as store:
             rates = []
             for i in range(len(self.plan.variant(variant).seeds)):
                 row = self._row(store, variant, i)
@@ -156,7 +156,7 @@ class StoreBackend:
     def trained(self, variant: str) -> dict[int, int]:
         """Seed index -> steps trained, for the variant's existing runs."""
         out_ = {}
-        with Store.open(self.db, create=False) as store:
+        with open_with_journals(self.db) as store:
             for i in range(len(self.plan.variant(variant).seeds)):
                 row = self._row(store, variant, i)
                 if row is not None:
@@ -167,7 +167,7 @@ class StoreBackend:
     def spent_hours(self) -> float:
         """Device-hours spent by the ablation's runs: the last point's GPU-hours of each."""
         total = 0.0
-        with Store.open(self.db, create=False) as store:
+        with open_with_journals(self.db) as store:
             for v in self.plan.variants:
                 for i in range(len(v.seeds)):
                     row = self._row(store, v.name, i)
@@ -180,7 +180,7 @@ class StoreBackend:
         """Cancel the live jobs of the runs launched last (each checkpoints); returns how many."""
         from scalectl.ablation.campaign import cancel_all
 
-        with Store.open(self.db, create=False) as store:
+        with open_with_journals(self.db) as store:
             return cancel_all(store, dict(enumerate(self.launched)))
 
 
@@ -392,7 +392,7 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
     z = NormalDist().inv_cdf(0.5 + level / 2)
     src, C_mid, cps, s_fit, warning = None, None, None, None, None
     stored = Path(db).exists()
-    with Store.open(db, create=True) if stored else _nothing() as store:
+    with open_with_journals(db, create=True) if stored else _nothing() as store:
         found = _largest_base_run(store, base) if store is not None else None
         if found is not None:
             src, C_mid, cps, s_fit, warning = _from_stored_run(store, found, level, z)
@@ -488,7 +488,7 @@ def write_manifest(db, plan, runs_dir: Path) -> None:
     from scalectl.ablation.campaign import manifest, manifest_path, write_manifest as write
 
     names = {}
-    with Store.open(db, create=False) as store:
+    with open_with_journals(db) as store:
         for r in plan.runs:
             try:
                 names[r.name] = store.get_run(r.name)["name"]

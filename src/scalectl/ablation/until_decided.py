@@ -147,9 +147,9 @@ def _rate(spec, recipe, db: str) -> float | None:
         rate = parse_spec(recipe.model.path).hours_per_step
     if rate is None and Path(db).exists():
         from scalectl.ablation.campaign import measured_rate
-        from scalectl.store.database import Store
+        from scalectl.store.journal import open_with_journals
 
-        with Store.open(db, create=False) as store:
+        with open_with_journals(db) as store:
             m = measured_rate(store, recipe)
         rate = None if m is None else m[0]
     return rate
@@ -176,7 +176,7 @@ def run(staged: Staged, *, runs_dir: str | Path = "runs", out_dir: str | Path | 
         UserError: runs that did not complete, or recorded stages that name other variants.
     """
     from scalectl.ablation.adaptive import run_loop
-    from scalectl.store.database import Store
+    from scalectl.store.journal import open_with_journals
 
     plan, limits, db = staged.plan, staged.limits, staged.db
     name = plan.spec.name
@@ -188,7 +188,7 @@ def run(staged: Staged, *, runs_dir: str | Path = "runs", out_dir: str | Path | 
               "min_compute": float(section.min_compute or 0.0)}
 
     def record(stage) -> None:
-        with Store.open(db, create=False) as store:
+        with open_with_journals(db) as store:
             store.add_stage(name, stage.stage, [{k: v for k, v in r.items() if k in STAGE_KEYS} for r in stage.rows],
                             backend.spent_hours())
         for r in stage.rows:
@@ -208,10 +208,10 @@ def run(staged: Staged, *, runs_dir: str | Path = "runs", out_dir: str | Path | 
 def _resume_state(staged: Staged, backend: StoreBackend, log: Callable[[str], None]):
     """The loop state after the stages recorded in the store (a fresh stage 0 without any),
     with the steps each run has trained and the device-hours spent."""
-    from scalectl.store.database import Store
+    from scalectl.store.journal import open_with_journals
 
     plan, limits = staged.plan, staged.limits
-    with Store.open(staged.db, create=True) as store:
+    with open_with_journals(staged.db, create=True) as store:
         rows = store.stages(plan.spec.name)
     state = state_from_stages(rows, plan.baseline, [v.name for v in plan.variants], staged.initial)
     reopened = reopen_undecided(rows, state, limits)
@@ -229,10 +229,10 @@ def _resume_state(staged: Staged, backend: StoreBackend, log: Callable[[str], No
 
 def _report(staged: Staged, backend: StoreBackend, result, out_dir: Path) -> Outcome:
     """Summarise the recorded stages, say what the undecided variants need, write the report."""
-    from scalectl.store.database import Store
+    from scalectl.store.journal import open_with_journals
 
     plan, limits = staged.plan, staged.limits
-    with Store.open(staged.db, create=False) as store:
+    with open_with_journals(staged.db) as store:
         rows = store.stages(plan.spec.name)
     hps = {v.name: backend.hours_per_step(v.name) for v in plan.variants}
     s = summary(rows, hps, backend.spent_hours(), limits.margin)

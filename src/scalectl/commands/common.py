@@ -31,11 +31,13 @@ def open_store(db: str | None, *, create: bool = False):
     the library as ``stores`` (``functools.partial(open_store, db)``, :mod:`scalectl.launch.runs`).
 
     Only the commands that add runs pass ``create=True``: the others never
-    leave an empty store (or its folder) behind.
+    leave an empty store (or its folder) behind.  Run journals written since the
+    last command (jobs on other hosts) are taken in first (:mod:`scalectl.store.journal`).
     """
-    from scalectl.store.database import Store, default_db_path
+    from scalectl.store.database import default_db_path
+    from scalectl.store.journal import open_with_journals
 
-    return Store.open(db or default_db_path(), create=create)
+    return open_with_journals(db or default_db_path(), create=create)
 
 
 def print_json(data: Any) -> None:
