@@ -22,8 +22,8 @@ __all__ = ["Completion", "FinishReason", "Interrupt", "RolloutEngine", "Sampling
 class Completion:
     """One sampled completion of one prompt.
 
-    Fields (T = len(token_ids), the completion length in tokens, EOS included when
-    the completion stopped):
+    Fields (T = len(token_ids), the completion length in tokens, the stop id included
+    when the completion stopped):
 
     - ``prompt_index``: index of the prompt in the ``prompts`` list given to ``generate``.
     - ``prompt_ids``: the prompt's token ids (:func:`scalectl.rl.policy.model.encode_prompt`: BOS first
@@ -35,8 +35,9 @@ class Completion:
     - ``versions`` (T): policy version that produced each token.
     - ``loss_mask`` (T): 1 for sampled tokens, 0 for forced tokens (the interruption
       phrase), which the trainer must exclude from the loss.
-    - ``finish_reason``: ``"stop"`` (EOS sampled) or ``"length"`` (``max_new_tokens`` hit:
-      truncated).
+    - ``finish_reason``: ``"stop"`` (a stop id sampled: the tokenizer's EOS or an EOS id
+      of the model's generation config, :func:`scalectl.rl.policy.model.stop_token_ids`) or
+      ``"length"`` (``max_new_tokens`` hit: truncated).
     - ``text``: the decoded completion (special tokens removed, forced phrase included).
     - ``interrupted``: whether the interruption phrase was appended.
     """

@@ -15,6 +15,9 @@ it one decoding step at a time (``LLMEngine.step``), so that
   never renormalised by top-p) when the temperature is 1, and
   ``processed_logprobs`` (after temperature; top-p must then be 1) otherwise,
   see :func:`logprobs_mode_for`;
+* a completion stops at any of the CPU engine's stop ids (the tokenizer's EOS and
+  the EOS ids of the model's generation config, :func:`scalectl.rl.policy.model.stop_token_ids`),
+  passed to every request as ``stop_token_ids``;
 * the LM head runs in float32 when ``precision.lm_head = "fp32"`` (ScaleRL,
   arXiv 2510.13786, Sec. 3.2): through vLLM's own ``head_dtype`` override
   (``hf_overrides={"head_dtype": "float32"}``, vLLM PR #48390) where the
@@ -54,7 +57,7 @@ import torch
 
 from scalectl.errors import UserError
 from scalectl.rl.rollout.length import interrupt_lengths
-from scalectl.rl.policy.model import encode_prompts, eos_token_id
+from scalectl.rl.policy.model import encode_prompts, generation_config_of, stop_token_ids
 from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams
 
 VLLM_MISSING = (
@@ -119,6 +122,17 @@ def request_seed(seed: int, row: int, phase: int) -> int:
     """The sampling seed of one request: completion ``row`` of a ``generate`` call with
     ``seed``, ``phase`` 0 (up to the interruption) or 1 (the continuation); < 2**31."""
     return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, row, phase]).generate_state(1)[0] >> 1)
+
+
+def request_params(max_tokens: int, seed: int, sample: dict, stop_ids: list[int], *,
+                   prompt_logprobs: bool = False) -> dict:
+    """The keyword arguments of vLLM's ``SamplingParams`` for one request (besides its
+    output kind): one completion of at most ``max_tokens`` tokens, with its own seed, ending
+    at any of ``stop_ids`` (:func:`scalectl.rl.policy.model.stop_token_ids`, the CPU engine's
+    stop set), no detokenising, prompt log-probs only when asked, and ``sample``'s settings
+    (temperature, top_p, logprobs)."""
+    return dict(n=1, max_tokens=max_tokens, seed=seed, detokenize=False, stop_token_ids=list(stop_ids),
+                prompt_logprobs=0 if prompt_logprobs else None, **sample)
 
 
 def contains(seq: list[int], sub: list[int]) -> bool:
@@ -231,7 +245,9 @@ class VLLMRolloutEngine(RolloutEngine):
         seed: vLLM's global seed (each request also gets its own, :func:`request_seed`).
         max_model_len: longest prompt + completion (tokens); default the model's.
         source_model: the trainer's model; ``update_weights(None, v)`` then pulls its
-            ``state_dict`` (one process holding both).
+            ``state_dict`` (one process holding both).  Completions stop at any id of
+            :func:`scalectl.rl.policy.model.stop_token_ids` of the tokenizer and the generation
+            config of ``source_model`` (else of ``model_path``), as in the CPU engine.
         enable_prefix_caching: reuse KV blocks of shared prefixes (the G completions
             of a prompt, continuations after interruption); reset after weight updates.
         version: policy version of the initial weights.
@@ -274,7 +290,9 @@ class VLLMRolloutEngine(RolloutEngine):
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(model_path)
-        eos_token_id(tokenizer)          # ValueError without one
+        # ValueError without an EOS; the stop set of the CPU engine, from the same generation config
+        self.stop_ids = stop_token_ids(tokenizer, generation_config_of(
+            source_model if source_model is not None else model_path))
         self.tokenizer = tokenizer
         self.source_model = source_model
         self.dtype = dtype
@@ -429,9 +447,8 @@ class VLLMRolloutEngine(RolloutEngine):
         from vllm.sampling_params import RequestOutputKind
 
         params = self._vllm.SamplingParams(
-            n=1, max_tokens=max_tokens, seed=seed, detokenize=False,
-            prompt_logprobs=0 if prompt_logprobs else None,
-            output_kind=RequestOutputKind.DELTA, **sample)
+            output_kind=RequestOutputKind.DELTA,
+            **request_params(max_tokens, seed, sample, self.stop_ids, prompt_logprobs=prompt_logprobs))
         self._requests += 1
         rid = f"scalectl-{self._requests}"
         with self._lock:
@@ -507,6 +524,8 @@ def save_for_vllm(model, tokenizer, path: Path) -> None:
 
     path.mkdir(parents=True, exist_ok=True)
     model.config.save_pretrained(path)
+    if getattr(model, "generation_config", None) is not None:      # its EOS ids: the stop set
+        model.generation_config.save_pretrained(path)
     save_file({k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()},
               str(path / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save_pretrained(path)
