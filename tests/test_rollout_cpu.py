@@ -274,3 +274,23 @@ def test_a_second_eos_of_the_generation_config_stops_completions(tmp_path, tok):
     for c in comps:       # each ends at its first stop id, or at the length limit
         assert c.finish_reason == ("stop" if c.token_ids[-1] == END_OF_TURN else "length")
         assert c.finish_reason == "stop" or len(c.token_ids) == 48
+
+
+def test_a_prompt_at_the_limit_gets_the_whole_budget_and_one_over_it_is_refused(tok):
+    """length.max_prompt_tokens = 5: "1+2=" is 5 tokens with BOS (one per character), "12+2=" 6.
+    The engine from the recipe (as the vLLM engine, tests/test_vllm.py) gives the first all
+    max_new_tokens and refuses the second; the prompt sets drop such prompts beforehand."""
+    from scalectl.recipe.schema import Recipe
+
+    recipe = Recipe.model_validate({"length": {"max_prompt_tokens": 5, "max_new_tokens": 12, "control": "none"}})
+    engine = make_engine(recipe, _small(eos_bias=-1e4), tok)      # never stops by itself
+    params = SamplingParams.for_training(recipe)
+    assert len(encode_prompt(tok, "1+2=")) == 5 and len(encode_prompt(tok, "12+2=")) == 6
+    comps = _flat(engine.generate(["1+2="], 2, params, seed=0))
+    assert [(len(c.token_ids), c.finish_reason) for c in comps] == [(12, "length")] * 2
+    try:
+        over = [len(c.token_ids) for c in _flat(engine.generate(["1+2=", "12+2="], 1, params, seed=0))]
+    except ValueError as exc:
+        over = str(exc)
+    print(f"\na prompt one token over the limit: {over}")
+    assert over == "prompt 1 has 6 tokens, more than length.max_prompt_tokens = 5 (the prompt sets drop such prompts)"

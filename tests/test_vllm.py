@@ -18,8 +18,8 @@ import pytest
 import torch
 
 from scalectl.rl.rollout.sampling import SamplingParams
-from scalectl.rl.rollout.vllm import (VLLMNotInstalled, contains, logprobs_mode_for, logprobs_valid, request_params,
-                                      request_seed)
+from scalectl.rl.rollout.vllm import (VLLMNotInstalled, contains, logprobs_mode_for, logprobs_valid,
+                                      max_model_len_for, request_params, request_seed)
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed (make test-vllm)")
@@ -91,6 +91,17 @@ def test_requests_stop_at_the_stop_set_of_the_cpu_engine(tmp_path):
     tok.eos_token = None
     with pytest.raises(ValueError, match="eos"):
         stop_token_ids(tok, None)
+
+
+def test_max_model_len_is_the_longest_prompt_plus_the_whole_budget():
+    """Never cut to the context: a prompt the sets keep must get all max_new_tokens."""
+    from scalectl.errors import UserError
+    from scalectl.recipe.schema import Length
+
+    length = Length(max_prompt_tokens=32, max_new_tokens=20, control="none")
+    assert max_model_len_for(length, 256) == 52 == max_model_len_for(length, None) == max_model_len_for(length, 52)
+    with pytest.raises(UserError, match=r"32 \+ 20 = 52 tokens is longer than the model's context \(40 tokens"):
+        max_model_len_for(length, 40)
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="vllm is installed")
@@ -418,3 +429,34 @@ def test_both_engines_stop_at_a_second_eos_of_the_checkpoint(tmp_path):
         gc.collect()
     for c in cpu + served:
         assert (c.token_ids, c.finish_reason) == ([100], "stop")
+
+
+@needs_vllm
+def test_a_prompt_at_the_limit_gets_the_whole_budget_and_one_over_it_is_refused(tmp_path):
+    """As the CPU engine (tests/test_rollout_cpu.py): length.max_prompt_tokens = 5, max_new_tokens
+    = 12, weights that always pick token 100 (never a stop id here): "1+2=" (5 tokens) gets 12
+    tokens, "12+2=" (6) is refused; max_model_len is 17."""
+    import gc
+
+    from scalectl.recipe.schema import Recipe
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
+    from scalectl.rl.rollout.vllm import engine_from_recipe
+
+    model, tok = build_tiny_model(seed=0), build_tokenizer()
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, 0] = 10.0
+        model.lm_head.weight[100, 0] = 10.0
+    path = save_policy(model, tok, tmp_path / "always-100")
+    recipe = Recipe.model_validate({"model": {"path": str(path), "dtype": "fp32"},
+                                    "hardware": {"rollout_engine": "vllm"},
+                                    "length": {"max_prompt_tokens": 5, "max_new_tokens": 12, "control": "none"}})
+    eng = engine_from_recipe(recipe, model, tok)
+    try:
+        params = SamplingParams.for_training(recipe)
+        comps = _flat(eng.generate(["1+2="], 2, params, seed=0))
+        with pytest.raises(ValueError, match="prompt 1 has 6 tokens, more than length.max_prompt_tokens = 5"):
+            eng.generate(["1+2=", "12+2="], 1, params, seed=0)
+    finally:
+        del eng
+        gc.collect()
+    assert [(len(c.token_ids), c.finish_reason) for c in comps] == [(12, "length")] * 2

@@ -33,7 +33,7 @@ import torch
 from scalectl.rl.rollout.length import interrupt_lengths
 from scalectl.rl.policy.model import encode_prompts, generation_config_of, load_policy, pad_token_id, stop_token_ids
 from scalectl.rl.policy.logprobs import next_token_logprobs, position_ids_from_mask
-from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams
+from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams, check_prompt_lengths
 
 
 class CPURolloutEngine(RolloutEngine):
@@ -51,10 +51,12 @@ class CPURolloutEngine(RolloutEngine):
         poll_weights: called with no argument before every forward pass, outside the
             engine's lock; it may call :meth:`update_weights` (in-flight weight updates:
             tokens sampled after it carry the new version).
+        max_prompt_tokens: longest prompt accepted (``length.max_prompt_tokens``; None: any),
+            as in the vLLM engine (:func:`~scalectl.rl.rollout.base.check_prompt_lengths`).
     """
 
     def __init__(self, model, tokenizer, *, head_fp32: bool = True, max_batch: int = 512, version: int = 0,
-                 poll_weights=None):
+                 poll_weights=None, max_prompt_tokens: int | None = None):
         self.pad_id = pad_token_id(tokenizer)
         self.stop_ids = stop_token_ids(tokenizer, generation_config_of(model))
         if max_batch < 1:
@@ -66,6 +68,7 @@ class CPURolloutEngine(RolloutEngine):
         self._version = version
         self._lock = threading.Lock()
         self.poll_weights = poll_weights
+        self.max_prompt_tokens = max_prompt_tokens
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: str = "fp32", **kwargs) -> "CPURolloutEngine":
@@ -93,10 +96,12 @@ class CPURolloutEngine(RolloutEngine):
         nucleus but still records the full-softmax log-probs.
 
         Raises:
-            ValueError: n < 1, a prompt or an interruption phrase that encodes to no token.
+            ValueError: n < 1, a prompt or an interruption phrase that encodes to no token, a
+                prompt longer than ``max_prompt_tokens``.
         """
         phrase_ids = self.check_request(n, params)
         encoded = encode_prompts(self.tokenizer, prompts)
+        check_prompt_lengths(encoded, self.max_prompt_tokens)
         rows = [(i, ids) for i, ids in enumerate(encoded) for _ in range(n)]
         gen = torch.Generator().manual_seed(int(seed))
         out: list[list[Completion]] = [[] for _ in prompts]
