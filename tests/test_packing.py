@@ -341,3 +341,29 @@ def test_a_hybrid_models_training_pass_gives_each_sequence_its_own_logprobs(mode
     for trainer, cells, padded in trainers:
         assert cells == padded                                   # the padded rows' cells
         assert not trainer.packing.packs and trainer.packing.reason.startswith("padded rows")
+
+
+def test_the_run_log_says_which_pass_trains(tmp_path, one_torch_thread):
+    """A run's policy (loop.build_policy, from a checkpoint folder) logs the trainer's choice."""
+    from scalectl.recipe.schema import Recipe
+    from scalectl.rl.loop import Reporter, build_policy
+    from scalectl.rl.policy.model import build_tokenizer, save_policy
+
+    class Lines(Reporter):
+        def __init__(self):
+            self.lines = []
+
+        def log(self, message):
+            self.lines.append(message)
+
+    said = {}
+    for name, model in (("qwen2", build_tiny_model(num_hidden_layers=1)), ("lfm2", _tiny("lfm2"))):
+        path = save_policy(model, build_tokenizer(), tmp_path / name)
+        reporter = Lines()
+        build_policy(Recipe.model_validate({"model": {"path": str(path)}}), reporter)
+        said[name] = [line for line in reporter.lines if line.startswith("training pass: ")]
+    assert said["qwen2"] == ["training pass: packed rows where they take fewer rows: every layer of model type "
+                             "'qwen2' is attention (eager) that isolates sequences by their positions"]
+    assert said["lfm2"] == ["training pass: padded rows: model type 'lfm2' (its layers include conv) is not among "
+                            "those whose every layer is checked to isolate packed sequences (llama, mistral, "
+                            "qwen2, qwen3)"]
