@@ -40,7 +40,11 @@ def _steps_logged(run_dir: Path) -> list[int]:
 
 def test_completed_run_is_extended_only_by_a_raised_budget(tmp_path, policy):
     db, runs = tmp_path / "s.db", tmp_path / "runs"
-    run_cli(*_args(policy, runs), "--name", "done", db=db, check=True, timeout=300)
+    first = run_cli(*_args(policy, runs), "--name", "done", db=db, check=True, timeout=300)
+    # the run log says what the prompt set gave and which training pass is used
+    assert ("prompt set synthetic:arithmetic: 0 longer than 32 tokens dropped; 15000 training, 16 held-out prompts"
+            in first.stderr)
+    assert "training pass: packed rows where they take fewer rows" in first.stderr
     before = _show(db, "done")
     assert before["run"]["status"] == "completed"
     assert [p["step"] for p in before["points"]] == [0, 2, 4]

@@ -132,7 +132,7 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
     out = JobStore(job, run_dir)           # the store itself, or the run's journal (another host, NFS)
     if task is not None and task.world_size > 1 and (task.role == "generator" or task.role_rank > 0):
         # a generator or a follower trainer: the first trainer rank records the run, unless it is gone
-        train, held_out = load_prompt_sets(recipe)
+        train, held_out = load_prompt_sets(recipe, log=reporter.log)
         try:
             return run_training(recipe, run_dir, schedule=schedule, sink=out.sink,
                                 train_problems=train, eval_problems=held_out, reporter=reporter, resume=resume,
