@@ -120,6 +120,84 @@ def test_curve_cut_before_midpoint_is_flagged(c_mid, b, a):
     assert advise(fit).action == "extend"
 
 
+@pytest.mark.parametrize("seed,row", [(34, 4), (54, 4), (56, 1)])
+def test_a_spurious_bend_before_the_midpoint_is_flagged_whatever_the_optimiser_returns(seed, row):
+    """Imported points (no evaluation at compute 0, R0 fitted) cut at 0.8 x C_mid with noise
+    sd 0.01, in draws whose noise bends the curve early: the fit puts C_mid at about half the
+    truth, so the points seem to reach past it, and the bootstrap, whose refits start from the
+    fit, agrees with itself.  Before the profile check these three came out unflagged with
+    A 0.511 [0.472, 0.574], 0.495 [0.463, 0.630] and 0.457 [0.433, 0.497] against true
+    ceilings of 0.71, 0.71 and 0.645.  The profile of A finds curves within the noise whose
+    midpoint lies at or past the last point: flagged, and the advice is to extend."""
+    c_mid, b, a = TABLE1[row]
+    x = np.linspace(0.0, 0.8 * c_mid, 41)
+    y = np.clip(sigmoid(x, a, b, c_mid, R0) + np.random.default_rng(seed).normal(0.0, 0.01, x.size), 0, 1)
+    x, y = x[1:], y[1:]
+    fit = fit_sigmoid(x, y, min_compute=default_min_compute(x), bootstrap=200, seed=0)
+    assert fit.C_mid < 0.6 * c_mid                                  # the spurious bend
+    assert fit.window[1] / fit.C_mid >= 1.3                         # reach measured on the estimate
+    flag = next(f for f in fit.flags if f.code == "ceiling_not_identified")
+    assert "profile likelihood" in flag.message and flag.param == "A"
+    assert advise(fit).action == "extend"
+    lo, hi = fit.a_profile
+    assert fit.interval("A")[0] <= lo <= fit.A <= hi <= fit.interval("A")[1]
+
+
+def test_profile_interval_ends_where_a_refit_with_A_held_rises_by_the_F_cutoff():
+    """The ends of the profile interval of A, checked with scipy's least squares: refit
+    (C_mid, B, R0) with A held at each end (several starts, the best kept) and compare the
+    rise of the residual sum of squares over the best fit with sigma^2 F(1, dof; 0.95),
+    sigma the fit's noise sd.  A step of 0.005 inside an end stays below the cutoff, a step
+    outside goes above it: the ends are right to better than 0.005 (the grid step is 0.02,
+    the ends interpolated on the signed root of the rise)."""
+    from scipy.optimize import least_squares
+    from scipy.stats import f as f_dist
+
+    c_mid, b, a = TABLE1[0]
+    x, y = synthetic(c_mid, b, a, reach=2.5, sd=0.01, seed=11)
+    fit = fit_sigmoid(x, y, min_compute=1500, bootstrap=0)
+    w = x >= 1500
+    xs, ys = np.concatenate([[0.0], x[w]]), np.concatenate([y[:1], y[w]])   # R0 observed at 0
+
+    def rss(A):
+        def resid(p):
+            return sigmoid(xs, A, p[1], math.exp(p[0]), p[2]) - ys
+        best = math.inf
+        for u0 in np.log(c_mid) + np.array([-1.0, 0.0, 1.0]):
+            for b0 in (1.0, 2.0, 4.0):
+                r = least_squares(resid, [u0, b0, 0.3], bounds=([np.log(x.max() * 1e-4), 0.05, 0.0],
+                                                                [np.log(x.max() * 1e2), 20.0, 1.0]))
+                best = min(best, float(np.sum(r.fun ** 2)))
+        return best
+
+    rss_min = float(np.sum((sigmoid(xs, fit.A, fit.B, fit.C_mid, fit.R0) - ys) ** 2))
+    assert rss(fit.A) == pytest.approx(rss_min, rel=1e-6)
+    cutoff = fit.noise_sd ** 2 * f_dist.ppf(0.95, 1, fit.dof)
+    lo, hi = fit.a_profile
+    assert 0.55 < lo < a < hi < 0.70
+    for end, inward in ((lo, +0.005), (hi, -0.005)):
+        assert rss(end + inward) - rss_min < cutoff < rss(end - inward) - rss_min
+        assert (rss(end) - rss_min) / cutoff == pytest.approx(1.0, abs=0.1)
+
+
+def test_the_profile_thins_a_long_run_and_keeps_its_sums():
+    """Window points beyond 2,000 are thinned to every k-th for the profile, each weighing k:
+    the weights still sum to the window's points, and a 20,000-point run gets the profile
+    interval of its 2,000 thinned points (their rise of RSS scaled by k = 10)."""
+    from scalectl.curve.profile import MAX_PROFILE_POINTS, _thin
+
+    assert MAX_PROFILE_POINTS == 2000
+    logc, y, w = np.arange(20_003.0), np.zeros(20_003), np.ones(20_003)
+    lt, yt, wt = _thin(logc, y, w, n0=3)
+    assert lt.size == 3 + 2000 and np.all(lt[:3] == [0, 1, 2]) and lt[4] - lt[3] == 10
+    assert wt[:3].tolist() == [1, 1, 1] and wt[3:].sum() == pytest.approx(20_000)
+    x = np.linspace(0.0, 5 * 2542.0, 20_001)
+    y = np.clip(sigmoid(x, 0.61, 1.92, 2542.0, R0) + np.random.default_rng(2).normal(0, 0.01, x.size), 0, 1)
+    fit = fit_sigmoid(x, y, min_compute=1500, bootstrap=0)
+    lo, hi = fit.a_profile
+    assert lo < fit.A < hi and hi - lo < 0.01 and not fit.flags     # 20,000 points: A within +-0.005
+
+
 def test_late_decline_is_flagged_and_a_clean_curve_is_not():
     x, y = synthetic(2542, 1.92, 0.61, reach=6, sd=0.005, seed=4)
     assert detect_late_decline(x[1:], y[1:]) is None
