@@ -127,6 +127,27 @@ def test_wide_intervals_are_undecided():
     assert c.row("short").verdict == UNDECIDED
 
 
+def test_beyond_the_margin_needs_the_interval_of_dA_beyond_half_of_it():
+    """dA +0.025 with the interval [+0.007, +0.043] (half-widths 0.015 and 0.010 added in
+    quadrature, 0.018): the estimate is beyond the margin and the interval excludes 0, which
+    was "higher ceiling"; a true difference of half the margin (0.01) lies inside the interval,
+    so it is undecided.  With the run's half-width 0.010 the interval is [+0.011, +0.039],
+    beyond half the margin: higher.  The same below zero."""
+    base = fake(0.600, 0.590, 0.610)
+    c = compare({"base": base, "run": fake(0.625, 0.610, 0.640)}, baseline="base")
+    lo, hi = c.row("run").delta_A_interval
+    assert (lo, hi) == pytest.approx((0.025 - math.hypot(0.015, 0.010), 0.025 + math.hypot(0.015, 0.010)))
+    assert 0 < lo < 0.01
+    assert c.row("run").verdict == UNDECIDED
+    assert "beyond the margin, but its interval reaches within +-0.010 (half the margin)" in c.row("run").reason
+    c = compare({"base": base, "run": fake(0.625, 0.615, 0.635)}, baseline="base")
+    assert c.row("run").delta_A_interval[0] > 0.01 and c.row("run").verdict == HIGHER
+    c = compare({"base": base, "run": fake(0.575, 0.565, 0.585)}, baseline="base")
+    assert c.row("run").delta_A_interval[1] < -0.01 and c.row("run").verdict == LOWER
+    c = compare({"base": base, "run": fake(0.575, 0.560, 0.590)}, baseline="base")
+    assert c.row("run").verdict == UNDECIDED
+
+
 def test_mixed_hardware_and_axes_are_flagged():
     c = compare({"a": fake(0.60, 0.595, 0.605, hardware="H100"),
                  "b": fake(0.65, 0.645, 0.655, hardware="GB200")}, baseline="a")
