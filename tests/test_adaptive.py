@@ -395,3 +395,23 @@ def test_twenty_variants_adaptive_against_fixed():
         v, _ = fixed_design(be, list(curves), "base", budget, seeds, limits, fit_kw=fit_kw)
         g, w = avf.score(v, truth, 0.02)
         assert g < good or w > 0, (budget, seeds, g, w)
+
+
+@pytest.mark.slow
+def test_a_campaign_with_variants_near_both_edges_of_the_margin_gets_no_wrong_verdict():
+    """scripts/adaptive_campaigns.py's "slow-rise" campaign (16 variants, 7 of them within
+    0.006 of an edge of the margin), one noise seed, 400 resamples: no wrong verdict (the
+    target is at most 1 in 20), and the far ones (|dA| >= 0.05) and the exact tie decided."""
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("camp", ROOT / "scripts/adaptive_campaigns.py")
+    camp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(camp)
+    base, offsets, initial = camp.CAMPAIGNS["report"]["slow-rise"]
+    rows, hours, _ = camp.run_campaign(base, offsets, initial, 3, 400)
+    assert [r for r in rows if r[3] is False] == []
+    decided = {d: ok for _, d, _, ok in rows}
+    assert decided[-0.06] and decided[0.05] and decided[0.0]
+    assert hours > 0

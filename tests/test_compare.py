@@ -203,3 +203,25 @@ def test_a_run_that_collapses_after_its_peak_is_undecided_whatever_its_ceiling()
     swapped = compare({"base": collapsing, "new": steady}, baseline="base")
     assert swapped.row("new").verdict == UNDECIDED
     assert swapped.row("new").reason.startswith("base declines after a peak")
+
+
+@pytest.mark.slow
+def test_a_tie_or_half_the_margin_is_rarely_called_beyond_the_margin():
+    """scripts/verdict_error_rates.py on 60 pairs per row (docs/fitting.md has 200): sd 0.01,
+    points to 2.5 x C_mid.  A true tie and a true difference of half the margin are each called
+    higher or lower in at most 3 of 60 pairs (5 %; these seeds give 2, 2 and 0); a true
+    difference of 0.05 is never called lower and is called higher in a quarter or more (22 of
+    60 with these seeds: at this reach the interval of dA is about +-0.04, and higher needs it
+    above +0.01)."""
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("ver", ROOT / "scripts" / "verdict_error_rates.py")
+    ver = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(ver)
+    for delta in (0.0, 0.01, -0.01):
+        c = ver.verdicts(delta, 60, 2.5, 0.01, 70_000, 1000, 0.02)
+        assert c[HIGHER] + c[LOWER] <= 3, (delta, c)
+    c = ver.verdicts(0.05, 60, 2.5, 0.01, 70_000, 1000, 0.02)
+    assert c[HIGHER] >= 15 and c[LOWER] == 0, c
