@@ -27,11 +27,11 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from ceiling_identification import CURVES  # noqa: E402
+from ceiling_identification import CURVES
 
-from scalectl.curve import default_min_compute, fit_sigmoid, sigmoid  # noqa: E402
-from scalectl.defaults import MARGIN  # noqa: E402
-from scalectl.science.compare import HIGHER, LOWER, VERDICTS, RunCurve, compare  # noqa: E402
+from scalectl.curve import default_min_compute, fit_sigmoid, sigmoid
+from scalectl.defaults import MARGIN
+from scalectl.science.compare import HIGHER, LOWER, VERDICTS, RunCurve, compare
 
 
 def run_curve(c_mid, b, a, r0, axis, reach, sd, seed, bootstrap) -> RunCurve:
