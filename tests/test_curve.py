@@ -22,6 +22,7 @@ from scalectl.curve import (
     seed_spread,
     sigmoid,
 )
+from scalectl.defaults import MARGIN
 from scalectl.display import format_estimate
 
 # Paper, Table 1: (C_mid GPU-hours, B, A).
@@ -143,6 +144,27 @@ def test_a_spurious_bend_before_the_midpoint_is_flagged_whatever_the_optimiser_r
     assert fit.interval("A")[0] <= lo <= fit.A <= hi <= fit.interval("A")[1]
 
 
+@pytest.mark.parametrize("c_mid,b,a", TABLE1)
+def test_the_same_noise_cut_at_0_6_x_c_mid_is_flagged_and_at_5_x_is_not(c_mid, b, a):
+    """One noise draw (sd 0.01, seed 7) on each Table 1 curve, 61 points from compute 0.
+    Cut at 0.6 x C_mid, curves within the noise reach A = 1: the profile interval is open
+    above, the fit is flagged and its interval of A runs to 1 (the estimates are 0.43-0.54,
+    far below the truth).  To 5 x C_mid: no flag, a closed profile interval narrower than 0.04,
+    and the interval of A within the margin of the true A."""
+    for reach in (0.6, 5.0):
+        x = np.linspace(0.0, reach * c_mid, 61)
+        y = np.clip(sigmoid(x, a, b, c_mid, R0) + np.random.default_rng(7).normal(0.0, 0.01, x.size), 0, 1)
+        fit = fit_sigmoid(x, y, min_compute=default_min_compute(x), bootstrap=200, seed=0)
+        lo, hi = fit.a_profile
+        if reach < 1:
+            assert fit.has_flag("ceiling_not_identified") and hi == 1.0 and fit.interval("A")[1] == 1.0
+            assert fit.A < a - 0.1
+        else:
+            assert not fit.flags and hi < 1.0 and hi - lo < 0.04
+            i_lo, i_hi = fit.interval("A")
+            assert i_lo - MARGIN < a < i_hi + MARGIN
+
+
 def test_profile_interval_ends_where_a_refit_with_A_held_rises_by_the_F_cutoff():
     """The ends of the profile interval of A, checked with scipy's least squares: refit
     (C_mid, B, R0) with A held at each end (several starts, the best kept) and compare the
@@ -188,7 +210,7 @@ def test_the_profile_thins_a_long_run_and_keeps_its_sums():
 
     assert MAX_PROFILE_POINTS == 2000
     logc, y, w = np.arange(20_003.0), np.zeros(20_003), np.ones(20_003)
-    lt, yt, wt = _thin(logc, y, w, n0=3)
+    lt, _, wt = _thin(logc, y, w, n0=3)
     assert lt.size == 3 + 2000 and np.all(lt[:3] == [0, 1, 2]) and lt[4] - lt[3] == 10
     assert wt[:3].tolist() == [1, 1, 1] and wt[3:].sum() == pytest.approx(20_000)
     x = np.linspace(0.0, 5 * 2542.0, 20_001)
@@ -404,3 +426,32 @@ def test_advice_extend_versus_seeds():
     assert noisy.action == "seeds" and noisy.seeds_needed == math.ceil((0.05 / 0.02) ** 2)
     with pytest.raises(ValueError, match="no interval for A"):
         advise(_fit(0.61))
+
+
+def _script(name: str):
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("r0", ["measured", "fit"])
+def test_no_unflagged_fit_of_a_cut_curve_misses_its_ceiling_by_the_margin(r0):
+    """scripts/ceiling_identification.py on 40 draws per row (the tables of docs/fitting.md
+    have 200): curves cut at 0.5-1.2 x C_mid are all flagged, none of the unflagged fits at
+    2.5 x C_mid misses the true A by more than the margin, and the 95 % interval of A covers
+    the truth in at least 85 % of the draws of each row (a binomial 95 % at n = 40 falls below
+    that with probability 0.02)."""
+    study = _script("ceiling_identification").study
+    for sd in (0.005, 0.01):
+        for cut in (0.5, 0.8, 1.2, 2.5):
+            r = study(cut, sd, 40, 60_000, 1000, 0.02, r0)
+            if cut <= 1.2:
+                assert r["flagged"] == 40, (cut, sd, r)
+            assert r["unflagged_missed"] == 0, (cut, sd, r)
+            assert r["covered"] >= 34, (cut, sd, r)
