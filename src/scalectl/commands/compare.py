@@ -94,7 +94,8 @@ def compare(
 
         lines = cmp.loo_lines(curves)
         axis_name = next(iter(curves.values())).fit.axis
-        written.append(str(write_figure(plot_loo, lines, loo_plot, axis=axis_name)))
+        written.append(str(write_figure(plot_loo, lines, loo_plot, axis=axis_name,
+                                        fits={n: c.fit for n, c in curves.items()})))
     if json_:
         data = result.to_dict()
         data["fits"] = {n: c.fit.to_dict() for n, c in curves.items()}
