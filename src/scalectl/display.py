@@ -190,8 +190,8 @@ def count_text(n: float) -> str:
 
 
 def duration_text(seconds: float) -> str:
-    """A wall-clock span for people: ``45 s``, ``25 min``, ``3.2 h``, ``200 h``, ``12.5 days``
-    (hours up to 10 days, so that a booking of 72-hour jobs reads in hours)."""
+    """A wall-clock span for people: ``45 s``, ``25 min``, ``3.2 h``, ``288 h``, ``62.5 days``
+    (hours below 1,000, so that a booking of 72-hour jobs reads in hours)."""
     if not math.isfinite(seconds):
         return "-"
     s = max(0.0, seconds)
@@ -200,6 +200,6 @@ def duration_text(seconds: float) -> str:
     if s < 90 * 60:
         return f"{s / 60:.0f} min"
     hours = s / 3600
-    if hours < 10 * 24:
+    if hours < 1000:
         return f"{hours:.2g} h" if hours < 10 else f"{hours:,.0f} h"
     return f"{hours / 24:.1f} days"
