@@ -103,10 +103,11 @@ def compare(
         print_json(data)
         return
     out.print(compare_table(result, curves, margin, out.width))
+    reasons = [row.reason for row in result.rows if row.reason]
     for row in result.rows:
         if row.reason:
             out.print(f"{row.name}: {row.reason}", soft_wrap=True)
-        print_flags(row.name, curves[row.name].fit)
+        print_flags(row.name, curves[row.name].fit, said=reasons)     # a flag a verdict gave as its reason: once
     for f in result.flags:
         out.print(f"[red]{f.code}[/red]: {f.message}", soft_wrap=True)
     for path in written:
