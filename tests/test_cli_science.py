@@ -124,7 +124,8 @@ def test_tokens_axis_and_errors(db):
     res = cli(db, "extrapolate", "scalerl")
     assert res.exit_code == 2 and "exactly one of --until" in res.stderr
     res = cli(db, "extrapolate", "scalerl", "--fraction", "1e-9")
-    assert res.exit_code == 2 and "too short to fit; give a larger --fraction" in " ".join(res.stderr.split())
+    assert res.exit_code == 2 and "too short to fit; this run (61 points) can be fitted from --fraction" in " ".join(
+        res.stderr.split())
     res = cli(db, "fit", "nope")
     assert res.exit_code == 2 and "no run 'nope'" in res.stderr
     res = cli(db, "compare", "scalerl", "magistral", "--baseline", "zzz")
