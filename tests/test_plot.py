@@ -308,3 +308,21 @@ def test_truncation_figure_is_readable():
                             axis="flops")
     _readable(fig, "FLOPs")
     assert fig.axes[0].get_ylim()[1] >= 0.12
+
+
+def test_a_margin_band_off_the_axes_says_where_it_is(runs):
+    """The baseline's ceiling is not identified, so the y limits leave it out, and its margin
+    band with it: the legend's entry says the band lies above the axes instead of naming a
+    band the reader cannot find."""
+    short = _short(0.9, 1.2, 2542, 5, reach=0.7)                 # fitted A about 0.75, points to 0.53
+    assert short.fit.has_flag("ceiling_not_identified") and short.fit.A > short.pass_rate.max() + 0.1
+    fig = curves_figure({"short": short}, baseline="short", margin=0.02)
+    fig.canvas.draw()
+    ax = fig.axes[0]
+    a = short.fit.A
+    assert a - 0.02 > ax.get_ylim()[1]                         # the band is above the axes
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert f"short ceiling +-0.02 (above the axes, at {a:.2f})" in texts
+    fig = curves_figure(runs, baseline="scalerl", margin=0.02)  # an identified ceiling: in view
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "scalerl ceiling +-0.02" in texts

@@ -139,7 +139,7 @@ def _curve_notes(ax, runs, xs, baseline, margin, handles, labels):
     labels.append(f"bars at the right: {level:.0%} interval of A (arrow: it goes on)")
     if baseline is not None:
         handles.append(Patch(color="grey", alpha=0.18, lw=0))
-        labels.append(f"{baseline} ceiling +-{margin:g}")
+        labels.append(f"{baseline} ceiling +-{margin:g}" + _off_axes(ax, runs[baseline].fit.A, margin))
     if any(((x > 0) & (x < c.fit.window[0])).any() for x, c in zip(xs.values(), runs.values())):
         handles.append(Line2D([], [], ls="", marker="o", ms=4, mfc="none", color="grey"))
         labels.append("hollow: before the fit window")
@@ -147,6 +147,17 @@ def _curve_notes(ax, runs, xs, baseline, margin, handles, labels):
         handles.append(Line2D([], [], ls="", marker="D", ms=5, mfc="white", color="grey"))
         labels.append("diamonds at the left edge: compute 0 (step 0)")
     return handles, labels
+
+
+def _off_axes(ax, a: float, margin: float) -> str:
+    """'' when the band ``a +- margin`` crosses the y limits of ``ax``, else where it lies
+    (the limits leave out a ceiling that is not identified, and its band with it)."""
+    y0, y1 = ax.get_ylim()
+    if a - margin > y1:
+        return f" (above the axes, at {a:.2f})"
+    if a + margin < y0:
+        return f" (below the axes, at {a:.2f})"
+    return ""
 
 
 def _warnings(runs: Mapping[str, RunCurve]) -> str:
