@@ -307,7 +307,13 @@ def test_truncation_figure_is_readable():
     fig = truncation_figure({"base": [(x, 0.02 + 0.01 * x)], "loo-lp": [(x, 0.05 * x), (x, 0.06 * x)]},
                             axis="flops")
     _readable(fig, "FLOPs")
-    assert fig.axes[0].get_ylim()[1] >= 0.12
+    ax = fig.axes[0]
+    assert ax.get_ylim()[1] >= 0.12
+    fig.canvas.draw()
+    pts = _points_of(ax)                                  # the step-0 rates, at the left edge
+    at_edge = pts[np.isclose(pts[:, 0], ax.get_xlim()[0])]
+    assert sorted(at_edge[:, 1].tolist()) == pytest.approx([0.0, 0.0, 0.02])
+    assert "diamonds at the left edge: compute 0 (step 0)" in [t.get_text() for t in fig.legends[0].get_texts()]
 
 
 def test_a_margin_band_off_the_axes_says_where_it_is(runs):

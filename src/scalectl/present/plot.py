@@ -288,7 +288,8 @@ def truncation_figure(series: dict[str, list[tuple[np.ndarray, np.ndarray]]], *,
                       axis: str = "gpu_hours", threshold: float = TRUNCATION_THRESHOLD) -> Figure:
     """Truncation rate (share of completions cut at the length limit) against compute,
     one colour per variant (one line per seed), with the flag threshold (docs/method.md,
-    section 5: runs past 10-15 % became unstable).  Points at compute 0 are left out.
+    section 5: runs past 10-15 % became unstable).  Points at compute 0 (step 0) are
+    drawn as hollow diamonds at the left edge of the log axis, as in :func:`curves_figure`.
 
     Raises:
         ValueError: no finite rate at compute > 0.
@@ -297,16 +298,22 @@ def truncation_figure(series: dict[str, list[tuple[np.ndarray, np.ndarray]]], *,
     ax = style.new_axes(fig)
     finite = [x[np.isfinite(t) & (x > 0)] for runs in series.values() for x, t in runs]
     lo, hi = style.positive_range(finite)
-    style.compute_axis(ax, axis, lo, hi)
+    zero = any((np.isfinite(t) & (x == 0)).any() for runs in series.values() for x, t in runs)
+    style.compute_axis(ax, axis, lo, hi, zero_edge=zero)
     top = threshold
     for i, (name, runs) in enumerate(series.items()):
         col = style.color(i)
         for j, (x, t) in enumerate(runs):
             ok = np.isfinite(t) & (x > 0)
-            if ok.any():
-                top = max(top, float(np.max(t[ok])))
+            at_zero = np.isfinite(t) & (x == 0)
+            if (ok | at_zero).any():
+                top = max(top, float(np.max(t[ok | at_zero])))
             ax.plot(x[ok], t[ok], "o-", ms=3, lw=1.2, color=col, alpha=0.85, label=name if j == 0 else None)
+            style.draw_compute_zero(ax, t[at_zero], col)
     ax.axhline(threshold, color="black", ls=":", lw=1, label=f"flag threshold {threshold:g}")
+    if zero:
+        ax.scatter([], [], marker="D", s=26, facecolors="white", edgecolors="grey",
+                   label="diamonds at the left edge: compute 0 (step 0)")
     ax.set_ylim(0, min(1.0, 1.15 * top))
     style.set_ylabel(ax, "truncation rate")
     style.set_title(ax, "Truncation rate against compute")
