@@ -29,6 +29,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 
 from scalectl.defaults import TRUNCATION_THRESHOLD
 from scalectl.recipe.loss_choices import LOSS_CHOICES
+from scalectl.recipe.reward_function import BUILTIN_REWARD, check_name
 
 # --------------------------------------------------------------------------- bounds
 # Every number has finite bounds that fit where the value goes; values are strict
@@ -239,6 +240,34 @@ class Eval(_Section):
         "either way, so speed only, not part of the content hash"))
 
 
+class Reward(_Section):
+    """How a completion is scored (docs/rewards.md): by the built-in math checker (the last
+    ``\\boxed{}``, or another answer ``format``, checked by math-verify: +1 right, -1 wrong),
+    or by a function of the user's, named as ``package.module:callable`` and called in every
+    process that scores (generators of every async mode, evaluation) as
+    ``function(completion, gold, fields)``, returning a float reward (right, for the pass
+    rate, when > 0) or a :class:`scalectl.rl.reward.score.Score`.  Part of the content hash
+    by ``function`` and ``version``, never by the function's code."""
+
+    function: Annotated[Line, AfterValidator(check_name)] = Field(default=BUILTIN_REWARD, description=(
+        "the reward function, 'package.module:callable', found on PYTHONPATH, among the installed packages "
+        f"or in the current folder; default the built-in checker, {BUILTIN_REWARD!r}"))
+    format: Literal["boxed", "gsm8k", "last_line"] = Field(default="boxed", description=(
+        "where the final answer is: the last \\boxed{} (boxed), after the last '####' (gsm8k), or the last "
+        "non-empty line (last_line); the built-in checker reads it there, and prompts of a real set are "
+        "told so (see instruction)"))
+    instruction: bool = Field(default=True, description=(
+        "append the format's instruction to each prompt of a real set that does not already ask for it "
+        "(boxed: \"... output the final answer within \\boxed{}.\"); false leaves prompts as written"))
+    version: Line | None = Field(default=None, max_length=100, description=(
+        "a version of the function, for the content hash: change it when the function's code changes, "
+        "so that runs before and after are not seeds of one recipe"))
+    timeout_s: float = Field(default=5.0, gt=0, le=3600, description=(
+        "seconds one call may take, in a process of its own that is killed when it overruns: a function of "
+        "the user's that overruns fails the run, naming it; a math-verify comparison of the built-in "
+        "checker that overruns scores -1"))
+
+
 class Fit(_Section):
     """How the sigmoid is fitted to this run's points (docs/method.md, section 2)."""
 
@@ -390,7 +419,7 @@ class Logging(_Section):
 
 
 RECIPE_SECTIONS = ("loss", "advantage", "precision", "async", "filter", "length",
-                   "batch", "optim", "sampling", "eval", "fit", "checkpoint")
+                   "batch", "optim", "sampling", "eval", "reward", "fit", "checkpoint")
 SETUP_SECTIONS = ("model", "data", "hardware", "launcher", "budget", "logging")
 #: Keys that do not change what is trained or measured: excluded from the content hash
 #: (the seed is stored beside the hash, so repeated runs of one recipe share it).
@@ -398,7 +427,8 @@ UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint", "loggi
 #: Keys added after recipe hashes were first stored, with the value that leaves a hash as it
 #: was: at that value the key is left out of the content hash, so that stored runs of a recipe
 #: are still recognised as its seeds; any other value changes the hash.
-HASH_NEUTRAL = {("model", "think_tags"): False}
+HASH_NEUTRAL = {("model", "think_tags"): False, ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
+                ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0}
 
 
 class Recipe(_Section):
@@ -423,6 +453,7 @@ class Recipe(_Section):
     optim: Optim = Optim()
     sampling: Sampling = Sampling()
     eval: Eval = Eval()
+    reward: Reward = Reward()
     fit: Fit = Fit()
     checkpoint: Checkpoint = Checkpoint()
     model: Model = Model()
@@ -451,12 +482,14 @@ class Recipe(_Section):
     def content_hash(self) -> str:
         """12 hex digits of SHA-256 over the normalised content, key order
         independent; :data:`UNHASHED_KEYS`, ``hardware.threads`` and ``eval.background``
-        (speed only) excluded, and each key of :data:`HASH_NEUTRAL` at its neutral value."""
+        (speed only) excluded, and each key of :data:`HASH_NEUTRAL` at its neutral value (a section
+        left empty by them, as ``reward`` at its defaults, with it)."""
         data = {k: v for k, v in self.to_dict().items() if k not in UNHASHED_KEYS}
         data["hardware"] = {k: v for k, v in data["hardware"].items() if k != "threads"}
         data["eval"] = {k: v for k, v in data["eval"].items() if k != "background"}
         for (section, key), neutral in HASH_NEUTRAL.items():
             if data[section].get(key, neutral) == neutral:
                 data[section].pop(key, None)
+        data = {k: v for k, v in data.items() if v != {}}     # a section wholly at its neutral values
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
