@@ -85,8 +85,10 @@ def test_override_is_validated_like_the_file():
 EXPECTED_ERRORS = {
     "bad-loss-type.toml": "bad-loss-type.toml: loss.type = 'cisp' is not one of: ppo_clip, gspo, cispo",
     "clip-low-range.toml": "clip-low-range.toml: loss.clip_low = 1.5 is out of range: must be < 1",
-    "unknown-section.toml": "unknown-section.toml: lossy: unknown key; allowed: name,",
-    "unknown-key.toml": "unknown-key.toml: loss.tipe: unknown key; allowed: type, clip_low, clip_high, aggregation",
+    "unknown-section.toml": "unknown-section.toml: lossy: unknown key; did you mean loss? The keys of a recipe:\n"
+                            "  name         Name of the recipe",
+    "unknown-key.toml": "unknown-key.toml: loss.tipe: unknown key; did you mean loss.type? The keys of [loss]:\n"
+                        "  type         Policy loss: ",
     "wrong-type.toml": "wrong-type.toml: batch.prompts_per_step = 'many': must be an integer",
     "retire-threshold.toml": "retire-threshold.toml: filter.retire_threshold = 1.5 is out of range: must be <= 1",
     "async-k.toml": "async-k.toml: async.k = 0 is out of range: must be >= 1",

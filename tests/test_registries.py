@@ -9,16 +9,23 @@ import pytest
 
 from scalectl.defaults import MARGIN, TRUNCATION_THRESHOLD
 from scalectl.points import POINT_FIELDS, EvalPoint
+from scalectl.recipe.launcher_choices import DEFAULT_LAUNCHER, LAUNCHER_NAMES
 from scalectl.recipe.schema import Fit, Launcher
 from scalectl.store.database import EVAL_POINT_COLUMNS
 
 
-def test_every_launcher_type_is_registered_and_no_other():
-    from scalectl.launch.registry import LAUNCHERS, launcher_class
+def test_every_launcher_name_is_implemented():
+    """``launcher.type`` accepts the names of one torch-free table; the registry maps each
+    to the module and class of a launcher of that name."""
+    from scalectl.launch.base import Launcher as LauncherBase
+    from scalectl.launch.registry import LAUNCHER_TYPES, LAUNCHERS, launcher_class
 
-    assert set(typing.get_args(Launcher.model_fields["type"].annotation)) == set(LAUNCHERS)
-    for name in LAUNCHERS:
-        assert launcher_class(name).name == name
+    assert typing.get_args(Launcher.model_fields["type"].annotation) == LAUNCHER_NAMES
+    assert Launcher().type == DEFAULT_LAUNCHER in LAUNCHER_NAMES
+    assert tuple(LAUNCHERS) == LAUNCHER_TYPES == LAUNCHER_NAMES
+    for name in LAUNCHER_NAMES:
+        cls = launcher_class(name)
+        assert issubclass(cls, LauncherBase) and cls.name == name
 
 
 def test_eval_point_is_the_stores_columns():

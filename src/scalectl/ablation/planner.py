@@ -267,17 +267,15 @@ def with_companions(overrides: tuple[str, ...]) -> tuple[str, ...]:
 
     Setting ``loss.type`` without clip values would keep the base's clips
     (ScaleRL's CISPO eps_max 5.0 under a PPO clip): the companions of the new
-    loss (:data:`scalectl.recipe.loss_choices.LOSS_CHOICES`) take its defaults unless
-    given, as :func:`scalectl.recipe.load.load` does for ``--set`` in every command.
+    loss take its defaults unless given, by the rule every command follows
+    (:func:`scalectl.recipe.loss_choices.companion_defaults`; the variant's own
+    overrides are the layer, its type always counts as new).
     """
-    from scalectl.recipe.loss_choices import LOSS_CHOICES
+    from scalectl.recipe.loss_choices import companion_defaults
 
-    given = _explicit(overrides)
-    choice = LOSS_CHOICES.get(given.get("loss.type"))
-    if choice is None:
-        return tuple(overrides)
-    return tuple(overrides) + tuple(f"loss.{key}={value!r}" for key, value in choice.companions.items()
-                                    if f"loss.{key}" not in given)
+    layer = {key.removeprefix("loss."): value for key, value in _explicit(overrides).items()
+             if key.startswith("loss.")}
+    return tuple(overrides) + tuple(f"loss.{key}={value!r}" for key, value in companion_defaults(layer).items())
 
 
 def diff(base: Recipe, other: Recipe) -> tuple[Change, ...]:

@@ -14,9 +14,12 @@ from scalectl.errors import UserError
 
 @user_errors
 def validate(
-    files: Annotated[list[Path], typer.Argument(help="Recipe files to check.")],
+    files: Annotated[list[Path] | None, typer.Argument(help="Recipe files to check.")] = None,
     setup: Annotated[Path | None, typer.Option(help="Setup file to merge under each recipe.")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Override KEY=VALUE (repeatable).")] = [],
+    explain: Annotated[str | None, typer.Option(
+        "--explain", metavar="KEY", help="What a recipe key (loss.clip_high) or section (loss) means: "
+        "description, type, bounds, default, and its value in the recipe files given.")] = None,
     json_: JsonOption = False,
 ) -> None:
     """Print each recipe normalised (with its content hash), or its errors (exit 2).
@@ -25,11 +28,17 @@ def validate(
     checkpoint folder, a data file, a known builtin:, synthetic: or hf: source).
     Without --setup each recipe is checked alone, while `scalectl run` merges the
     default setup under it: give that setup to see the hash a run will have.
+    With --explain KEY, print what KEY means instead (with recipe files: its value in each).
     """
     import tomli_w
 
     from scalectl.recipe.load import load
 
+    files = files or []
+    if explain is not None:
+        return _explain(explain, files, setup, set_, json_)
+    if not files:
+        raise UserError("validate: give the recipe files to check, or --explain KEY")
     results, problems = [], []
     for path in files:
         try:
@@ -57,6 +66,25 @@ def validate(
 
         err.print(f"checked without a setup; `scalectl run` merges {find_default_setup(files[0])} under each "
                   "recipe (another hash): pass it with --setup to see what a run trains", markup=False)
+
+
+def _explain(key: str, files: list[Path], setup: Path | None, overrides: list[str], json_: bool) -> None:
+    """``validate --explain KEY``: the key's documentation, with its value in each recipe file."""
+    from scalectl.recipe.explain import explain_lines, key_doc, recipe_values
+    from scalectl.recipe.load import load
+
+    doc = key_doc(key)
+    values = []
+    for path in files:
+        origin: dict[str, str] = {}
+        data = load(path, setup, overrides, origins=origin).to_dict()
+        values.append((str(path), recipe_values(doc, data, origin)))
+    if json_:
+        print_json({**doc.to_dict(), "values": [{"file": f, "key": k, "value": v, "from": w}
+                                                for f, found in values for k, v, w in found]})
+    else:
+        for line in explain_lines(doc, values):
+            out.print(line, markup=False, soft_wrap=True, highlight=False)
 
 
 def _drop_none(d):

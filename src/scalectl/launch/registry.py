@@ -1,9 +1,10 @@
 """Launchers by name: ``launcher.type`` in a setup, ``--launcher`` on the command line.
 
 A new launcher is a :class:`~scalectl.launch.base.Launcher` subclass in a module
-of its own and one entry in :data:`LAUNCHERS` (module and class name: a launcher's
-module is imported only when it is used, so that ``scalectl runs`` on runs that
-need no launcher starts without submitit).  :func:`refresh` keeps a run's
+of its own, its name in :data:`scalectl.recipe.launcher_choices.LAUNCHER_CHOICES`
+(what ``launcher.type`` accepts) and its module here in :data:`LAUNCHERS` (module
+and class name: a launcher's module is imported only when it is used, so that
+``scalectl runs`` on runs that need no launcher starts without submitit).  :func:`refresh` keeps a run's
 status in the store in step with its job (a job that died without recording
 its end is marked failed here, with the tail of its log).
 """
@@ -14,11 +15,15 @@ import importlib
 
 from scalectl.errors import UserError
 from scalectl.launch.base import ACTIVE, TERMINAL, Launcher, last_job, log_tail, now_iso, reconcile
+from scalectl.recipe.launcher_choices import LAUNCHER_NAMES
 
-#: Launcher name -> (module, class name) of its :class:`~scalectl.launch.base.Launcher`.
-LAUNCHERS: dict[str, tuple[str, str]] = {"local": ("scalectl.launch.local", "LocalLauncher"),
-                                         "slurm": ("scalectl.launch.slurm", "SlurmLauncher")}
-LAUNCHER_TYPES = tuple(LAUNCHERS)
+_MODULES = {"local": ("scalectl.launch.local", "LocalLauncher"),
+            "slurm": ("scalectl.launch.slurm", "SlurmLauncher")}
+#: Every name of :data:`~scalectl.recipe.launcher_choices.LAUNCHER_CHOICES` (the setup's
+#: ``launcher.type``) -> (module, class name) of its :class:`~scalectl.launch.base.Launcher`,
+#: in its order; a name without a module fails here.
+LAUNCHERS: dict[str, tuple[str, str]] = {name: _MODULES[name] for name in LAUNCHER_NAMES}
+LAUNCHER_TYPES = LAUNCHER_NAMES
 
 
 def launcher_class(kind: str) -> type[Launcher]:

@@ -27,7 +27,8 @@ from pydantic import ValidationError
 from scalectl import presets
 from scalectl.errors import UserError
 from scalectl.files import decode_utf8, read_limited
-from scalectl.recipe.loss_choices import stale_companions
+from scalectl.recipe.explain import unknown_key_hint
+from scalectl.recipe.loss_choices import companion_defaults
 from scalectl.recipe.reward_function import function_problems
 from scalectl.recipe.schema import Recipe
 
@@ -153,12 +154,12 @@ def read_layered(path: str | Path, _chain: tuple[Path, ...] = ()) -> tuple[dict,
 
 def _companions_of(merged: dict, layer: dict, origin: dict[str, str], where: str) -> dict[str, str]:
     """Lay the new loss's companion defaults into ``layer`` when it changes ``loss.type``
-    without setting them (:func:`scalectl.recipe.loss_choices.stale_companions`); returns their
+    without setting them (:func:`scalectl.recipe.loss_choices.companion_defaults`); returns their
     provenance, e.g. {"loss.clip_high": "default of loss.type = 'ppo_clip' (set in X)"}."""
     before, own = merged.get("loss"), layer.get("loss")
     if not isinstance(own, dict) or not isinstance(before, dict):
         return {}
-    stale = stale_companions(before, own)
+    stale = companion_defaults(own, before)
     for key, value in stale.items():
         own[key] = value
     return {f"loss.{key}": f"default of loss.type = {own['type']!r} (set in {where}; "
@@ -235,8 +236,7 @@ def _describe(err: dict, data: dict) -> str:
     value = err.get("input")
     shown = _shown(value)
     if kind == "extra_forbidden":
-        allowed = _allowed_keys(err["loc"][:-1])
-        return f"{key}: unknown key" + (f"; allowed: {', '.join(allowed)}" if allowed else "")
+        return f"{key}: unknown key" + unknown_key_hint(tuple(loc[:-1]), loc[-1])
     if kind == "literal_error":
         allowed = err["ctx"]["expected"].replace("'", "").replace(" or ", ", ")
         return f"{key} = {shown} is not one of: {allowed}"
@@ -272,17 +272,6 @@ _WANTED = {
 }
 
 
-def _allowed_keys(section: tuple) -> list[str]:
-    """The keys a (nested) section of the Recipe accepts, by their TOML names."""
-    model = Recipe
-    for part in section:
-        field = next((f for n, f in model.model_fields.items() if (f.alias or n) == part), None)
-        model = getattr(field, "annotation", None) if field else None
-        if not isinstance(model, type) or not hasattr(model, "model_fields"):
-            return []
-    return [f.alias or n for n, f in model.model_fields.items()]
-
-
 def _error_file(loc: tuple, origin: dict[str, str], fallback: str) -> str:
     dotted = ".".join(str(p) for p in loc)
     best = None
@@ -314,6 +303,7 @@ def load(
     *,
     check_files: bool = False,
     notes: list[str] | None = None,
+    origins: dict[str, str] | None = None,
 ) -> Recipe:
     """Load, merge and validate a recipe with a setup and ``--set`` overrides.
 
@@ -327,6 +317,9 @@ def load(
             on this machine, without loading them (:func:`check_sources`).
         notes: when given, a line is appended for each companion of ``loss.type``
             that ``--set loss.type`` reset to the new loss's default.
+        origins: when given, filled with where each dotted key was set last: a file's
+            path, ``--set KEY``, or ``default of loss.type = ...`` for a companion a change
+            of loss type reset (keys set nowhere are absent).
 
     Returns:
         The frozen :class:`Recipe`; its ``name`` defaults to the recipe file's stem.
@@ -355,6 +348,8 @@ def load(
         notes.extend(f"{key} = {data['loss'][key.split('.', 1)[1]]!r}: {why}"
                      for key, why in origin.items() if why.startswith("default of loss.type"))
     result = validate(data, origin, str(recipe))
+    if origins is not None:
+        origins.update(origin)
     if check_files:
         problems = check_sources(result)
         if problems:

@@ -1,13 +1,15 @@
 """The policy losses a recipe can choose, with their defaults and companion values.
 
-One table, read by the recipe validator (:class:`scalectl.recipe.schema.Loss` fills
-``clip_low``/``clip_high`` from it), the loader (:mod:`scalectl.recipe.load`:
-when a layer changes ``loss.type``, companions it does not set take the new
-loss's defaults), the ablation planner (:func:`scalectl.ablation.with_companions`)
-and the loss registry (:data:`scalectl.rl.train.losses.POLICY_LOSSES` has exactly these
-names).  So ``--set loss.type=ppo_clip`` means the same thing in ``run``,
-``validate`` and ``ablate``: a PPO clip of 0.2/0.28, never CISPO's eps_max 5.0
-carried over.
+One table, :data:`LOSS_CHOICES`: the recipe schema builds ``loss.type``'s allowed
+values from its keys, and the loss registry
+(:data:`scalectl.rl.train.losses.POLICY_LOSSES`) implements exactly these names.  One
+rule, :func:`companion_defaults`: when a layer changes ``loss.type`` without setting
+``clip_low``/``clip_high``, they take the new loss's defaults.  The validator
+(:class:`scalectl.recipe.schema.Loss` completing its table), the loader
+(:mod:`scalectl.recipe.load`: a file that ``extends`` another, the ``--set`` overrides)
+and the ablation planner (:func:`scalectl.ablation.with_companions`: a variant) all
+call it, so ``--set loss.type=ppo_clip`` means the same thing in ``run``, ``validate``
+and ``ablate``: a PPO clip of 0.2/0.28, never CISPO's eps_max 5.0 carried over.
 
 Pure data and dict functions: no torch, no pydantic.
 """
@@ -24,6 +26,8 @@ class LossChoice:
 
     clip_low / clip_high: epsilon- / epsilon+ of the ratio clip (CISPO: clip_high
     is eps_max, clip_low unused).  ratio_level: ``token`` or ``sequence`` (GSPO).
+    source: what the loss is and the papers it and its defaults come from (shown by
+    ``scalectl validate --explain loss.type``).
     """
 
     name: str
@@ -43,29 +47,42 @@ COMPANIONS = ("clip_low", "clip_high")
 
 LOSS_CHOICES: dict[str, LossChoice] = {
     "ppo_clip": LossChoice("ppo_clip", 0.2, 0.28, "token",
-                           "PPO (Schulman et al. 2017) with DAPO's decoupled clip 0.2/0.28 "
-                           "(Yu et al. 2025, section 3.1)"),
+                           "PPO's clipped ratio per token (Schulman et al. 2017) with DAPO's decoupled "
+                           "clip-higher (arXiv 2503.14476, Sec. 3.1)"),
     "gspo": LossChoice("gspo", 3e-3, 5e-3, "sequence",
-                       "GSPO (Zheng et al. 2025), clip 3e-3/5e-3 as ScaleRL's best"),
+                       "the PPO clip on one ratio per completion (GSPO, arXiv 2507.18071, Sec. 4); "
+                       "clip values as ScaleRL's best (arXiv 2510.13786, Sec. 3.2)"),
     "cispo": LossChoice("cispo", 0.2, 5.0, "token",
-                        "CISPO (MiniMax-M1, 2025), eps_max 5.0 (ScaleRL)"),
+                        "the truncated importance weight sg(min(rho, eps_max)) times log pi "
+                        "(CISPO, MiniMax-M1 arXiv 2506.13585, Sec. 3.1; ScaleRL's loss)"),
 }
 LOSS_NAMES = tuple(LOSS_CHOICES)
 DEFAULT_LOSS = "cispo"
 
 
-def stale_companions(before: Mapping[str, Any], layer: Mapping[str, Any]) -> dict[str, float]:
-    """Companions that a layer's change of ``type`` leaves stale, with the new loss's defaults.
+def companion_defaults(layer: Mapping[str, Any], before: Mapping[str, Any] | None = None) -> dict[str, float]:
+    """The companions a ``[loss]`` layer must be completed with: the new loss's defaults.
 
-    before: the ``[loss]`` table merged so far; layer: the ``[loss]`` table of the
-    layer laid over it (a file that extends another, or the ``--set`` overrides).
-    When the layer sets ``type`` to a known loss other than the one before, every
-    companion it does not set itself takes the new loss's default.  Returns
-    {companion: default}; empty when the type does not change or is unknown (the
-    validator reports an unknown type).
+    The rule (docs/recipe-axes.md, "Loss"): a layer that sets ``type`` to a known loss
+    other than the one before it, without setting a companion (:data:`COMPANIONS`)
+    itself, gives that companion the new loss's default, never the old loss's value.
+
+    Args:
+        layer: the ``[loss]`` table of the layer: a file that extends another, the
+            ``--set`` overrides, an ablation variant's overrides, or the whole validated
+            table.  A companion counts as set when it holds a value other than None.
+        before: the ``[loss]`` table merged below the layer; its ``type`` is
+            :data:`DEFAULT_LOSS` when it sets none.  ``None``: nothing is known below
+            (the validator completing a table, a variant whose base is loaded later), so
+            the layer's ``type`` always counts as a change.
+
+    Returns:
+        {companion: default of the layer's loss}; empty when the layer sets no ``type``,
+        an unknown one (the validator reports it), or the one before.
     """
     new = layer.get("type")
-    old = before.get("type", DEFAULT_LOSS)
-    if new is None or new == old or new not in LOSS_CHOICES:
+    if not isinstance(new, str) or new not in LOSS_CHOICES:
         return {}
-    return {key: value for key, value in LOSS_CHOICES[new].companions.items() if key not in layer}
+    if before is not None and new == before.get("type", DEFAULT_LOSS):
+        return {}
+    return {key: value for key, value in LOSS_CHOICES[new].companions.items() if layer.get(key) is None}

@@ -14,9 +14,16 @@ The setup is applied on top of the recipe, then ``--set key=value`` overrides
 on top of both; the merged dictionary is validated once by pydantic.  Files may
 ``extends = "other.toml"`` (path relative to the file) to inherit and override.
 
+Every field's ``description`` says what it means, its unit and its source
+(``scalectl validate --explain KEY`` prints it with the declared type, bounds and
+default).  The allowed values of ``loss.type`` and ``launcher.type`` are the keys of
+the torch-free tables :data:`~scalectl.recipe.loss_choices.LOSS_CHOICES` and
+:data:`~scalectl.recipe.launcher_choices.LAUNCHER_CHOICES`.
+
 Formulas and defaults: Khatri et al. 2025, "The Art of Scaling Reinforcement
 Learning Compute for LLMs" (ScaleRL, arXiv 2510.13786), sections 3-4 and
-appendix A; DAPO (Yu et al. 2025); GSPO (Zheng et al. 2025); MiniMax-M1 (2025).
+appendix A; DAPO (Yu et al. 2025, arXiv 2503.14476); GSPO (Zheng et al. 2025,
+arXiv 2507.18071); MiniMax-M1 (2025, arXiv 2506.13585).
 """
 
 from __future__ import annotations
@@ -28,8 +35,9 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
 
 from scalectl.defaults import TRUNCATION_THRESHOLD
-from scalectl.recipe.loss_choices import LOSS_CHOICES
-from scalectl.recipe.reward_function import BUILTIN_REWARD, check_name
+from scalectl.recipe.launcher_choices import DEFAULT_LAUNCHER, LAUNCHER_NAMES
+from scalectl.recipe.loss_choices import COMPANIONS, DEFAULT_LOSS, LOSS_CHOICES, LOSS_NAMES, companion_defaults
+from scalectl.recipe.reward_function import ANSWER_FORMATS, BUILTIN_REWARD, check_name
 
 # --------------------------------------------------------------------------- bounds
 # Every number has finite bounds that fit where the value goes; values are strict
@@ -73,6 +81,12 @@ class _Section(BaseModel):
 
 
 # --------------------------------------------------------------------------- how to train
+# Every field says what it means, its unit and where it comes from in ``description``
+# (``scalectl validate --explain KEY`` prints it with the type, bounds and default, which
+# come from the declaration itself); its first sentence is the summary shown in lists.
+
+_SCALERL = "ScaleRL, arXiv 2510.13786"
+_DAPO = "DAPO, arXiv 2503.14476"
 
 
 class Loss(_Section):
@@ -82,23 +96,33 @@ class Loss(_Section):
     (PPO/GRPO/DAPO).  ``gspo``: the same clip on the sequence-level ratio
     exp(mean_t log rho) (GSPO; clip values of order 1e-3).  ``cispo``:
     sg(min(rho, clip_high)) A log pi (MiniMax-M1; ``clip_low`` unused).
-    Defaults for the clip values depend on ``type``
-    (:data:`scalectl.recipe.loss_choices.LOSS_CHOICES`): ppo_clip 0.2/0.28 (DAPO),
-    gspo 3e-3/5e-3 (ScaleRL's best), cispo eps_max 5.0.
+    Unset clip values take the defaults of ``type``
+    (:data:`scalectl.recipe.loss_choices.LOSS_CHOICES`,
+    :func:`~scalectl.recipe.loss_choices.companion_defaults`).
     """
 
-    type: Literal["ppo_clip", "gspo", "cispo"] = "cispo"
-    clip_low: float | None = Field(default=None, gt=0, lt=1, description="epsilon-")
-    clip_high: float | None = Field(default=None, gt=0, le=100, description="epsilon+ (CISPO: eps_max)")
-    aggregation: Literal["sample", "prompt", "token"] = "prompt"
+    type: Literal[LOSS_NAMES] = Field(default=DEFAULT_LOSS, description=(
+        "Policy loss: the objective each completion token contributes, maximised "
+        f"(docs/recipe-axes.md, \"Loss\"; the forward ablation of {_SCALERL}, Sec. 3.2)."))
+    clip_low: float | None = Field(default=None, gt=0, lt=1, description=(
+        "Lower clip epsilon- of the importance ratio (dimensionless). ppo_clip and gspo clip the ratio "
+        "at 1 - clip_low. Unset: the default of loss.type; cispo has no lower clip and ignores it "
+        f"({_DAPO}, Sec. 3.1)."))
+    clip_high: float | None = Field(default=None, gt=0, le=100, description=(
+        "Upper clip epsilon+ of the importance ratio (dimensionless; cispo: eps_max). ppo_clip and gspo "
+        "clip the ratio at 1 + clip_high, cispo truncates the token weight at clip_high. Unset: the "
+        f"default of loss.type ({_DAPO}, Sec. 3.1, clip-higher; MiniMax-M1, arXiv 2506.13585, Sec. 3.1)."))
+    aggregation: Literal["sample", "prompt", "token"] = Field(default="prompt", description=(
+        "How token losses are averaged into the batch loss (docs/recipe-axes.md, \"Loss aggregation\"). "
+        "sample: the mean over each completion's tokens, then over completions (GRPO); prompt: over the "
+        f"tokens of each prompt's group, then over prompts ({_DAPO}, Sec. 3.3; {_SCALERL}, Sec. 3); "
+        "token: over all the batch's tokens."))
 
     @model_validator(mode="after")
-    def _fill_clip_defaults(self) -> "Loss":
-        choice = LOSS_CHOICES[self.type]
-        low = choice.clip_low if self.clip_low is None else self.clip_low
-        high = choice.clip_high if self.clip_high is None else self.clip_high
-        object.__setattr__(self, "clip_low", low)
-        object.__setattr__(self, "clip_high", high)
+    def _fill_companions(self) -> "Loss":
+        table = {key: getattr(self, key) for key in ("type", *COMPANIONS)}
+        for key, value in companion_defaults(table).items():
+            object.__setattr__(self, key, value)
         return self
 
     @property
@@ -112,15 +136,20 @@ class Advantage(_Section):
     group's std (``prompt``, GRPO), the batch std (``batch``, ScaleRL) or
     nothing (``none``, Dr. GRPO)."""
 
-    normalization: Literal["prompt", "batch", "none"] = "batch"
+    normalization: Literal["prompt", "batch", "none"] = Field(default="batch", description=(
+        "What the group-centred advantage r_i - mean_group(r) is divided by (docs/recipe-axes.md, "
+        "\"Advantage normalization\"). prompt: the std of the prompt's group (GRPO, DeepSeekMath "
+        f"arXiv 2402.03300, Sec. 4.1.2); batch: the std of all the batch's centred advantages ({_SCALERL}, "
+        "Sec. 3); none: nothing (Dr. GRPO, arXiv 2503.20783, Sec. 3.1)."))
 
 
 class Precision(_Section):
-    """``lm_head = "fp32"`` computes the final projection and log-softmax in
-    float32 in both the rollout engine and the trainer (ScaleRL section 3.2:
-    ceiling 0.52 -> 0.61); ``bf16`` keeps the model dtype."""
+    """Numerical precision of the LM head (ScaleRL section 3.2)."""
 
-    lm_head: Literal["fp32", "bf16"] = "fp32"
+    lm_head: Literal["fp32", "bf16"] = Field(default="fp32", description=(
+        "Precision of the LM head's projection and log-softmax, in the generators and the trainers "
+        f"alike ({_SCALERL}, Sec. 3.2; docs/recipe-axes.md, \"LM-head precision\"). fp32: computed in "
+        "float32 (the paper's ceiling rose from 0.52 to 0.61); bf16: in the model dtype."))
 
 
 class Async(_Section):
@@ -133,49 +162,70 @@ class Async(_Section):
     """
 
     mode: Literal["sync", "ppo_off_policy", "pipeline"] = "pipeline"
-    k: int = Field(default=8, ge=1, le=1024)
+    k: int = Field(default=8, ge=1, le=1024, description=(
+        "How far generation may run ahead of training, in optimiser steps (policy versions). "
+        "ppo_off_policy generates k batches with one policy, then takes k steps on them; pipeline lets "
+        "trainers run at most k steps ahead of the oldest data they train on; sync ignores it "
+        f"({_SCALERL}, Sec. 3.1; docs/recipe-axes.md, \"Asynchrony\")."))
 
 
 class Filter(_Section):
-    """Prompt filtering (docs/recipe-axes.md, "Prompt filtering").
+    """Prompt filtering (docs/recipe-axes.md, "Prompt filtering"): zero-variance groups,
+    DAPO's dynamic sampling, ScaleRL's No-Positive-Resampling."""
 
-    ``zero_variance``: groups whose rewards are all equal are dropped from the
-    batch, not replaced.  ``dynamic_sampling`` (DAPO): drop them and draw more
-    prompts, at most ``max_refill_rounds`` extra rounds per step.
-    ``retire_solved`` (ScaleRL's No-Positive-Resampling): a prompt whose pass
-    rate reaches ``retire_threshold`` is never sampled again; ``retire_rule``
-    says whether that is the latest epoch's rate or the cumulative one.
-    """
-
-    zero_variance: bool = True
-    dynamic_sampling: bool = False
-    max_refill_rounds: int = Field(default=4, ge=1, le=1000)
-    retire_solved: bool = False
-    retire_threshold: float = Field(default=0.9, gt=0, le=1)
-    retire_rule: Literal["latest", "cumulative"] = "latest"
+    zero_variance: bool = Field(default=True, description=(
+        "Drop the groups whose G rewards are all equal from the batch, without replacing them. Their "
+        f"advantages are all 0 ({_SCALERL}, Sec. 3; docs/recipe-axes.md, \"Prompt filtering\")."))
+    dynamic_sampling: bool = Field(default=False, description=(
+        "Drop the zero-variance groups and generate for more prompts until the batch is full. The "
+        f"batch holds batch.prompts_per_step groups ({_DAPO}, Sec. 3.2); a step still short after "
+        "filter.max_refill_rounds refills stops the run with an error."))
+    max_refill_rounds: int = Field(default=4, ge=1, le=1000, description=(
+        "Most refill rounds of dynamic sampling per optimiser step. Each round generates for the "
+        "prompts still missing, scaled up by the share of groups kept so far."))
+    retire_solved: bool = Field(default=False, description=(
+        "Never sample again a prompt whose pass rate reached filter.retire_threshold (No-Positive-"
+        f"Resampling, {_SCALERL}, Sec. 3)."))
+    retire_threshold: float = Field(default=0.9, gt=0, le=1, description=(
+        "Pass rate at which filter.retire_solved retires a prompt. A pass rate is the share of the "
+        "prompt's completions that are correct, 0 to 1."))
+    retire_rule: Literal["latest", "cumulative"] = Field(default="latest", description=(
+        "Which pass rate filter.retire_solved compares with the threshold. latest: that of the "
+        "prompt's latest group; cumulative: correct completions over all its completions so far. The "
+        "paper does not say (docs/recipe-axes.md, \"Prompt filtering\")."))
 
 
 class Length(_Section):
-    """Generation length and its control (docs/recipe-axes.md, "Length control").
+    """Generation length and its control (docs/recipe-axes.md, "Length control")."""
 
-    ``max_new_tokens`` caps every completion (tokens); a completion that hits
-    it is truncated and counts in the truncation rate.  ``interrupt``: at a
-    length drawn uniformly from [interrupt_min, interrupt_max] the
-    ``interrupt_phrase`` is appended and the model answers within the cap.
-    ``penalty``: DAPO overlong shaping with L_max = ``penalty_max`` (defaults
-    to ``max_new_tokens``) and L_cache = ``penalty_cache``.
-    """
-
-    max_new_tokens: int = Field(default=14336, ge=1, le=TOKENS_MAX)
-    max_prompt_tokens: int = Field(default=2048, ge=1, le=TOKENS_MAX)
-    control: Literal["interrupt", "penalty", "none"] = "interrupt"
-    interrupt_min: int = Field(default=10000, ge=1, le=TOKENS_MAX)
-    interrupt_max: int = Field(default=12000, ge=1, le=TOKENS_MAX)
+    max_new_tokens: int = Field(default=14336, ge=1, le=TOKENS_MAX, description=(
+        "Most tokens of one completion, thinking and answer. A completion that reaches it is "
+        "truncated and counts in the truncation rate (docs/recipe-axes.md, \"Length control\")."))
+    max_prompt_tokens: int = Field(default=2048, ge=1, le=TOKENS_MAX, description=(
+        "Most tokens of one prompt; longer prompts of a prompt file are dropped when the set is read "
+        "(docs/real-data.md, \"Prompt sets\")."))
+    control: Literal["interrupt", "penalty", "none"] = Field(default="interrupt", description=(
+        "How completions are kept short (docs/recipe-axes.md, \"Length control\"). interrupt: "
+        "length.interrupt_phrase is appended at a random length and the model answers "
+        f"({_SCALERL}, Sec. 3); penalty: DAPO's overlong reward shaping ({_DAPO}, Sec. 3.4, Eq. 13); "
+        "none: truncated completions are scored as they are."))
+    interrupt_min: int = Field(default=10000, ge=1, le=TOKENS_MAX, description=(
+        "Shortest interruption length, in generated tokens (length.control = interrupt). Each "
+        "completion's length is drawn uniformly from the integers in [interrupt_min, interrupt_max]."))
+    interrupt_max: int = Field(default=12000, ge=1, le=TOKENS_MAX, description=(
+        "Longest interruption length, in generated tokens (length.control = interrupt). It must "
+        "stay below length.max_new_tokens, to leave room for the answer."))
     interrupt_phrase: str = Field(
         default="Okay, time is up. Let me stop thinking and formulate a final answer now. </think>",
-        max_length=LINE_MAX)
-    penalty_max: int | None = Field(default=None, ge=1, le=TOKENS_MAX)
-    penalty_cache: int = Field(default=2048, ge=1, le=TOKENS_MAX)
+        max_length=LINE_MAX, description=(
+            "Text appended at the interruption length to close the thinking section. The model then "
+            f"answers within length.max_new_tokens ({_SCALERL}, Sec. 3)."))
+    penalty_max: int | None = Field(default=None, ge=1, le=TOKENS_MAX, description=(
+        "L_max of the overlong penalty, in tokens: a completion this long gets -1 added to its reward. "
+        f"Unset: length.max_new_tokens (length.control = penalty; {_DAPO}, Sec. 3.4, Eq. 13)."))
+    penalty_cache: int = Field(default=2048, ge=1, le=TOKENS_MAX, description=(
+        "L_cache of the overlong penalty, in tokens. Over this window before L_max the penalty "
+        f"falls linearly from 0 to -1 ({_DAPO}, Sec. 3.4, Eq. 13)."))
 
     @model_validator(mode="after")
     def _check_ranges(self) -> "Length":
@@ -195,34 +245,52 @@ class Length(_Section):
 
 
 class Batch(_Section):
-    """Prompts per optimiser step x generations (the group size G) per prompt.
-    ScaleRL: 48 x 16 = 768 completions per step."""
+    """Prompts per optimiser step x generations (the group size G) per prompt."""
 
-    prompts_per_step: int = Field(default=48, ge=1, le=PROMPTS_MAX)
-    generations_per_prompt: int = Field(default=16, ge=2, le=GENERATIONS_MAX)
-    micro_batch_size: int = Field(default=64, ge=1, le=PROMPTS_MAX,
-                                  description="completions per forward/backward")
+    prompts_per_step: int = Field(default=48, ge=1, le=PROMPTS_MAX, description=(
+        "Prompts per optimiser step (P), each with batch.generations_per_prompt completions "
+        f"({_SCALERL}, App. A.3; docs/recipe-axes.md, \"Batch\")."))
+    generations_per_prompt: int = Field(default=16, ge=2, le=GENERATIONS_MAX, description=(
+        "Completions sampled per prompt: the group size G that rewards are centred in "
+        "(docs/recipe-axes.md, \"Advantage normalization\")."))
+    micro_batch_size: int = Field(default=64, ge=1, le=PROMPTS_MAX, description=(
+        "Completions per forward/backward pass of the trainer. A step accumulates its micro-batches, "
+        "so this changes memory and speed, not the loss (docs/recipe-axes.md, \"Loss aggregation\")."))
 
 
 class Optim(_Section):
     """AdamW with a constant learning rate after linear warm-up (ScaleRL appendix
     A.3: lr 5e-7, 100 warm-up steps, eps 1e-15, weight decay 0.01)."""
 
-    lr: float = Field(default=5e-7, gt=0, le=1)
-    warmup_steps: int = Field(default=100, ge=0, le=STEPS_MAX)
-    beta1: float = Field(default=0.9, ge=0, lt=1)
-    beta2: float = Field(default=0.999, ge=0, lt=1)
-    eps: float = Field(default=1e-15, gt=0, le=1)
-    weight_decay: float = Field(default=0.01, ge=0, le=1)
-    grad_clip: float | None = Field(default=1.0, gt=0, le=1e6)
+    lr: float = Field(default=5e-7, gt=0, le=1, description=(
+        f"AdamW learning rate, constant after the warm-up ({_SCALERL}, App. A.3)."))
+    warmup_steps: int = Field(default=100, ge=0, le=STEPS_MAX, description=(
+        "Optimiser steps of linear learning-rate warm-up; 0: none. Step s (from 0) uses "
+        f"lr x min(1, (s + 1) / warmup_steps) ({_SCALERL}, App. A.3)."))
+    beta1: float = Field(default=0.9, ge=0, lt=1, description=(
+        "AdamW's decay rate of the gradient's running mean (beta_1)."))
+    beta2: float = Field(default=0.999, ge=0, lt=1, description=(
+        "AdamW's decay rate of the squared gradient's running mean (beta_2)."))
+    eps: float = Field(default=1e-15, gt=0, le=1, description=(
+        f"AdamW's epsilon, added to the root of the second moment ({_SCALERL}, App. A.3)."))
+    weight_decay: float = Field(default=0.01, ge=0, le=1, description=(
+        "AdamW's decoupled weight decay: each step scales the weights by 1 - lr x weight_decay "
+        f"({_SCALERL}, App. A.3)."))
+    grad_clip: float | None = Field(default=1.0, gt=0, le=1e6, description=(
+        "Largest global L2 norm of the gradient; a larger gradient is scaled down to it. Unset: no "
+        "clipping (the norm is still measured)."))
 
 
 class Sampling(_Section):
     """Rollout sampling: temperature 1 and no top-p/top-k, so the generator's
     recorded log-probs are those of the policy itself."""
 
-    temperature: float = Field(default=1.0, gt=0, le=100)
-    top_p: float = Field(default=1.0, gt=0, le=1)
+    temperature: float = Field(default=1.0, gt=0, le=100, description=(
+        "Sampling temperature of the training rollouts; the trainer's log-probs use the same "
+        "temperature (docs/real-data.md, \"Sampling settings\")."))
+    top_p: float = Field(default=1.0, gt=0, le=1, description=(
+        "Nucleus-sampling probability mass of the training rollouts. 1 samples the whole distribution, "
+        "so the recorded log-probs are the policy's own (docs/real-data.md, \"Sampling settings\")."))
 
 
 class Eval(_Section):
@@ -230,14 +298,22 @@ class Eval(_Section):
     every ``every_steps`` steps, ``samples_per_prompt`` completions (k) for each
     of ``prompts`` held-out prompts; the pass rate is mean@k."""
 
-    every_steps: int = Field(default=100, ge=1, le=STEPS_MAX)
-    prompts: int = Field(default=1000, ge=1, le=10**6)
-    samples_per_prompt: int = Field(default=16, ge=1, le=GENERATIONS_MAX)
-    temperature: float = Field(default=1.0, gt=0, le=100)
+    every_steps: int = Field(default=100, ge=1, le=STEPS_MAX, description=(
+        "Optimiser steps between evaluations; one is also taken before the first step "
+        "(docs/method.md, section 5)."))
+    prompts: int = Field(default=1000, ge=1, le=10**6, description=(
+        "Held-out prompts per evaluation, drawn by data.seed and disjoint from the training prompts "
+        "(docs/method.md, section 5)."))
+    samples_per_prompt: int = Field(default=16, ge=1, le=GENERATIONS_MAX, description=(
+        "Completions per held-out prompt (k); the pass rate is the mean correctness of all of them "
+        "(mean@k; docs/method.md, section 5)."))
+    temperature: float = Field(default=1.0, gt=0, le=100, description=(
+        "Sampling temperature of the evaluation completions."))
     background: Literal["auto", "on", "off"] = Field(default="auto", description=(
-        "evaluate on a copy of the weights in a thread while training goes on (scalectl.rl.evaluation.during_training): "
-        "auto = on in a pipeline's trainer process with the CPU engine on CPUs; the points are the same "
-        "either way, so speed only, not part of the content hash"))
+        "Whether to evaluate on a copy of the weights in a thread while training goes on. "
+        "See scalectl.rl.evaluation.during_training; auto: on in a pipeline's trainer process with the "
+        "CPU engine on CPUs; the points are the same either way, so speed only, not part of the "
+        "content hash."))
 
 
 class Reward(_Section):
@@ -247,101 +323,137 @@ class Reward(_Section):
     process that scores (generators of every async mode, evaluation) as
     ``function(completion, gold, fields)``, returning a float reward (right, for the pass
     rate, when > 0) or a :class:`scalectl.rl.reward.score.Score`.  Part of the content hash
-    by ``function`` and ``version``, never by the function's code."""
+    by ``function`` and ``version``, never by the function's code; the allowed formats are
+    :data:`scalectl.recipe.reward_function.ANSWER_FORMATS`."""
 
     function: Annotated[Line, AfterValidator(check_name)] = Field(default=BUILTIN_REWARD, description=(
-        "the reward function, 'package.module:callable', found on PYTHONPATH, among the installed packages "
-        f"or in the current folder; default the built-in checker, {BUILTIN_REWARD!r}"))
-    format: Literal["boxed", "gsm8k", "last_line"] = Field(default="boxed", description=(
-        "where the final answer is: the last \\boxed{} (boxed), after the last '####' (gsm8k), or the last "
-        "non-empty line (last_line); the built-in checker reads it there, and prompts of a real set are "
-        "told so (see instruction)"))
+        "The reward function as package.module:callable, called in every process that scores. It is "
+        "called as f(completion, gold, fields) and found on PYTHONPATH, among the installed packages or "
+        "in the current folder; the built-in one is the math checker (docs/rewards.md, \"Your own "
+        "function\")."))
+    format: Literal[ANSWER_FORMATS] = Field(default="boxed", description=(
+        "Where the final answer is: the last \\boxed{} (boxed), after the last #### (gsm8k), or the last "
+        "line. The built-in checker reads it there, and prompts of a real set are told so unless "
+        "reward.instruction is false (docs/rewards.md, \"Answer formats\")."))
     instruction: bool = Field(default=True, description=(
-        "append the format's instruction to each prompt of a real set that does not already ask for it "
-        "(boxed: \"... output the final answer within \\boxed{}.\"); false leaves prompts as written"))
+        "Append the format's instruction to each prompt of a real set that does not ask for it yet. "
+        "False leaves the prompts as written (docs/rewards.md)."))
     version: Line | None = Field(default=None, max_length=100, description=(
-        "a version of the function, for the content hash: change it when the function's code changes, "
-        "so that runs before and after are not seeds of one recipe"))
+        "A version of the reward function, part of the content hash. Change it when the function's code "
+        "changes, so that runs before and after are not seeds of one recipe. Unset: the name alone."))
     timeout_s: float = Field(default=5.0, gt=0, le=3600, description=(
-        "seconds one call may take, in a process of its own that is killed when it overruns: a function of "
-        "the user's that overruns fails the run, naming it; a math-verify comparison of the built-in "
-        "checker that overruns scores -1"))
+        "Seconds one call of the reward function may take, in a process of its own. A function of the "
+        "user's that overruns fails the run, naming it; a math-verify comparison of the built-in checker "
+        "that overruns scores -1."))
 
 
 class Fit(_Section):
     """How the sigmoid is fitted to this run's points (docs/method.md, section 2)."""
 
-    min_compute: float = Field(default=1500.0, ge=0, le=COMPUTE_MAX, description="in units of `axis`")
-    axis: Literal["gpu_hours", "flops", "tokens", "step"] = "gpu_hours"
-    truncation_threshold: float = Field(default=TRUNCATION_THRESHOLD, gt=0, le=1)
+    min_compute: float = Field(default=1500.0, ge=0, le=COMPUTE_MAX, description=(
+        "Start of the fit window, in units of fit.axis: points below it are left out of the fit "
+        f"(about one epoch in the paper; {_SCALERL}, App. A.5; docs/method.md, section 2)."))
+    axis: Literal["gpu_hours", "flops", "tokens", "step"] = Field(default="gpu_hours", description=(
+        "Compute axis C of the fitted curve R(C): GPU-hours, FLOPs, tokens or optimiser steps "
+        "(docs/method.md, section 1)."))
+    truncation_threshold: float = Field(default=TRUNCATION_THRESHOLD, gt=0, le=1, description=(
+        "Truncation rate above which the fit flags the run as unstable. The rate is the share of "
+        "evaluation completions cut at length.max_new_tokens, 0 to 1 "
+        f"({_SCALERL}, Sec. 3; docs/method.md, section 5)."))
 
 
 class Checkpoint(_Section):
-    """Checkpoints in the run folder every ``every_steps`` optimiser steps."""
+    """Checkpoints in the run folder."""
 
-    every_steps: int = Field(default=50, ge=1, le=STEPS_MAX)
-    keep: int = Field(default=2, ge=1, le=1000)
+    every_steps: int = Field(default=50, ge=1, le=STEPS_MAX, description=(
+        "Optimiser steps between checkpoints in the run folder, which run --resume starts from "
+        "(docs/launching.md, \"Resuming\")."))
+    keep: int = Field(default=2, ge=1, le=1000, description=(
+        "Checkpoints kept in the run folder; older ones are deleted."))
 
 
 # --------------------------------------------------------------------------- where and how big
 
 
 class Model(_Section):
-    """The policy.  ``path`` names a checkpoint folder (transformers
-    ``save_pretrained`` layout) or ``builtin:tiny`` for the project's own ~1 M
-    parameter Qwen2 model, built from a config and warm-started by a short SFT
-    stage (cached outside the run folders)."""
+    """The policy: a checkpoint folder or the project's own tiny model."""
 
-    path: Line = "builtin:tiny"
-    dtype: Literal["fp32", "bf16"] = "fp32"
-    chat_template: bool = False
+    path: Line = Field(default="builtin:tiny", description=(
+        "The policy: a checkpoint folder, builtin:tiny, or simulated:KEY=VALUE,... A checkpoint "
+        "folder has the transformers save_pretrained layout; builtin:tiny is the project's ~1 M-parameter "
+        "Qwen2 model, warm-started by a short SFT stage cached outside the run folders; simulated: "
+        "draws a curve and trains nothing (docs/ablations.md)."))
+    dtype: Literal["fp32", "bf16"] = Field(default="fp32", description=(
+        "Dtype of the policy's weights in the trainers (bf16: mixed precision) and the generators."))
+    chat_template: bool = Field(default=False, description=(
+        "Render each prompt of a prompt file with the tokenizer's chat template instead of as plain "
+        "text (docs/real-data.md, \"Prompt sets\")."))
     think_tags: bool = Field(default=False, description=(
-        "the model reasons inside <think>...</think> before its answer: only the text after the last "
-        "</think> is graded, and a completion whose thinking block is not closed scores -1"))
-    warm_start_target: float = Field(default=0.3, gt=0, lt=1, description="held-out pass rate SFT stops at")
-    params: float | None = Field(
-        default=None, gt=0, le=1e15,
-        description="parameter count, for the dry run's memory estimate and weight-sync plan when "
-                    "the checkpoint's config.json cannot be read (e.g. 8e9)")
+        "Grade only the text after the last </think>; an unclosed thinking block scores -1. For models "
+        "that reason inside <think>...</think> before their answer (training and held-out evaluation "
+        "alike; docs/real-data.md)."))
+    warm_start_target: float = Field(default=0.3, gt=0, lt=1, description=(
+        "Held-out pass rate (0 to 1) at which the SFT warm start of builtin:tiny stops."))
+    params: float | None = Field(default=None, gt=0, le=1e15, description=(
+        "Parameter count (for example 8e9), for the dry run when config.json cannot be read. The dry "
+        "run estimates memory and the weight-sync plan from it. Unset: read from the checkpoint's "
+        "config.json."))
 
 
 class Data(_Section):
-    """The prompt set.  ``source``: ``synthetic:arithmetic`` (generated from
-    ``seed`` with ``difficulty``), a ``.jsonl``/``.parquet`` file, or
-    ``hf:NAME`` (Hugging Face datasets, by name or local path; ``subset`` is the
-    configuration, ``split`` the split read).  The held-out evaluation split
-    (``Eval.prompts`` prompts) is drawn by ``seed`` and is disjoint from training.
-    ``prompt_key``/``answer_key`` name the columns (dotted for nested fields,
-    e.g. ``reward_model.ground_truth``) when they are not a known layout
-    (docs/real-data.md)."""
+    """The prompt set (docs/real-data.md).  The held-out evaluation split
+    (``Eval.prompts`` prompts) is drawn by ``seed`` and is disjoint from training."""
 
-    source: Line = "synthetic:arithmetic"
-    train_size: int | None = Field(default=None, ge=1, le=10**9)
-    difficulty: int = Field(default=3, ge=1, le=9)
-    seed: int = Field(default=0, ge=0, le=SEED_MAX)
-    split: Line = "train"
-    subset: Line | None = None
-    prompt_key: Line | None = None
-    answer_key: Line | None = None
+    source: Line = Field(default="synthetic:arithmetic", description=(
+        "The prompt set: synthetic:arithmetic, a .jsonl/.json/.parquet file, or hf:NAME. "
+        "synthetic:arithmetic is generated from data.seed at data.difficulty; hf:NAME is a Hugging Face "
+        "dataset by name or local path (docs/real-data.md, \"Prompt sets\")."))
+    train_size: int | None = Field(default=None, ge=1, le=10**9, description=(
+        "Training prompts: generated ones, or the first of the set's training split. "
+        "Unset: every prompt of a file or dataset, a fixed number of generated ones "
+        "(scalectl.rl.data.splits)."))
+    difficulty: int = Field(default=3, ge=1, le=9, description=(
+        "Difficulty level of synthetic:arithmetic: more digits, then more terms "
+        "(scalectl.rl.data.arithmetic)."))
+    seed: int = Field(default=0, ge=0, le=SEED_MAX, description=(
+        "Seed of the prompt set: the generated problems and the held-out split."))
+    split: Line = Field(default="train", description=(
+        "Split read from an hf: dataset (docs/real-data.md, \"Prompt sets\")."))
+    subset: Line | None = Field(default=None, description=(
+        "Configuration (subset) of an hf: dataset. Unset: the dataset's default."))
+    prompt_key: Line | None = Field(default=None, description=(
+        "Column holding the prompt, dotted for nested fields. Unset: a known layout "
+        "(GSM8K, verl, MATH; docs/real-data.md, \"Prompt sets\")."))
+    answer_key: Line | None = Field(default=None, description=(
+        "Column holding the reference answer, dotted for nested fields (e.g. "
+        "reward_model.ground_truth). Unset: a known layout (docs/real-data.md, \"Prompt sets\")."))
 
 
 class Hardware(_Section):
     """What the run runs on.  GPU-hours are comparable only within one hardware
     class (docs/method.md, section 7), so ``name`` is stored with every run."""
 
-    device: Literal["cpu", "cuda"] = "cpu"
-    name: Line = "cpu"
-    generators: int = Field(default=1, ge=1, le=DEVICES_MAX, description="devices generating rollouts")
-    trainers: int = Field(default=1, ge=1, le=DEVICES_MAX, description="devices training (DeepSpeed ranks)")
-    zero_stage: int = Field(default=0, ge=0, le=3)
-    rollout_engine: Literal["cpu", "vllm"] = "cpu"
-    memory_gb: float | None = Field(
-        default=None, gt=0, le=1e6,
-        description="memory of one device in GB (1e9 bytes): the dry run checks that a trainer's "
-                    "parameters, gradients and optimiser states fit at the ZeRO stage")
+    device: Literal["cpu", "cuda"] = Field(default="cpu", description=(
+        "Device type of the trainers and generators."))
+    name: Line = Field(default="cpu", description=(
+        "Hardware class, stored with every run: GPU-hours compare only within one class "
+        "(docs/method.md, section 7)."))
+    generators: int = Field(default=1, ge=1, le=DEVICES_MAX, description=(
+        "Devices generating rollouts (docs/launching.md, \"Roles in a multi-task job\")."))
+    trainers: int = Field(default=1, ge=1, le=DEVICES_MAX, description=(
+        "Devices training: DeepSpeed data-parallel ranks led by the first (docs/launching.md, \"Scale\")."))
+    zero_stage: int = Field(default=0, ge=0, le=3, description=(
+        "DeepSpeed ZeRO stage of the trainers; 0: none. Stage 1 shards optimiser states, 2 also "
+        "gradients, 3 also parameters (docs/launching.md, \"Scale\")."))
+    rollout_engine: Literal["cpu", "vllm"] = Field(default="cpu", description=(
+        "Engine that generates rollouts: cpu (the project's own, for tiny models) or vllm "
+        "(docs/real-data.md, \"The vLLM engine\")."))
+    memory_gb: float | None = Field(default=None, gt=0, le=1e6, description=(
+        "Memory of one device, in GB (1e9 bytes). The dry run checks that a trainer's parameters, "
+        "gradients and optimiser states fit at the ZeRO stage. Unset: not checked."))
     threads: int | None = Field(default=None, ge=1, le=1024, description=(
-        "torch threads of each process on a CPU (default: the cores the process is given, "
-        "shared equally by the processes of a pipeline); speed only, not part of the content hash"))
+        "Torch threads of each process on a CPU. Unset: the cores the process is given, shared "
+        "equally by the processes of a pipeline; speed only, not part of the content hash."))
 
     @property
     def devices(self) -> int:
@@ -350,35 +462,53 @@ class Hardware(_Section):
 
 
 class Slurm(_Section):
-    """Slurm resources, passed to submitit's SlurmExecutor."""
+    """Slurm resources, passed to submitit's SlurmExecutor (docs/launching.md, "Slurm")."""
 
-    partition: Line | None = None
-    account: Line | None = None
-    qos: Line | None = None
-    nodes: int = Field(default=1, ge=1, le=DEVICES_MAX)
-    tasks_per_node: int = Field(default=1, ge=1, le=1024)
-    gpus_per_node: int = Field(default=0, ge=0, le=1024)
-    cpus_per_task: int = Field(default=1, ge=1, le=4096)
-    mem_gb: float | None = Field(default=None, gt=0, le=2**20, description="per node; Slurm takes MB")
-    time_min: int = Field(default=60, ge=1, le=366 * 24 * 60, description="Slurm's time limit, minutes")
-    additional_parameters: dict[Line, Line] = Field(default_factory=dict, max_length=256)
+    partition: Line | None = Field(default=None, description=(
+        "Slurm partition (sbatch --partition). Unset: the cluster's default."))
+    account: Line | None = Field(default=None, description=(
+        "Slurm account charged (sbatch --account). Unset: the user's default."))
+    qos: Line | None = Field(default=None, description=(
+        "Slurm quality of service (sbatch --qos). Unset: the default."))
+    nodes: int = Field(default=1, ge=1, le=DEVICES_MAX, description="Nodes per job (sbatch --nodes).")
+    tasks_per_node: int = Field(default=1, ge=1, le=1024, description=(
+        "Tasks per node (sbatch --ntasks-per-node); each task is a generator or a trainer "
+        "(docs/launching.md, \"Roles in a multi-task job\")."))
+    gpus_per_node: int = Field(default=0, ge=0, le=1024, description=(
+        "GPUs per node (sbatch --gpus-per-node)."))
+    cpus_per_task: int = Field(default=1, ge=1, le=4096, description=(
+        "CPUs per task (sbatch --cpus-per-task)."))
+    mem_gb: float | None = Field(default=None, gt=0, le=2**20, description=(
+        "Memory per node, in GB (sbatch --mem, which takes MB). Unset: the partition's default."))
+    time_min: int = Field(default=60, ge=1, le=366 * 24 * 60, description=(
+        "Time limit of one job, in minutes (sbatch --time). Before it the job is requeued and resumes "
+        "from its latest checkpoint; the third time it is hit the run is timed_out "
+        "(docs/launching.md, \"Pre-emption, time limits, requeue\")."))
+    additional_parameters: dict[Line, Line] = Field(default_factory=dict, max_length=256, description=(
+        "Further sbatch options, name = value (submitit's slurm_additional_parameters)."))
 
 
 class Launcher(_Section):
-    """Where jobs run: ``local`` (processes on this machine, at most
-    ``max_parallel`` runs at once) or ``slurm`` (submitit)."""
+    """Where jobs run (docs/launching.md)."""
 
-    type: Literal["local", "slurm"] = "local"
-    max_parallel: int = Field(default=1, ge=1, le=DEVICES_MAX)
-    slurm: Slurm = Slurm()
+    type: Literal[LAUNCHER_NAMES] = Field(default=DEFAULT_LAUNCHER, description=(
+        "Where jobs run (docs/launching.md); scalectl run --launcher overrides it."))
+    max_parallel: int = Field(default=1, ge=1, le=DEVICES_MAX, description=(
+        "Most detached local runs of one runs folder that train at once; the others wait as pending "
+        "(docs/launching.md, \"Local\")."))
+    slurm: Slurm = Field(default=Slurm(), description=(
+        "Slurm resources of each job, passed to submitit (launcher.type = slurm)."))
 
 
 class Budget(_Section):
     """When a run stops: after ``steps`` optimiser steps and/or ``gpu_hours``
     of compute, whichever comes first."""
 
-    steps: int | None = Field(default=None, ge=1, le=STEPS_MAX)
-    gpu_hours: float | None = Field(default=None, gt=0, le=GPU_HOURS_MAX)
+    steps: int | None = Field(default=None, ge=1, le=STEPS_MAX, description=(
+        "Optimiser steps after which the run stops. Unset: budget.gpu_hours alone decides."))
+    gpu_hours: float | None = Field(default=None, gt=0, le=GPU_HOURS_MAX, description=(
+        "GPU-hours (devices x wall-clock hours) after which the run stops. Unset: budget.steps "
+        "alone decides."))
 
     @model_validator(mode="after")
     def _some_budget(self) -> "Budget":
@@ -389,23 +519,26 @@ class Budget(_Section):
 
 class Logging(_Section):
     """Where per-step metrics and evaluation points go besides the store and
-    ``steps.jsonl`` (:mod:`scalectl.job.trackers`): any of ``tensorboard`` (event
-    files in ``RUN_DIR/tensorboard``), ``wandb``, ``mlflow`` and ``jsonl``
-    (``RUN_DIR/metrics.jsonl``), several at once.  ``project`` is the W&B
-    project and the MLflow experiment.  ``wandb_mode`` and
-    ``mlflow_tracking_uri`` left unset mean the library's own default
-    (``WANDB_MODE``, ``MLFLOW_TRACKING_URI``).  ``rollouts``: every trained
-    completion goes to ``RUN_DIR/rollouts.jsonl`` (:func:`scalectl.rl.loop.rollout_lines`)."""
+    ``steps.jsonl`` (:mod:`scalectl.job.trackers`; README, "Metrics in TensorBoard, W&B,
+    MLflow")."""
 
-    backends: list[Literal["tensorboard", "wandb", "mlflow", "jsonl"]] = Field(default_factory=list, max_length=4)
-    project: Line = Field(default="scalectl", min_length=1)
-    wandb_mode: Literal["online", "offline"] | None = None
-    wandb_entity: Line | None = None
-    mlflow_tracking_uri: Line | None = None
+    backends: list[Literal["tensorboard", "wandb", "mlflow", "jsonl"]] = Field(
+        default_factory=list, max_length=4, description=(
+            "Trackers that receive every step's metrics and every evaluation point, several at once. "
+            "tensorboard writes RUN_DIR/tensorboard, jsonl RUN_DIR/metrics.jsonl."))
+    project: Line = Field(default="scalectl", min_length=1, description=(
+        "The W&B project and the MLflow experiment."))
+    wandb_mode: Literal["online", "offline"] | None = Field(default=None, description=(
+        "Whether W&B syncs as it logs (online) or writes files to sync later (offline). Unset: W&B's "
+        "own default ($WANDB_MODE)."))
+    wandb_entity: Line | None = Field(default=None, description=(
+        "W&B entity (user or team). Unset: W&B's own default."))
+    mlflow_tracking_uri: Line | None = Field(default=None, description=(
+        "MLflow tracking URI. Unset: MLflow's own default ($MLFLOW_TRACKING_URI)."))
     rollouts: bool = Field(default=False, description=(
-        "write every trained completion to RUN_DIR/rollouts.jsonl: tokens, per-token policy versions, "
-        "the generator's log-probs and the trainer's recomputation (one extra forward pass per step, "
-        "not counted in the run's compute)"))
+        "Write every trained completion to RUN_DIR/rollouts.jsonl. Each line holds its tokens, per-token "
+        "policy versions, the generator's log-probs and the trainer's recomputation (one extra forward "
+        "pass per step, not counted in the run's compute; scalectl.rl.loop.rollout_lines)."))
 
     @model_validator(mode="after")
     def _no_repeats(self) -> "Logging":
@@ -440,28 +573,54 @@ class Recipe(_Section):
     repeated runs (seeds) of one recipe share a hash.
     """
 
-    name: Line = Field(default="run", max_length=100)
-    description: str = Field(default="", max_length=10_000)
-    seed: int = Field(default=0, ge=0, le=SEED_MAX)
-    loss: Loss = Loss()
-    advantage: Advantage = Advantage()
-    precision: Precision = Precision()
-    async_: Async = Field(default=Async(), alias="async")
-    filter: Filter = Filter()
-    length: Length = Length()
-    batch: Batch = Batch()
-    optim: Optim = Optim()
-    sampling: Sampling = Sampling()
-    eval: Eval = Eval()
-    reward: Reward = Reward()
-    fit: Fit = Fit()
-    checkpoint: Checkpoint = Checkpoint()
-    model: Model = Model()
-    data: Data = Data()
-    hardware: Hardware = Hardware()
-    launcher: Launcher = Launcher()
-    budget: Budget = Budget(steps=100)
-    logging: Logging = Logging()
+    name: Line = Field(default="run", max_length=100, description=(
+        "Name of the recipe, leading its runs' names (NAME-sSEED). A recipe file that sets none is "
+        "named for its file's stem."))
+    description: str = Field(default="", max_length=10_000, description=(
+        "What the recipe is, in words (shown by scalectl recipes); not part of the content hash."))
+    seed: int = Field(default=0, ge=0, le=SEED_MAX, description=(
+        "Seed of the run (scalectl run --seed). Not part of the content hash: the runs of one recipe "
+        "with different seeds are its repeats."))
+    loss: Loss = Field(default=Loss(), description=(
+        "Policy loss, its clip values and the loss aggregation (docs/recipe-axes.md, \"Loss\")."))
+    advantage: Advantage = Field(default=Advantage(), description=(
+        "Advantage normalization (docs/recipe-axes.md, \"Advantage normalization\")."))
+    precision: Precision = Field(default=Precision(), description=(
+        f"LM-head precision ({_SCALERL}, Sec. 3.2)."))
+    async_: Async = Field(default=Async(), alias="async", description=(
+        "Asynchrony between generation and training (docs/recipe-axes.md, \"Asynchrony\")."))
+    filter: Filter = Field(default=Filter(), description=(
+        "Prompt filters: zero-variance groups, dynamic sampling, retiring solved prompts "
+        "(docs/recipe-axes.md, \"Prompt filtering\")."))
+    length: Length = Field(default=Length(), description=(
+        "Generation length and its control (docs/recipe-axes.md, \"Length control\")."))
+    batch: Batch = Field(default=Batch(), description=(
+        "Prompts per step, completions per prompt, micro-batches (docs/recipe-axes.md, \"Batch\")."))
+    optim: Optim = Field(default=Optim(), description=(
+        f"The AdamW optimiser and its warm-up ({_SCALERL}, App. A.3)."))
+    sampling: Sampling = Field(default=Sampling(), description="Sampling settings of the training rollouts.")
+    eval: Eval = Field(default=Eval(), description=(
+        "Evaluation protocol: when, on how many held-out prompts, with how many samples "
+        "(docs/method.md, section 5)."))
+    reward: Reward = Field(default=Reward(), description=(
+        "How completions are scored: the built-in checker or a function of the user's, and the answer "
+        "format (docs/rewards.md)."))
+    fit: Fit = Field(default=Fit(), description=(
+        "How the sigmoid is fitted to the run's points (docs/method.md, section 2)."))
+    checkpoint: Checkpoint = Field(default=Checkpoint(), description=(
+        "Checkpoints in the run folder; not part of the content hash."))
+    model: Model = Field(default=Model(), description="The policy model (setup).")
+    data: Data = Field(default=Data(), description=(
+        "The prompt set and its held-out split (setup; docs/real-data.md)."))
+    hardware: Hardware = Field(default=Hardware(), description=(
+        "What the run runs on: devices, roles, ZeRO stage, rollout engine (setup; docs/launching.md, "
+        "\"Scale\")."))
+    launcher: Launcher = Field(default=Launcher(), description=(
+        "Where jobs run: this machine or Slurm (setup; docs/launching.md); not part of the content hash."))
+    budget: Budget = Field(default=Budget(steps=100), description=(
+        "When a run stops: optimiser steps and/or GPU-hours, whichever comes first (setup)."))
+    logging: Logging = Field(default=Logging(), description=(
+        "Trackers besides the store: TensorBoard, W&B, MLflow, JSON lines; not part of the content hash."))
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True, strict=True,
                               allow_inf_nan=False)
