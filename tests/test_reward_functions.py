@@ -243,6 +243,36 @@ def test_a_failing_function_is_a_clear_error_naming_it(name, message):
         Score(1.0, True)                                                  # the next call starts afresh
 
 
+def test_a_hanging_worker_does_not_outlive_its_scoring_process(tmp_path):
+    """The scoring process is killed (SIGKILL: no clean-up of its own) while the function hangs
+    in its worker: the worker exits too."""
+    import signal
+    import subprocess
+    import time
+
+    from scalectl.launch.local import pid_alive
+
+    calls = tmp_path / "calls"
+    code = ("from types import SimpleNamespace; from scalectl.rl.reward.scoring import Scorer; "
+            "Scorer('custom_rewards:hangs', timeout_s=3600)('x', SimpleNamespace(answer='3'))")
+    env = dict(os.environ, **{CALLS_ENV: str(calls)}, PYTHONPATH=os.pathsep.join([TESTS, *sys.path]))
+    scoring = subprocess.Popen([sys.executable, "-c", code], env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while not (calls.exists() and calls.read_text().endswith("\n")):
+            assert time.monotonic() < deadline and scoring.poll() is None, "the worker never called the function"
+            time.sleep(0.05)
+        [(worker, parent)] = _calls(calls)
+        assert parent == scoring.pid and pid_alive(worker)
+    finally:
+        scoring.send_signal(signal.SIGKILL)
+        scoring.wait()
+    deadline = time.monotonic() + 60
+    while pid_alive(worker):
+        assert time.monotonic() < deadline, f"worker {worker} outlived its scoring process"
+        time.sleep(0.05)
+
+
 @pytest.mark.parametrize("value,message", [
     (True, "returned bool True"), (None, "returned NoneType None"), (float("nan"), "returned the reward nan"),
     (Score(float("inf"), True), "returned the reward inf"), (Score(1.0, 1), "correct is int 1, not a bool"),

@@ -37,8 +37,9 @@ def serve_function(name: str) -> None:
     ``{"reward", "correct"}`` or ``{"error"}`` JSON lines on stdout, until stdin closes.
 
     SIGINT is ignored (Ctrl-C stops the run through its own processes, which then close
-    stdin), the process gets SIGKILL when its parent dies (Linux), and what the function
-    prints goes to stderr (the scoring process's log)."""
+    stdin), the process exits within a second of its parent (a watchdog thread: also while
+    the function hangs), and what the function prints goes to stderr (the scoring process's
+    log)."""
     import os
     import signal
     import sys
@@ -46,12 +47,7 @@ def serve_function(name: str) -> None:
     out = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))   # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
+    threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True, name="parent-watchdog").start()
     try:
         function = import_function(name)
     except UserError as exc:
@@ -64,6 +60,18 @@ def serve_function(name: str) -> None:
         completion, gold, fields = json.loads(line)
         out.write(json.dumps(answer(function, completion, gold, fields)) + "\n")
         out.flush()
+
+
+def _exit_with(parent: int) -> None:
+    """Exit this process once ``parent`` is no longer its parent (it died).  Not
+    ``PR_SET_PDEATHSIG``: that fires when the parent's *thread* that started the process
+    ends, and workers are started by threads that end (a background evaluation's)."""
+    import os
+    import time
+
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(1)
 
 
 def answer(function, completion: str, gold: str, fields: dict) -> dict:
