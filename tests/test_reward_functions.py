@@ -217,11 +217,18 @@ def test_the_function_gets_the_rows_fields(tmp_path):
     rows = [{"question": "1+1?", "answer": "#### 2", "level": 3}, {"question": "2+2?", "answer": "#### 4", "level": 5}]
     path = tmp_path / "levels.jsonl"
     path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    train, held, _ = load_problems(str(path), held_out=1)
-    score = Scorer("custom_rewards:level_field")
+    from scalectl.rl.data.splits import load_prompt_sets
+
+    data = {"source": str(path), "train_size": 1}
+    mine = Recipe.model_validate({"data": data, "eval": {"prompts": 1},
+                                  "reward": {"function": "custom_rewards:level_field"}})
+    train, held = load_prompt_sets(mine)
+    score = scorer_for(mine)
     got = {p.fields["question"]: score(f"\\boxed{{{p.answer.answers[0]}}}", p) for p in train + held}
     assert got == {"1+1?": Score(3.0, True), "2+2?": Score(5.0, True)}
     assert score("\\boxed{9}", train[0]) == Score(0.0, False)
+    builtin = load_prompt_sets(Recipe.model_validate({"data": data, "eval": {"prompts": 1}}))
+    assert [p.fields for split in builtin for p in split] == [{}, {}]      # the checker reads none
 
 
 @pytest.mark.parametrize("name,message", [

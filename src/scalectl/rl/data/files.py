@@ -343,7 +343,8 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
                   split: str = "train", subset: str | None = None, prompt_key: str | None = None,
                   answer_key: str | None = None, tokenizer=None, chat_template: bool = False,
                   max_prompt_tokens: int | None = None, think_tags: bool = False, answer_format: str = "boxed",
-                  instruction: bool = True) -> tuple[list[SourcedProblem], list[SourcedProblem], dict]:
+                  instruction: bool = True,
+                  keep_fields: bool = True) -> tuple[list[SourcedProblem], list[SourcedProblem], dict]:
     """Training and held-out problems of a real prompt set, and what was dropped.
 
     Rows -> records (:func:`to_record`) -> rendered prompts (:func:`render_prompt`, with
@@ -358,7 +359,8 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
     Returns:
         (train, held_out, info); problem ids are indices in their split, answers a
         :class:`~scalectl.rl.reward.gold.Gold` of the row's answers with ``think_tags``,
-        ``fields`` the row;
+        ``fields`` the row (``{}`` unless ``keep_fields``: the built-in checker reads none,
+        and every process of a run holds the problems);
         ``info`` counts ``rows``, ``duplicates`` (all dropped as a copy of an earlier
         prompt), ``near_duplicates`` (those among them whose rendered text differs from
         it), ``too_long``, ``train``, ``held_out``.
@@ -394,7 +396,7 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
 
     def problems(positions) -> list[SourcedProblem]:
         return [SourcedProblem(id=j, prompt=texts[keep[p]], answer=Gold(records[keep[p]].answers, think_tags),
-                               row=records[keep[p]].row, fields=rows[records[keep[p]].row])
+                               row=records[keep[p]].row, fields=rows[records[keep[p]].row] if keep_fields else {})
                 for j, p in enumerate(positions)]
 
     train, held = problems(train_pos), problems(held_pos)

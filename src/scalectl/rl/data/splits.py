@@ -11,7 +11,8 @@
   prompts rendered with the tokenizer's chat template when
   ``model.chat_template`` is true, told the answer format (``reward.format``,
   ``reward.instruction``), and longer than ``length.max_prompt_tokens``
-  dropped.  A relative file path is read from the working directory.
+  dropped; each problem keeps its row (``fields``) for a reward function of the
+  user's.  A relative file path is read from the working directory.
 
 With ``model.think_tags`` every problem's answer is a :class:`~scalectl.rl.reward.gold.Gold`
 that grades only the text after a completion's last ``</think>`` (training rollouts and
@@ -24,6 +25,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from scalectl.errors import UserError
+from scalectl.recipe.reward_function import BUILTIN_REWARD
 from scalectl.rl.reward.gold import Gold
 
 DEFAULT_SYNTHETIC_TRAIN = 4000
@@ -86,7 +88,7 @@ def load_prompt_sets(recipe, tokenizer=None, *, log=None) -> tuple[list, list]:
         subset=d.subset, prompt_key=d.prompt_key, answer_key=d.answer_key, tokenizer=tokenizer,
         chat_template=recipe.model.chat_template, max_prompt_tokens=recipe.length.max_prompt_tokens,
         think_tags=recipe.model.think_tags, answer_format=recipe.reward.format,
-        instruction=recipe.reward.instruction)
+        instruction=recipe.reward.instruction, keep_fields=recipe.reward.function != BUILTIN_REWARD)
     if log is not None:
         log(f"prompt set {source}: {info['rows']} rows, {info['duplicates']} duplicates "
             f"({info['near_duplicates']} near-duplicates), "
