@@ -361,7 +361,7 @@ def _pipeline_env(calls: Path) -> dict:
     return {CALLS_ENV: str(calls), "PYTHONPATH": os.pathsep.join([TESTS, os.environ.get("PYTHONPATH", "")])}
 
 
-@pytest.mark.slow   # ~30 s: three processes start and import torch
+@pytest.mark.slow   # 100-115 s on a busy 2-core machine: three processes start and import torch
 def test_a_pipeline_calls_the_function_in_every_generator_and_the_evaluating_trainer(tmp_path, policy):
     """pipeline with 2 generator processes: every generator process and the trainer process (its
     held-out evaluations) call the function; the trainer exactly for k samples of every held-out
@@ -383,7 +383,7 @@ def test_a_pipeline_calls_the_function_in_every_generator_and_the_evaluating_tra
     _trained_rewards_are_the_functions(run_dir)
 
 
-@pytest.mark.slow   # ~25 s: the processes start before the first batch fails
+@pytest.mark.slow   # 45-85 s there: the processes start before the first batch fails
 def test_a_pipeline_whose_function_returns_a_string_fails_naming_it(tmp_path, policy):
     args = ["run", "recipes/scalerl.toml", "--name", "bad", "--runs-dir", str(tmp_path / "runs"),
             "--set", f"model.path={policy}", *[a for s in SETS for a in ("--set", s)],
