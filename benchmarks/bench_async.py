@@ -74,7 +74,8 @@ def run_mode(mode: str, args, folder: Path) -> dict:
     if not args.keep_filters:
         overrides += ["filter.zero_variance=false", "filter.retire_solved=false", "filter.dynamic_sampling=false"]
     recipe = load(args.recipe, args.setup, overrides)
-    processes = schedule_for(recipe.async_).in_processes(recipe.hardware.generators, recipe.hardware.trainers)
+    schedule = schedule_for(recipe.async_)
+    processes = schedule.in_processes(recipe.hardware.generators, recipe.hardware.trainers)
     run_dir = folder / mode
     run_dir.mkdir(parents=True)
     store = Store.open(folder / "bench.db")
@@ -82,8 +83,8 @@ def run_mode(mode: str, args, folder: Path) -> dict:
                               launcher="local", hardware=recipe.hardware.name, run_dir=str(run_dir))
     train, held_out = load_prompt_sets(recipe)
     t0 = time.perf_counter()
-    run_training(recipe, run_dir, sink=StoreSink(str(folder / "bench.db"), run_id), train_problems=train,
-                 eval_problems=held_out, reporter=Reporter())
+    run_training(recipe, run_dir, schedule=schedule, sink=StoreSink(str(folder / "bench.db"), run_id),
+                 train_problems=train, eval_problems=held_out, reporter=Reporter())
     total = time.perf_counter() - t0
     last = store.points(run_id)[-1]
     store.close()

@@ -147,6 +147,7 @@ def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None, th
     from scalectl.rl.data.splits import load_prompt_sets
     from scalectl.rl.loop import Reporter
     from scalectl.rl.run import run_training
+    from scalectl.rl.schedule.modes import schedule_for
     from scalectl.rl.train.warmstart import ensure_warm_start
     from scalectl.store.database import Store
 
@@ -158,7 +159,8 @@ def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None, th
         store = Store.open(Path(tmp) / "bench.db")
         run_id = store.create_run("bench", recipe=recipe.to_dict(), recipe_hash=recipe.content_hash,
                                   seed=recipe.seed, run_dir=tmp)
-        run_training(recipe, Path(tmp), sink=StoreSink(str(Path(tmp) / "bench.db"), run_id), train_problems=train,
+        run_training(recipe, Path(tmp), schedule=schedule_for(recipe.async_),
+                     sink=StoreSink(str(Path(tmp) / "bench.db"), run_id), train_problems=train,
                      eval_problems=held_out, reporter=Reporter())
         store.close()
         rows = [json.loads(line) for line in (Path(tmp) / "steps.jsonl").read_text().splitlines()]

@@ -25,8 +25,8 @@ from scalectl.rl.policy.model import build_tiny_model, build_tokenizer
 from scalectl.rl.policy.logprobs import head_log_softmax, token_logprobs
 from scalectl.rl.schedule.feeder import staleness_stats
 from scalectl.rl.batches.filters import PromptSampler
+from scalectl.recipe.async_modes import async_mode
 from scalectl.recipe.schema import Async
-from scalectl.rl.schedule.modes import schedule_for
 from scalectl.rl.rollout.cpu import CPURolloutEngine
 from scalectl.rl.rollout.sampling import SamplingParams
 from scalectl.rl.transport.stream import Channel, WeightSlot, end_weights, push_weights, weight_layout
@@ -172,7 +172,7 @@ def test_staleness_stats_and_bounds():
     st = staleness_stats(5, [[3, 3, 4], [5, 5]])
     assert st == {"staleness_max": 2, "staleness_mean": 1.0, "multi_version_share": 0.5, "tokens": 5,
                   "completions": 2}
-    bounds = [schedule_for(Async(mode=m, k=8)).staleness_bound for m in ("pipeline", "ppo_off_policy", "sync")]
+    bounds = [async_mode(Async(mode=m, k=8)).staleness_bound for m in ("pipeline", "ppo_off_policy", "sync")]
     assert bounds == [8, 7, 0]
 
 
@@ -311,6 +311,9 @@ def test_killed_generator_fails_the_run(tmp_path, policy):
     # a budget never reached: the generator is killed mid-run however fast the machine
     proc, run_dir, tasks = _launch(tmp_path, policy, "pipe", "--set", "budget.steps=1000000")
     gen = next(t for t in tasks if t["role"] == "generator")
+    # the step-3 point is evaluated in the background and may land after the step-3 checkpoint
+    # (a run failed before it lands evaluates step 3 again on resume): kill once it is stored
+    _wait(lambda: 3 in _stored_steps(tmp_path / "s.db"), what="the step-3 point")
     shown = _kill_and_show(proc, gen["pid"], tmp_path / "s.db")
     row = shown["run"]
     assert (f"ProcessFailed: pipeline generator process (rank 0, pid {gen['pid']}) was killed by signal SIGKILL"

@@ -68,10 +68,11 @@ def _train(setup, name: str, resume: bool = False, cut_at: int | None = None) ->
         return generate(*args, **kwargs)
 
     policy.engine.generate = interrupted_generate
-    source = schedule_for(recipe.async_).batches(recipe, policy, state, train_problems)
+    schedule = schedule_for(recipe.async_)
+    source = schedule.batches(recipe, policy, state, train_problems)
     try:
-        train(recipe, policy, state, source, run_dir=root / name, eval_problems=held, sink=lambda p: None,
-              reporter=Quiet())
+        train(recipe, policy, state, source, schedule=schedule, run_dir=root / name, eval_problems=held,
+              sink=lambda p: None, reporter=Quiet())
     except KeyboardInterrupt:
         return True
     return False

@@ -47,14 +47,16 @@ def setup(tmp_path_factory):
 def _run(setup, name: str, stop_at: int | None, resume: bool = False):
     from scalectl.job.body import StoreSink
     from scalectl.rl.run import run_training
+    from scalectl.rl.schedule.modes import schedule_for
     from scalectl.store.database import Store
 
     root, recipe, train, held = setup
     store = Store.open(root / "s.db")
     run = store.get_run(name)["id"] if resume else store.create_run(name)
     try:
-        run_training(recipe, root / name, sink=StoreSink(str(root / "s.db"), run), train_problems=train,
-                     eval_problems=held, reporter=StopAfter(stop_at), resume=resume)
+        run_training(recipe, root / name, schedule=schedule_for(recipe.async_),
+                     sink=StoreSink(str(root / "s.db"), run), train_problems=train, eval_problems=held,
+                     reporter=StopAfter(stop_at), resume=resume)
     except KeyboardInterrupt:
         pass
     points = {p["step"]: p for p in store.points(run)}

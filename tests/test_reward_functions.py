@@ -339,6 +339,7 @@ def test_a_sync_run_trains_on_the_functions_rewards_in_its_process(tmp_path, mon
     completion (from this process: each call's parent), and its partial credit is what trains."""
     from scalectl.rl.data.splits import load_prompt_sets
     from scalectl.rl.run import run_training
+    from scalectl.rl.schedule.modes import schedule_for
 
     calls = tmp_path / "calls"
     monkeypatch.setenv(CALLS_ENV, str(calls))
@@ -346,7 +347,8 @@ def test_a_sync_run_trains_on_the_functions_rewards_in_its_process(tmp_path, mon
     train, held = load_prompt_sets(recipe)
     points, run_dir = [], tmp_path / "run"
     run_dir.mkdir()
-    run_training(recipe, run_dir, sink=points.append, train_problems=train, eval_problems=held)
+    run_training(recipe, run_dir, schedule=schedule_for(recipe.async_), sink=points.append, train_problems=train,
+                 eval_problems=held)
     assert [p.step for p in points] == [0, 2]
     parents = [parent for _, parent in _calls(calls)]
     assert parents == [os.getpid()] * (STEPS * P * G + len(points) * EVAL_PROMPTS * K)

@@ -1,37 +1,160 @@
-"""The async modes: one schedule class per ``async.mode``, found by name."""
+"""The async modes: one torch-free description per ``async.mode`` (its staleness bound, rounds,
+request window, layouts), the schedules that serve it, and the staleness check of every batch
+source."""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import json
+import pickle
+import subprocess
+import sys
 import typing
 
 import pytest
 
+from conftest import ROOT
 from scalectl.errors import UserError
-from scalectl.job.layout import one_process
+from scalectl.recipe.async_modes import ASYNC_MODE_NAMES, ASYNC_MODES, async_mode
 from scalectl.recipe.schema import Async
-from scalectl.rl.schedule.modes import SCHEDULES, schedule_for
+from scalectl.rl.schedule.modes import SOURCES, schedule_for
+
+LAYOUTS = [(1, 1), (2, 1), (1, 2), (64, 16)]     # (generators, trainers)
+P = 48                                           # prompts per step
 
 
-def test_every_recipe_mode_has_a_schedule_and_no_other():
-    allowed = typing.get_args(Async.model_fields["mode"].annotation)
-    assert set(allowed) == set(SCHEDULES)
+def test_the_schema_allows_every_mode_of_the_table_and_no_other():
+    assert typing.get_args(Async.model_fields["mode"].annotation) == ASYNC_MODE_NAMES == (
+        "sync", "ppo_off_policy", "pipeline")
+    assert {cls.source for cls in ASYNC_MODES.values()} <= set(SOURCES)      # every mode has a batch source
 
 
-@pytest.mark.parametrize("mode, k, bound, processes, word", [
-    ("sync", 8, 0, [False, True, True, True], "sync"),       # k is ignored: one batch per weights
-    ("ppo_off_policy", 8, 7, [False, True, True, True], "ppo_off_policy-8"),
-    ("pipeline", 8, 8, [True, True, True, True], "pipeline-8"),
+@pytest.mark.parametrize("mode, k, bound, steps, round_, window, processes, word", [
+    # k is ignored by sync: one batch per weights, P prompts a round
+    ("sync", 8, 0, 1, P, P, [False, True, True, True], "sync"),
+    # k batches per weights: batch j trained j versions later; a round of k P prompts
+    ("ppo_off_policy", 8, 7, 8, 8 * P, 8 * P, [False, True, True, True], "ppo_off_policy-8"),
+    # a stream: no rounds, (k + 1) P requests kept open, always in processes
+    ("pipeline", 8, 8, None, None, 9 * P, [True, True, True, True], "pipeline-8"),
+    ("pipeline", 1, 1, None, None, 2 * P, [True, True, True, True], "pipeline-1"),
 ])
-def test_schedules_declare_bound_and_processes(mode, k, bound, processes, word):
-    """One process only for sync and ppo_off_policy on 1 generator + 1 trainer; processes for
-    (generators, trainers) = (2, 1), (1, 2), (64, 16) and in every pipeline."""
-    s = schedule_for(Async(mode=mode, k=k))
-    layouts = [(1, 1), (2, 1), (1, 2), (64, 16)]
-    assert (s.staleness_bound, [s.in_processes(g, t) for g, t in layouts], s.describe()) == (bound, processes, word)
-    # the dry run's layout check (which imports no torch) says the same
-    assert [not one_process(mode, g, t) for g, t in layouts] == processes
+def test_each_mode_declares_its_bound_rounds_window_and_processes(mode, k, bound, steps, round_, window,
+                                                                  processes, word):
+    m = async_mode(Async(mode=mode, k=k))
+    assert (m.name, m.staleness_bound, m.steps_per_round, m.round_prompts(P), m.request_window(P),
+            [m.in_processes(g, t) for g, t in LAYOUTS], m.describe()) == (
+        mode, bound, steps, round_, window, processes, word)
+    s = schedule_for(Async(mode=mode, k=k))            # the schedule says what its mode says
+    assert s.mode == m and [s.in_processes(g, t) for g, t in LAYOUTS] == processes and s.describe() == word
+
+
+def test_modes_are_frozen_and_travel_to_processes():
+    m = async_mode(Async(mode="ppo_off_policy", k=4))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        m.k = 5
+    s = schedule_for(Async(mode="pipeline", k=2))
+    assert pickle.loads(pickle.dumps(s)) == s       # a ProcessSpec carries the job's schedule
+
+
+@pytest.mark.parametrize("mode, k, prompts, gens, trains, problem", [
+    ("sync", 1, 16, 3, 1, "batch.prompts_per_step = 16 does not split into whole groups across "
+     "hardware.generators = 3 in async.mode = sync: 2 generator(s) would wait while the others sample the last "
+     "prompts of each round (use a number of generators that divides 16)"),
+    ("ppo_off_policy", 3, 48, 40, 16, "a round of async.k x batch.prompts_per_step = 3 x 48 = 144 prompts does not "
+     "split into whole groups across hardware.generators = 40 in async.mode = ppo_off_policy: 16 generator(s) "
+     "would wait"),
+    ("pipeline", 1, 8, 20, 1, "async.mode = pipeline keeps (async.k + 1) x batch.prompts_per_step = (1 + 1) x 8 = "
+     "16 prompts requested at once: hardware.generators = 20 would leave 4 generator(s) without work "
+     "(use at most 16)"),
+])
+def test_each_mode_names_the_layouts_it_refuses(mode, k, prompts, gens, trains, problem):
+    m = async_mode(Async(mode=mode, k=k))
+    problems = m.layout_problems(gens, trains, prompts)
+    assert len(problems) == 1 and problems[0].startswith(problem)
+    # what it accepts: a divisor of the round, or a stream with a request per generator
+    ok = {"sync": 16, "ppo_off_policy": 48, "pipeline": 16}[mode]
+    assert m.layout_problems(ok, trains, prompts) == []
+
+
+def test_a_round_mode_in_one_process_has_no_generators_to_idle():
+    assert async_mode(Async(mode="ppo_off_policy", k=3)).layout_problems(1, 1, 7) == []
 
 
 def test_unknown_mode_names_the_known_ones():
     with pytest.raises(UserError, match="async.mode = 'later' is not one of: sync, ppo_off_policy, pipeline"):
         schedule_for(Async.model_construct(mode="later", k=1))
+
+
+def test_the_modes_and_the_dry_run_import_neither_torch_nor_the_launchers():
+    code = ("import json, sys; import scalectl.recipe.async_modes, scalectl.recipe.schema, scalectl.job.layout; "
+            "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('torch', 'deepspeed', 'transformers', 'vllm') or m.startswith(('scalectl.launch', 'scalectl.rl.schedule')))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == []
+
+
+def _name(call: ast.Call) -> str | None:
+    return call.func.id if isinstance(call.func, ast.Name) else getattr(call.func, "attr", None)
+
+
+def test_one_schedule_is_built_per_job():
+    """``schedule_for`` is called once in the package, by the job body, which passes the schedule
+    down; the dry run builds the mode's description for itself."""
+    src = ROOT / "src"
+    calls = sorted((path.relative_to(src).as_posix(), _name(node)) for path in (src / "scalectl").rglob("*.py")
+                   for node in ast.walk(ast.parse(path.read_text()))
+                   if isinstance(node, ast.Call) and _name(node) in ("schedule_for", "async_mode"))
+    assert calls == [("scalectl/job/body.py", "schedule_for"), ("scalectl/job/layout.py", "async_mode"),
+                     ("scalectl/rl/schedule/modes.py", "async_mode")]
+
+
+# --------------------------------------------------------------------------- the staleness check
+
+
+@pytest.fixture(scope="module")
+def local(tmp_path_factory):
+    """A one-process ppo_off_policy-2 run's pieces (bound 1): a tiny model's CPU engine, its loop
+    state and 12 training prompts; every group kept (no filter), so every batch has tokens."""
+    from scalectl.recipe.load import load
+    from scalectl.rl.data.arithmetic import make_splits
+    from scalectl.rl.loop import Policy, new_state
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer
+    from scalectl.rl.rollout import make_engine
+
+    recipe = load(ROOT / "recipes" / "grpo.toml", ROOT / "setups" / "tiny-cpu.toml", [
+        "async.mode=ppo_off_policy", "async.k=2", "batch.prompts_per_step=2", "batch.generations_per_prompt=2",
+        "length.max_new_tokens=4", "filter.zero_variance=false", "filter.retire_solved=false"])
+    model, tok = build_tiny_model(seed=0, num_hidden_layers=2, hidden_size=64, intermediate_size=128), build_tokenizer()
+    policy = Policy(model, tok, make_engine(recipe, model, tok), trainer=None, n_params=0)
+    train, _ = make_splits(12, 4, seed=0, difficulty=2)
+    return recipe, policy, train, new_state
+
+
+def _versions(groups) -> set[int]:
+    return {v for g in groups for c in g.completions for v in c.versions}
+
+
+def test_local_batches_refuse_a_batch_older_than_the_bound(local):
+    """A round sampled by version 0 trains versions 0 and 1 (lags 0 and 1 <= bound 1); its second
+    batch reaching version 2 (lag 2) is refused, naming the versions."""
+    from scalectl.rl.batches.collect import StalenessError
+
+    recipe, policy, train, new_state = local
+    schedule = schedule_for(recipe.async_)
+    assert schedule.mode.staleness_bound == 1
+
+    state = new_state(recipe, 0, len(train))
+    policy.engine.update_weights(None, 0)
+    source = schedule.batches(recipe, policy, state, train)
+    first, _ = source.next_batch(0)                  # generates the round of 2 batches with version 0
+    assert _versions(first) == {0} and len(state.pending) == 1
+    second, _ = source.next_batch(1)                 # one version behind: allowed
+    assert _versions(second) == {0} and state.pending == []
+
+    state = new_state(recipe, 0, len(train))
+    source = schedule.batches(recipe, policy, state, train)
+    source.next_batch(0)
+    with pytest.raises(StalenessError, match=r"a trained token has version 0, 2 versions behind trainer version 2 "
+                                             r"\(async\.mode = ppo_off_policy-2 allows at most 1\)"):
+        source.next_batch(2)

@@ -130,10 +130,11 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
     recipe = Recipe.model_validate(job["recipe"])
     run_id = job["run_id"]
     simulated = recipe.model.path.startswith("simulated:")   # scalectl.curve.simulated: points from a given curve
-    task = None if simulated else job_task(recipe)
+    schedule = schedule_for(recipe.async_)      # the job's async mode, passed down from here
+    task = None if simulated else job_task(recipe, schedule)
     hw = recipe.hardware
     if task is not None and task.world_size > 1 and task.rank != 0 \
-            and not schedule_for(recipe.async_).in_processes(hw.generators, hw.trainers):
+            and not schedule.in_processes(hw.generators, hw.trainers):
         reporter.log(f"the training loop runs on task 0; task {task.rank} has nothing to do")
         return None
     resume = latest_checkpoint(run_dir) is not None
@@ -141,8 +142,9 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
         # a generator or a follower trainer: the first trainer rank records the run, unless it is gone
         train, held_out = load_prompt_sets(recipe)
         try:
-            return run_training(recipe, run_dir, sink=StoreSink(job["db"], run_id), train_problems=train,
-                                eval_problems=held_out, reporter=reporter, resume=resume, task=task)
+            return run_training(recipe, run_dir, schedule=schedule, sink=StoreSink(job["db"], run_id),
+                                train_problems=train, eval_problems=held_out, reporter=reporter, resume=resume,
+                                task=task)
         except TaskLost as exc:
             if exc.leader:
                 _record(job, status="failed", ended=_now(), error="".join(traceback.format_exception_only(exc)).strip())
@@ -157,8 +159,9 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
             train, held_out = load_prompt_sets(recipe, log=reporter.log)
             with tracking(recipe, run_dir, reporter, name=run_dir.name, resume=resume,
                           key=run_key(run_dir.name, job["db"], run_id)) as tracked:   # [logging] backends
-                summary = run_training(recipe, run_dir, sink=StoreSink(job["db"], run_id), train_problems=train,
-                                       eval_problems=held_out, reporter=tracked, resume=resume, task=task)
+                summary = run_training(recipe, run_dir, schedule=schedule, sink=StoreSink(job["db"], run_id),
+                                       train_problems=train, eval_problems=held_out, reporter=tracked,
+                                       resume=resume, task=task)
     except BaseException as exc:
         explained = stop_status(exc) if stop_status else None
         if explained is not None:

@@ -6,11 +6,12 @@ job would refuse at start, or what would leave devices idle while billed:
 * task counts that do not add up: a Slurm job of ``nodes x tasks_per_node``
   tasks must hold exactly ``hardware.generators + hardware.trainers`` tasks;
 * generator or trainer counts the async mode cannot use: a step's prompts must
-  split into whole groups across the trainers; in the modes that generate
-  a round of batches with one policy version (:data:`BATCHED_GENERATION`), a
-  round's prompts across the generators (else some would sit idle); in
-  ``pipeline``, the (k + 1) P prompts kept requested must be at least one per
-  generator;
+  split into whole groups across the trainers, and the mode says which
+  generator counts it accepts
+  (:meth:`scalectl.recipe.async_modes.AsyncMode.layout_problems`: in the modes
+  that generate a round of batches with one policy version, a round's prompts
+  across the generators, else some would sit idle; in ``pipeline``, the
+  (k + 1) P prompts kept requested must be at least one per generator);
 * GPUs per task: on CUDA every task needs a GPU of its own;
 * a trainer whose parameters, gradients and optimiser states do not fit the
   device's memory at the chosen ZeRO stage (:func:`trainer_memory`), or a
@@ -29,33 +30,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scalectl.display import bytes_text, count_text
+from scalectl.recipe.async_modes import async_mode
 from scalectl.rl.transport.weight_sync import WeightSyncPlan, weight_sync_plan
-
-#: Modes whose generators sample a round of requests with one policy version and then
-#: wait for the next round's weights (``scalectl.rl.schedule.feeder.RoundFeeder``): one step's
-#: prompts for ``sync``, k steps' for ``ppo_off_policy``.  A round's prompts must split
-#: across the generators by whole groups, else some generators wait while others sample.
-BATCHED_GENERATION = ("sync", "ppo_off_policy")
-
-
-def round_prompts(mode: str, k: int, prompts_per_step: int) -> int:
-    """Prompts one round of a :data:`BATCHED_GENERATION` mode requests at once: P for
-    ``sync``, k P for ``ppo_off_policy``."""
-    return prompts_per_step * (k if mode == "ppo_off_policy" else 1)
 
 #: Bytes per parameter of (weights, gradients, optimiser states) for AdamW.
 #: bf16 is mixed precision: bf16 weights and gradients, and fp32 master weights,
 #: momentum and variance (K = 12 in Rajbhandari et al. 2020, Sec. 3.1);
 #: fp32 keeps fp32 weights and gradients and the two fp32 moments (K = 8).
 ADAM_BYTES = {"bf16": (2, 2, 12), "fp32": (4, 4, 8)}
-
-
-def one_process(mode: str, generators: int, trainers: int) -> bool:
-    """True when the run generates and trains in one process (``sync`` and
-    ``ppo_off_policy`` with one generator and one trainer); every other layout runs
-    one process per generator and per trainer (as
-    ``scalectl.rl.schedule.modes.Schedule.in_processes``; a test checks that they agree)."""
-    return mode in BATCHED_GENERATION and generators == 1 and trainers == 1
 
 
 @dataclass(frozen=True)
@@ -244,20 +226,20 @@ def check_layout(recipe, params: int | None, launcher: str | None = None) -> Lay
     Returns:
         A :class:`LayoutReport`; each problem names the keys involved and what would work.
     """
-    hw, mode = recipe.hardware, recipe.async_.mode
+    hw, mode = recipe.hardware, async_mode(recipe.async_)
     kind = launcher or recipe.launcher.type
     slurm = recipe.launcher.slurm
     gens, trains = hw.generators, hw.trainers
     problems: list[str] = []
     lines: list[str] = []
 
-    single = one_process(mode, gens, trains)
+    single = not mode.in_processes(gens, trains)
     tasks = gens + trains
     if kind == "slurm":
         job_tasks = slurm.nodes * slurm.tasks_per_node
         if single and job_tasks != 1:
-            problems.append(f"async.mode = {mode} with {gens} generator + {trains} trainer runs in one process: "
-                            f"launcher.slurm.nodes x tasks_per_node = {slurm.nodes} x {slurm.tasks_per_node} "
+            problems.append(f"async.mode = {mode.name} with {gens} generator + {trains} trainer runs in one "
+                            f"process: launcher.slurm.nodes x tasks_per_node = {slurm.nodes} x {slurm.tasks_per_node} "
                             f"= {job_tasks} tasks would leave {job_tasks - 1} idle (use 1 x 1)")
         elif not single and job_tasks not in (1, tasks):
             problems.append(f"launcher.slurm.nodes x tasks_per_node = {slurm.nodes} x {slurm.tasks_per_node} "
@@ -284,20 +266,7 @@ def check_layout(recipe, params: int | None, launcher: str | None = None) -> Lay
     if prompts % trains:
         problems.append(f"batch.prompts_per_step = {prompts} does not split into whole groups across "
                         f"hardware.trainers = {trains} (use a multiple of {trains})")
-    if mode == "pipeline" and (recipe.async_.k + 1) * prompts < gens:
-        window = (recipe.async_.k + 1) * prompts
-        problems.append(f"async.mode = pipeline keeps (async.k + 1) x batch.prompts_per_step = "
-                        f"({recipe.async_.k} + 1) x {prompts} = {window} prompts requested at once: "
-                        f"hardware.generators = {gens} would leave {gens - window} generator(s) without work "
-                        f"(use at most {window})")
-    if mode in BATCHED_GENERATION and not single:
-        n = round_prompts(mode, recipe.async_.k, prompts)
-        what = (f"batch.prompts_per_step = {prompts}" if mode == "sync" else
-                f"a round of async.k x batch.prompts_per_step = {recipe.async_.k} x {prompts} = {n} prompts")
-        if n % gens:
-            problems.append(f"{what} does not split into whole groups across hardware.generators = {gens} in "
-                            f"async.mode = {mode}: {gens - n % gens} generator(s) would wait while the others "
-                            f"sample the last prompts of each round (use a number of generators that divides {n})")
+    problems += mode.layout_problems(gens, trains, prompts)
 
     memory = plan = None
     if params is None:

@@ -37,6 +37,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from scalectl.defaults import TRUNCATION_THRESHOLD
 from scalectl.recipe.launcher_choices import DEFAULT_LAUNCHER, LAUNCHER_NAMES
 from scalectl.recipe.loss_choices import COMPANIONS, DEFAULT_LOSS, LOSS_CHOICES, LOSS_NAMES, companion_defaults
+from scalectl.recipe.async_modes import ASYNC_MODE_NAMES
 from scalectl.recipe.reward_function import ANSWER_FORMATS, BUILTIN_REWARD, check_name
 
 # --------------------------------------------------------------------------- bounds
@@ -158,10 +159,15 @@ class Async(_Section):
     ``sync``: on-policy, one batch then one step.  ``ppo_off_policy``: generate
     k batches with one policy, then take k optimiser steps.  ``pipeline``
     (PipelineRL-k): generators stream, trainers push weights after every step
-    and wait when more than k steps ahead of the oldest data.
+    and wait when more than k steps ahead of the oldest data.  The allowed modes,
+    their staleness bounds, rounds and layouts are those of
+    :data:`scalectl.recipe.async_modes.ASYNC_MODES`.
     """
 
-    mode: Literal["sync", "ppo_off_policy", "pipeline"] = "pipeline"
+    mode: Literal[ASYNC_MODE_NAMES] = Field(default="pipeline", description=(
+        "When batches are generated, and by which weights. sync: on-policy; ppo_off_policy: k batches "
+        "with one policy, then k steps; pipeline: PipelineRL-k, streaming with in-flight weight updates "
+        f"({_SCALERL}, Sec. 3.1; docs/recipe-axes.md, \"Asynchrony\")."))
     k: int = Field(default=8, ge=1, le=1024, description=(
         "How far generation may run ahead of training, in optimiser steps (policy versions). "
         "ppo_off_policy generates k batches with one policy, then takes k steps on them; pipeline lets "

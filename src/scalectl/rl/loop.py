@@ -176,16 +176,14 @@ def point_fields(state: LoopState) -> dict:
                 **state.last_metrics)
 
 
-def evaluations_for(recipe, policy: Policy, eval_problems: list):
+def evaluations_for(recipe, policy: Policy, eval_problems: list, in_processes: bool):
     """The run's :class:`~scalectl.rl.evaluation.during_training.Evaluations`: in the background
-    (:func:`~scalectl.rl.evaluation.during_training.runs_in_background`) on a copy of the policy that
-    takes the trainer's weights (gathered first under ZeRO-3) at each start, else in the
-    loop's thread on the policy's engine."""
+    (:func:`~scalectl.rl.evaluation.during_training.runs_in_background`, which depends on whether
+    the run is ``in_processes``) on a copy of the policy that takes the trainer's weights
+    (gathered first under ZeRO-3) at each start, else in the loop's thread on the policy's engine."""
     from scalectl.rl.evaluation.during_training import Evaluations, background_engine, runs_in_background
-    from scalectl.rl.schedule.modes import schedule_for
 
-    hw = recipe.hardware
-    if not runs_in_background(recipe, schedule_for(recipe.async_).in_processes(hw.generators, hw.trainers)):
+    if not runs_in_background(recipe, in_processes):
         return Evaluations(recipe, policy.engine, eval_problems)
 
     def load_weights(engine, version: int) -> None:
@@ -257,7 +255,101 @@ def prepare(recipe, run_dir: Path, n_train: int, reporter: Reporter, resume: boo
     return policy, state
 
 
-def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, eval_problems: list,
+@dataclass
+class _Run:
+    """One call of :func:`train`: what its steps share, and the steps' parts."""
+
+    recipe: object
+    policy: Policy
+    state: LoopState
+    source: object
+    run_dir: Path
+    evals: object
+    sink: object
+    reporter: Reporter
+    boundary: dict | None = None    # while a step is under way: the state saved if it is interrupted
+    warned_pool: bool = False       # the warning of a training pool emptied by retirement: once per process
+
+    def done(self) -> bool:
+        return budget_spent(self.recipe.budget, self.state)
+
+    def deliver(self, finished: list) -> None:
+        for point, seconds in finished:
+            self.sink(point)
+            self.state.evaluated.append(point.step)
+            self.reporter.eval(point.step, {**point.to_dict(), "eval_seconds": seconds})
+
+    def evaluate(self) -> None:
+        # the last point is evaluated here: nothing is left to overlap it with, and the
+        # final checkpoint then holds it
+        self.deliver(self.evals.start(point_fields(self.state), wait=self.done()))
+
+    def snapshot(self) -> dict:
+        saved = {**self.state.to_dict(), **self.source.checkpoint_fields()}
+        saved["pending"] = list(saved["pending"])      # the source pops from the live list
+        return saved
+
+    def checkpoint(self, saved: dict | None = None) -> None:
+        # a background evaluation of an earlier step is waited for (its point is then in the
+        # checkpoint); one of this step stays under way and is not in it: a run resumed here
+        # evaluates the step again, with the same weights and seed
+        if self.evals.pending_step() is not None and self.evals.pending_step() < self.state.step:
+            self.deliver(self.evals.wait())
+        save_checkpoint(self.run_dir, self.state.step, self.policy.ranks, saved or self.snapshot(),
+                        self.recipe.checkpoint.keep)
+
+    def take_step(self) -> dict:
+        """Fetch a batch, take one optimiser step on it, bring the engine and the source to the
+        new version; returns the step's metrics so far."""
+        state, source = self.state, self.source
+        # An interruption inside a step saves the state as of the step before it: the groups
+        # fetched so far (counted in the compute meter and the prompt history, drawn from the
+        # sampler) are fetched again on resume, so they must not be in the checkpoint.
+        self.boundary = self.snapshot()
+        with state.meter.timer():
+            groups, stats = source.next_batch(state.step)
+        if self.recipe.logging.rollouts and groups:     # a diagnostic: outside the run's compute
+            with (Path(self.run_dir) / "rollouts.jsonl").open("a") as fh:
+                for line in rollout_lines(self.recipe, self.policy, state.step, groups):
+                    fh.write(json.dumps(line) + "\n")
+        with state.meter.timer():
+            metrics = train_on_groups(self.recipe, self.policy, groups, stats, state.meter)
+            state.step += 1
+            self.boundary = None
+            self.policy.engine.update_weights(None, state.step)
+            source.after_step(state.step)
+        return metrics
+
+    def record(self, metrics: dict) -> None:
+        """The step's finished evaluations, its metrics (``steps.jsonl``, the reporter), a warning."""
+        state = self.state
+        self.deliver(self.evals.finished())
+        metrics.update(self.source.step_metrics(state.step))
+        metrics.update(step=state.step, gpu_hours=state.meter.gpu_hours, flops=state.meter.flops)
+        state.last_metrics = append_step(self.run_dir, metrics)
+        self.reporter.step(state.step, metrics)
+        if not self.warned_pool and (warning := pool_warning(len(state.history.retired), state.sampler.n_prompts)):
+            self.reporter.log(f"warning: step {state.step}: {warning}")
+            self.warned_pool = True
+
+    def when_due(self) -> None:
+        """The evaluation and the checkpoint due after the step just taken."""
+        step = self.state.step
+        if step % self.recipe.eval.every_steps == 0 or self.done():
+            self.evaluate()
+        if step % self.recipe.checkpoint.every_steps == 0 or self.done():   # done: a raised budget continues here
+            self.checkpoint()
+
+    def interrupted(self) -> None:
+        """Save a checkpoint as of the last step taken (a background evaluation's point is not lost)."""
+        self.reporter.log(f"interrupted at step {self.state.step}: saving a checkpoint")
+        self.deliver(self.evals.wait())
+        if self.boundary is not None:
+            self.boundary["evaluated"] = list(self.state.evaluated)
+        self.checkpoint(self.boundary)
+
+
+def train(recipe, policy: Policy, state: LoopState, source, *, schedule, run_dir: Path, eval_problems: list,
           sink, reporter: Reporter, stop=None) -> dict:
     """The RL loop, the same for every async mode: train until the budget is spent.
 
@@ -271,6 +363,9 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
     Args:
         recipe: the validated :class:`~scalectl.recipe.schema.Recipe`.
         policy, state: from :func:`prepare`.
+        source: ``schedule.batches(...)``.
+        schedule: the job's :class:`~scalectl.rl.schedule.modes.Schedule` (whether the run is in
+            processes decides where evaluations run: :func:`evaluations_for`).
         run_dir: the run folder (checkpoints, ``steps.jsonl``).
         eval_problems: the held-out prompts.
         sink: ``sink(point)`` receives each :class:`~scalectl.points.EvalPoint` (e.g. the store).
@@ -283,78 +378,20 @@ def train(recipe, policy: Policy, state: LoopState, source, *, run_dir: Path, ev
     Raises:
         KeyboardInterrupt: after saving a checkpoint, when interrupted.
     """
-    evals = evaluations_for(recipe, policy, eval_problems)
-
-    def deliver(finished: list) -> None:
-        for point, seconds in finished:
-            sink(point)
-            state.evaluated.append(point.step)
-            reporter.eval(point.step, {**point.to_dict(), "eval_seconds": seconds})
-
-    def do_eval() -> None:
-        # the last point is evaluated here: nothing is left to overlap it with, and the
-        # final checkpoint then holds it
-        deliver(evals.start(point_fields(state), wait=done()))
-
-    def snapshot() -> dict:
-        saved = {**state.to_dict(), **source.checkpoint_fields()}
-        saved["pending"] = list(saved["pending"])      # the source pops from the live list
-        return saved
-
-    def checkpoint(saved: dict | None = None) -> None:
-        # a background evaluation of an earlier step is waited for (its point is then in the
-        # checkpoint); one of this step stays under way and is not in it: a run resumed here
-        # evaluates the step again, with the same weights and seed
-        if evals.pending_step() is not None and evals.pending_step() < state.step:
-            deliver(evals.wait())
-        save_checkpoint(run_dir, state.step, policy.ranks, saved or snapshot(), recipe.checkpoint.keep)
-
-    def done() -> bool:
-        return budget_spent(recipe.budget, state)
-
-    boundary = None        # while a step is under way: the state saved if it is interrupted
-    warned_pool = False    # the warning of a training pool emptied by retirement: once per process
+    hw = recipe.hardware
+    evals = evaluations_for(recipe, policy, eval_problems, schedule.in_processes(hw.generators, hw.trainers))
+    run = _Run(recipe, policy, state, source, run_dir, evals, sink, reporter)
     reporter.start(recipe.budget.steps, state.step)
     try:
         if eval_due_on_start(recipe, state):
-            do_eval()
-        while not done():
+            run.evaluate()
+        while not run.done():
             if stop is not None and stop.is_set():
                 raise KeyboardInterrupt
-            # An interruption inside a step saves the state as of the step before it: the groups
-            # fetched so far (counted in the compute meter and the prompt history, drawn from the
-            # sampler) are fetched again on resume, so they must not be in the checkpoint.
-            boundary = snapshot()
-            with state.meter.timer():
-                groups, stats = source.next_batch(state.step)
-            if recipe.logging.rollouts and groups:     # a diagnostic: outside the run's compute
-                with (Path(run_dir) / "rollouts.jsonl").open("a") as fh:
-                    for line in rollout_lines(recipe, policy, state.step, groups):
-                        fh.write(json.dumps(line) + "\n")
-            with state.meter.timer():
-                metrics = train_on_groups(recipe, policy, groups, stats, state.meter)
-                state.step += 1
-                boundary = None
-                policy.engine.update_weights(None, state.step)
-                source.after_step(state.step)
-            deliver(evals.finished())
-            metrics.update(source.step_metrics(state.step))
-            metrics.update(step=state.step, gpu_hours=state.meter.gpu_hours, flops=state.meter.flops)
-            state.last_metrics = append_step(run_dir, metrics)
-            reporter.step(state.step, metrics)
-            if not warned_pool and (warning := pool_warning(len(state.history.retired), state.sampler.n_prompts)):
-                reporter.log(f"warning: step {state.step}: {warning}")
-                warned_pool = True
-            if state.step % recipe.eval.every_steps == 0 or done():
-                do_eval()
-            if state.step % recipe.checkpoint.every_steps == 0 or done():   # done: a raised budget continues here
-                checkpoint()
+            run.record(run.take_step())
+            run.when_due()
     except KeyboardInterrupt:
-        reporter.log(f"interrupted at step {state.step}: saving a checkpoint")
-        deliver(evals.wait())                  # a background evaluation's point is not lost
-        if boundary is not None:
-            boundary["evaluated"] = list(state.evaluated)
-        checkpoint(boundary)
+        run.interrupted()
         raise
     finally:
         source.close()

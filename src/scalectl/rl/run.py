@@ -1,7 +1,7 @@
 """Start one run's training: the schedule of ``async.mode`` decides how.
 
 * in one process (``sync`` and ``ppo_off_policy`` with 1 generator + 1 trainer,
-  :meth:`scalectl.rl.schedule.modes.Schedule.in_processes`): the RL loop runs here,
+  :meth:`scalectl.recipe.async_modes.AsyncMode.in_processes`): the RL loop runs here,
   generating its own batches;
 * in processes (``pipeline``; ``sync`` and ``ppo_off_policy`` with more
   generators or trainers): in a multi-task job (Slurm, or ``RANK``/``WORLD_SIZE``
@@ -21,31 +21,33 @@ from scalectl.rl.loop import Reporter, prepare, train
 from scalectl.rl.processes.bodies import ProcessSpec, run_role
 from scalectl.rl.processes.supervise import supervise
 from scalectl.rl.transport.roles import Task, detect
-from scalectl.rl.schedule.modes import schedule_for
+from scalectl.rl.schedule.modes import Schedule
 from scalectl.rl.train.warmstart import ensure_warm_start
 
 
-def job_task(recipe) -> Task:
+def job_task(recipe, schedule: Schedule) -> Task:
     """This process's task in its job (role, rank), checked against ``hardware`` when the
     run is in processes (:meth:`~scalectl.rl.schedule.modes.Schedule.in_processes`).
 
+    Args:
+        schedule: the job's :class:`~scalectl.rl.schedule.modes.Schedule` (of ``recipe.async_``).
+
     Raises:
-        UserError: the schedule cannot run on the recipe's hardware, or the job's
-            tasks do not match it.
+        UserError: the job's tasks do not match the recipe's hardware.
     """
-    schedule = schedule_for(recipe.async_)
-    schedule.check(recipe)
     hw = recipe.hardware
     return detect(hw.generators, hw.trainers, strict=schedule.in_processes(hw.generators, hw.trainers))
 
 
-def run_training(recipe, run_dir: Path, *, sink, train_problems: list, eval_problems: list,
+def run_training(recipe, run_dir: Path, *, schedule: Schedule, sink, train_problems: list, eval_problems: list,
                  reporter: Reporter | None = None, resume: bool = False, task: Task | None = None) -> dict | None:
     """Train ``recipe`` until its budget is spent.
 
     Args:
         recipe: the validated :class:`~scalectl.recipe.schema.Recipe`.
         run_dir: the run folder (checkpoints, ``steps.jsonl``, process logs).
+        schedule: the job's :class:`~scalectl.rl.schedule.modes.Schedule`
+            (:func:`~scalectl.rl.schedule.modes.schedule_for` of ``recipe.async_``, built once per job).
         sink: ``sink(point)`` stores each :class:`~scalectl.points.EvalPoint`; with a
             run in processes it runs in the first trainer process, so it must pickle.
         train_problems, eval_problems: disjoint prompt sets.
@@ -63,16 +65,16 @@ def run_training(recipe, run_dir: Path, *, sink, train_problems: list, eval_prob
         UserError: see :func:`job_task`.
     """
     reporter = reporter or Reporter()
-    schedule = schedule_for(recipe.async_)
-    task = task or job_task(recipe)
+    task = task or job_task(recipe, schedule)
     run_dir = Path(run_dir)
     if not schedule.in_processes(recipe.hardware.generators, recipe.hardware.trainers):
         set_cpu_threads(recipe.hardware, processes=1)   # one process generates and trains: every core
         policy, state = prepare(recipe, run_dir, len(train_problems), reporter, resume)
         source = schedule.batches(recipe, policy, state, train_problems)
-        return train(recipe, policy, state, source, run_dir=run_dir, eval_problems=eval_problems,
+        return train(recipe, policy, state, source, schedule=schedule, run_dir=run_dir, eval_problems=eval_problems,
                      sink=sink, reporter=reporter)
-    spec = ProcessSpec(recipe.to_dict(), str(run_dir.resolve()), sink, resume, train_problems, eval_problems)
+    spec = ProcessSpec(recipe.to_dict(), str(run_dir.resolve()), sink, resume, train_problems, eval_problems,
+                       schedule)
     if task.world_size > 1:
         return run_role(spec, task, reporter)
     if recipe.model.path.startswith("builtin:"):      # build the warm start once, before the processes

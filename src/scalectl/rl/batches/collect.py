@@ -4,7 +4,9 @@ How groups are fetched is the schedule's business (:mod:`scalectl.rl.schedule.mo
 generated here by the run's own engine, or received from generator processes.
 What is done with them is the same for every schedule: each fetched group is
 counted (compute meter, prompt history), kept or dropped by the filters, and
-dynamic sampling asks for more until the batch is full.
+dynamic sampling asks for more until the batch is full.  Every batch source checks
+the tokens it hands to the trainer against its async mode's staleness bound
+(:func:`check_staleness`).
 """
 
 from __future__ import annotations
@@ -14,6 +16,35 @@ from scalectl.rl.batches.filters import groups_to_refill
 from scalectl.rl.reward.scoring import scorer_for
 from scalectl.rl.rollout.groups import rollout_stats, score_groups
 from scalectl.rl.rollout.sampling import SamplingParams
+
+
+class StalenessError(RuntimeError):
+    """A token older than the async mode allows reached the trainer (a scheduling bug, never expected)."""
+
+
+def check_staleness(mode, version: int, groups: list, what: str = "a trained token") -> list[list[int]]:
+    """Check every token of ``groups`` against ``mode``'s staleness bound for trainer version ``version``.
+
+    Args:
+        mode: the run's :class:`scalectl.recipe.async_modes.AsyncMode`.
+        version: the trainer version that trains the groups.
+        groups: scored groups (:class:`scalectl.rl.rollout.groups.Group`), each completion with the
+            policy version of every token.
+        what: the tokens' name in the error (``a token of prompt 7``).
+
+    Returns:
+        The token versions, one list per completion (for :func:`scalectl.rl.schedule.feeder.staleness_stats`).
+
+    Raises:
+        StalenessError: a token more than ``mode.staleness_bound`` versions behind ``version``; the
+            message names the token's version, the trainer version and the bound.
+    """
+    versions = [c.versions for g in groups for c in g.completions]
+    oldest = min((v for vs in versions for v in vs), default=version)
+    if version - oldest > mode.staleness_bound:
+        raise StalenessError(f"{what} has version {oldest}, {version - oldest} versions behind trainer version "
+                             f"{version} (async.mode = {mode.describe()} allows at most {mode.staleness_bound})")
+    return versions
 
 
 def collect_batch(recipe, fetch, state) -> tuple[list, dict]:

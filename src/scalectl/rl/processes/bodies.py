@@ -50,7 +50,6 @@ from scalectl.rl.loop import Reporter, load_model, prepare, train
 from scalectl.rl.transport.roles import free_port, local_task_env
 from scalectl.rl.rollout import make_engine
 from scalectl.rl.rollout.sampling import SamplingParams
-from scalectl.rl.schedule.modes import schedule_for
 from scalectl.rl.transport.stream import BYE, STOP, Channel, Inbox, PeerLost, WeightSlot, send_object, weight_layout
 
 
@@ -64,6 +63,7 @@ class ProcessSpec:
     resume: bool
     train_problems: list
     eval_problems: list
+    schedule: object        # the job's :class:`scalectl.rl.schedule.modes.Schedule`
 
 
 class StopFlag:
@@ -178,10 +178,10 @@ def run_trainer(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -> 
     gens = list(range(channel.trainer))
     link = StreamLink(channel, gens, Inbox(channel.groups["rollouts"], gens, "rollouts"), stop,
                       gather=policy.ranks.gathered)
-    source = schedule_for(recipe.async_).batches(recipe, policy, state, spec.train_problems, link=link)
+    source = spec.schedule.batches(recipe, policy, state, spec.train_problems, link=link)
     try:
-        return train(recipe, policy, state, source, run_dir=run_dir, eval_problems=spec.eval_problems,
-                     sink=spec.sink, reporter=reporter, stop=stop)
+        return train(recipe, policy, state, source, schedule=spec.schedule, run_dir=run_dir,
+                     eval_problems=spec.eval_problems, sink=spec.sink, reporter=reporter, stop=stop)
     finally:
         try:
             policy.ranks.stop()

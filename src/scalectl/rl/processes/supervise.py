@@ -38,10 +38,8 @@ import time
 import traceback
 from pathlib import Path
 
-from scalectl.recipe.schema import Async
 from scalectl.rl.processes.bodies import run_role
 from scalectl.rl.transport.roles import detect, free_port, local_task_env
-from scalectl.rl.schedule.modes import schedule_for
 from scalectl.rl.transport.board import LOG_ENV, is_lost_peer
 
 
@@ -129,11 +127,6 @@ def _read_events(rank: int, fd: int, events: queue.Queue) -> None:
     events.put((rank, None))
 
 
-def recipe_mode(spec) -> str:
-    """``async.mode`` and k of a spec's recipe, as one word (``pipeline-8``)."""
-    return schedule_for(Async.model_validate(spec.recipe["async"])).describe()
-
-
 def _describe(task: dict, rc: int, error: dict | None, mode: str = "pipeline") -> str:
     what = f"{mode} {task['role']} process (rank {task['rank']}, pid {task['pid']})"
     if rc < 0:
@@ -145,8 +138,128 @@ def _describe(task: dict, rc: int, error: dict | None, mode: str = "pipeline") -
     return f"{what} {how} (log: {task['log']})"
 
 
+def _spawn(spec_path: Path, rank: int, world: int, port: int, log: Path, events: queue.Queue) -> subprocess.Popen:
+    """Start task ``rank`` (``python -m scalectl.rl.processes.supervise SPEC``), its output in
+    ``log``, its events read into ``events`` by a thread of its own."""
+    r, w = os.pipe()
+    env = {**os.environ, **local_task_env(rank, world, port), "SCALECTL_PARENT_PID": str(os.getpid()),
+           "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", LOG_ENV: str(log)}
+    with log.open("ab") as fh:
+        proc = subprocess.Popen([sys.executable, "-m", "scalectl.rl.processes.supervise", str(spec_path),
+                                 "--events-fd", str(w)], pass_fds=(w,), stdin=subprocess.DEVNULL,
+                                stdout=fh, stderr=subprocess.STDOUT, env=env)
+    os.close(w)
+    threading.Thread(target=_read_events, args=(rank, r, events), daemon=True).start()
+    return proc
+
+
+class _Processes:
+    """The spawned processes of one job: their events relayed to the reporter, their exits, and
+    the signals that stop them together."""
+
+    def __init__(self, procs: list, tasks: list[dict], events: queue.Queue, leader: int, reporter,
+                 grace_s: float):
+        self.procs, self.tasks, self.events, self.leader = procs, tasks, events, leader
+        self.reporter, self.grace_s = reporter, grace_s
+        self.result, self.errors, self.exits = None, {}, []
+        self.interrupted, self.deadline = False, None
+
+    def handle(self, rank: int, ev: dict | None) -> None:
+        """Hand one event of process ``rank`` to the reporter (or keep its result or error)."""
+        if ev is None:
+            return
+        kind, reporter = ev["event"], self.reporter
+        if kind == "start":
+            reporter.start(ev["total_steps"], ev["first_step"])
+        elif kind == "step":
+            reporter.step(ev["step"], ev["metrics"])
+        elif kind == "eval":
+            reporter.eval(ev["step"], ev["point"])
+        elif kind == "log":
+            reporter.log(ev["message"])
+        elif kind == "done" and rank == self.leader:
+            self.result = ev["result"]
+        elif kind == "error":
+            self.errors[rank] = ev
+
+    def signal_all(self, sig) -> None:
+        for p in self.procs:
+            if p.poll() is None:
+                try:
+                    p.send_signal(sig)
+                except ProcessLookupError:
+                    pass
+
+    def wait_all(self) -> None:
+        """Relay events until every process has exited; one that fails stops the others (SIGTERM,
+        then SIGKILL after ``grace_s``)."""
+        while any(p.poll() is None for p in self.procs) or not self.events.empty():
+            try:
+                self.handle(*self.events.get(timeout=0.1))
+            except queue.Empty:
+                pass
+            for rank, p in enumerate(self.procs):
+                if p.returncode is not None and rank not in dict(self.exits):
+                    self.exits.append((rank, p.returncode))
+                    if p.returncode not in (0, 130) and self.deadline is None:
+                        self.signal_all(signal.SIGTERM)           # one failed: the others checkpoint and stop
+                        self.deadline = time.monotonic() + self.grace_s
+            if self.deadline is not None and time.monotonic() > self.deadline:
+                self.signal_all(signal.SIGKILL)
+
+    def wait(self) -> None:
+        """:meth:`wait_all`, passing a Ctrl-C (or SIGTERM) on to every process as SIGINT."""
+        while True:
+            try:
+                self.wait_all()
+                return
+            except KeyboardInterrupt:                        # wherever it lands: pass it on, keep waiting
+                self.interrupted = True
+                self.signal_all(signal.SIGINT)
+                self.deadline = self.deadline or time.monotonic() + self.grace_s
+
+    def reap(self) -> None:
+        """Kill what is left, collect every exit status and the last errors, stop the reporter."""
+        self.signal_all(signal.SIGKILL)
+        for rank, p in enumerate(self.procs):
+            p.wait()
+            if rank not in dict(self.exits):
+                self.exits.append((rank, p.returncode))
+        while not self.events.empty():
+            rank, ev = self.events.get()
+            if ev is not None and ev["event"] == "error":
+                self.errors[rank] = ev
+        self.reporter.stop()
+
+    def outcome(self, mode: str) -> dict:
+        """The first trainer's summary.
+
+        Raises:
+            ProcessFailed: a process failed (the first one whose error is not only another's
+                loss), or the first trainer ended without a result; KeyboardInterrupt: interrupted.
+        """
+        failed = [(rank, rc) for rank, rc in self.exits if rc not in (0, 130)]
+        if failed:
+            primary = [(r, rc) for r, rc in failed if not self.errors.get(r, {}).get("secondary")] or failed
+            rank, rc = primary[0]
+            raise ProcessFailed(_describe(self.tasks[rank], rc, self.errors.get(rank), mode))
+        if self.interrupted or any(rc == 130 for _, rc in self.exits):
+            raise KeyboardInterrupt
+        if self.result is None:
+            raise ProcessFailed(f"the first trainer process ended without a result "
+                                f"(log: {self.tasks[self.leader]['log']})")
+        return self.result
+
+
 def supervise(spec, generators: int, reporter, grace_s: float = 120.0, trainers: int = 1) -> dict:
-    """Run a pipeline job as local processes (see the module docstring) and return the trainer's summary.
+    """Run a job in processes as local processes (see the module docstring) and return the trainer's summary.
+
+    Args:
+        spec: the job's :class:`~scalectl.rl.processes.bodies.ProcessSpec` (its ``schedule`` names
+            the mode in messages).
+        generators, trainers: process counts; ranks ``0 .. generators-1`` generate.
+        reporter: receives every process's progress.
+        grace_s: seconds a process told to stop has before it is killed.
 
     Raises:
         ProcessFailed: a process failed; KeyboardInterrupt: interrupted (the trainer checkpointed).
@@ -163,96 +276,17 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0, trainers:
     for rank in range(world):
         role = "generator" if rank < generators else "trainer"    # as scalectl.rl.transport.roles.assign_role
         log = logs / f"pipeline-{role}-{rank}.log"
-        r, w = os.pipe()
-        env = {**os.environ, **local_task_env(rank, world, port), "SCALECTL_PARENT_PID": str(os.getpid()),
-               "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", LOG_ENV: str(log)}
-        with log.open("ab") as fh:
-            proc = subprocess.Popen([sys.executable, "-m", "scalectl.rl.processes.supervise", str(spec_path),
-                                     "--events-fd", str(w)], pass_fds=(w,), stdin=subprocess.DEVNULL,
-                                    stdout=fh, stderr=subprocess.STDOUT, env=env)
-        os.close(w)
-        threading.Thread(target=_read_events, args=(rank, r, events), daemon=True).start()
-        procs.append(proc)
-        tasks.append({"rank": rank, "role": role, "pid": proc.pid, "log": str(log)})
+        procs.append(_spawn(spec_path, rank, world, port, log, events))
+        tasks.append({"rank": rank, "role": role, "pid": procs[-1].pid, "log": str(log)})
     (folder / "tasks.json").write_text(json.dumps({"supervisor": os.getpid(), "tasks": tasks}, indent=2))
     reporter.log(f"{generators} generator process(es) and {trainers} trainer process(es) started "
-                 f"({recipe_mode(spec)}; logs in {logs})")
-
-    result, errors, exits = None, {}, []
-    interrupted, deadline = False, None
-
-    def handle(rank: int, ev: dict | None) -> None:
-        nonlocal result
-        if ev is None:
-            return
-        kind = ev["event"]
-        if kind == "start":
-            reporter.start(ev["total_steps"], ev["first_step"])
-        elif kind == "step":
-            reporter.step(ev["step"], ev["metrics"])
-        elif kind == "eval":
-            reporter.eval(ev["step"], ev["point"])
-        elif kind == "log":
-            reporter.log(ev["message"])
-        elif kind == "done" and rank == leader:
-            result = ev["result"]
-        elif kind == "error":
-            errors[rank] = ev
-
-    def signal_all(sig) -> None:
-        for p in procs:
-            if p.poll() is None:
-                try:
-                    p.send_signal(sig)
-                except ProcessLookupError:
-                    pass
-
-    def wait_all() -> None:
-        nonlocal deadline
-        while any(p.poll() is None for p in procs) or not events.empty():
-            try:
-                handle(*events.get(timeout=0.1))
-            except queue.Empty:
-                pass
-            for rank, p in enumerate(procs):
-                if p.returncode is not None and rank not in dict(exits):
-                    exits.append((rank, p.returncode))
-                    if p.returncode not in (0, 130) and deadline is None:
-                        signal_all(signal.SIGTERM)           # one failed: the others checkpoint and stop
-                        deadline = time.monotonic() + grace_s
-            if deadline is not None and time.monotonic() > deadline:
-                signal_all(signal.SIGKILL)
-
+                 f"({spec.schedule.describe()}; logs in {logs})")
+    job = _Processes(procs, tasks, events, leader, reporter, grace_s)
     try:
-        while True:
-            try:
-                wait_all()
-                break
-            except KeyboardInterrupt:                        # wherever it lands: pass it on, keep waiting
-                interrupted = True
-                signal_all(signal.SIGINT)
-                deadline = deadline or time.monotonic() + grace_s
+        job.wait()
     finally:
-        signal_all(signal.SIGKILL)
-        for rank, p in enumerate(procs):
-            p.wait()
-            if rank not in dict(exits):
-                exits.append((rank, p.returncode))
-        while not events.empty():
-            rank, ev = events.get()
-            if ev is not None and ev["event"] == "error":
-                errors[rank] = ev
-        reporter.stop()
-    failed = [(rank, rc) for rank, rc in exits if rc not in (0, 130)]
-    if failed:
-        primary = [(r, rc) for r, rc in failed if not errors.get(r, {}).get("secondary")] or failed
-        rank, rc = primary[0]
-        raise ProcessFailed(_describe(tasks[rank], rc, errors.get(rank), spec.recipe["async"]["mode"]))
-    if interrupted or any(rc == 130 for _, rc in exits):
-        raise KeyboardInterrupt
-    if result is None:
-        raise ProcessFailed(f"the first trainer process ended without a result (log: {tasks[leader]['log']})")
-    return result
+        job.reap()
+    return job.outcome(spec.schedule.mode.name)
 
 
 if __name__ == "__main__":

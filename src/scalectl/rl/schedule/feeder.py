@@ -12,8 +12,10 @@ prompts per step and c_v groups consumed before step v, requests are issued
 up to c_v + (k + 1) P and weights are pushed after every step.  Each step
 consumes at least P groups, so a group requested at version v is consumed by
 step v + k at the latest: staleness = trainer version - token version <= k.
-Generators wait when no request is open (the stream is full).  Every consumed
-token is checked against the bound (:class:`StalenessError`).
+Generators wait when no request is open (the stream is full).  The bound and the
+window are the async mode's (:class:`scalectl.recipe.async_modes.AsyncMode`), and every
+consumed token is checked against the bound
+(:func:`scalectl.rl.batches.collect.check_staleness`).
 """
 
 from __future__ import annotations
@@ -23,12 +25,8 @@ import time
 from collections import deque
 from dataclasses import dataclass, field
 
-from scalectl.rl.batches.collect import collect_batch, count_groups
+from scalectl.rl.batches.collect import StalenessError, check_staleness, collect_batch, count_groups
 from scalectl.rl.transport.stream import BYE, STOP, Channel, Inbox, PeerLost, end_weights, push_weights, send_object, weight_layout
-
-
-class StalenessError(RuntimeError):
-    """A token older than the schedule allows reached the trainer (a scheduling bug, never expected)."""
 
 
 def staleness_stats(trainer_version: int, versions: list[list[int]]) -> dict:
@@ -91,15 +89,15 @@ class Feeder:
 
     Args:
         model: the trainer's model (its weights are pushed).
-        bound: the schedule's staleness bound; window: requests kept open ahead of consumption.
+        mode: the run's :class:`~scalectl.recipe.async_modes.AsyncMode`: its staleness bound
+            (``bound``) and its request window (``window``, requests kept open ahead of consumption).
     """
 
     recipe: object
     state: object
     model: object
     link: StreamLink
-    bound: int
-    window: int
+    mode: object
     tickets: deque = field(default_factory=deque)
     received: dict = field(default_factory=dict)
     next_req: int = 0
@@ -111,6 +109,7 @@ class Feeder:
 
     def __post_init__(self):
         self.P = self.recipe.batch.prompts_per_step
+        self.bound, self.window = self.mode.staleness_bound, self.mode.request_window(self.P)
         self.channel, self.generators = self.link.channel, self.link.generators
         self.inbox, self.stop = self.link.inbox, self.link.stop
         self.replay = deque(self.state.requests)     # requested before the checkpoint, not consumed
@@ -215,11 +214,8 @@ class Feeder:
             self._pull(0.2)
         self._step["idle"] += time.perf_counter() - t0
         group = self.received.pop(ticket.req_id)
-        versions = [c.versions for c in group.completions]
+        versions = check_staleness(self.mode, version, [group], f"a token of prompt {ticket.prompt_id}")
         oldest = min((v for vs in versions for v in vs), default=version)
-        if version - oldest > self.bound:
-            raise StalenessError(f"a token of prompt {ticket.prompt_id} is {version - oldest} versions behind "
-                                 f"trainer version {version} (at most {self.bound})")
         if oldest < ticket.min_version:
             raise StalenessError(f"a token of prompt {ticket.prompt_id} has version {oldest}, older than the "
                                  f"weights {ticket.min_version} its request asked for")
@@ -285,24 +281,21 @@ class RoundFeeder(Feeder):
     generator processes: rounds of ``rounds`` batches sampled by one policy version.
 
     When no batch of the current round is left (``state.pending``), the trainer at version
-    v pushes weights v, requests ``rounds`` x P prompts at once (a near-equal share per
-    generator, :func:`scalectl.rl.train.sharding.split_groups`), each tagged with version v, and
-    collects the round's ``rounds`` batches in order (filters and dynamic-sampling refills as
-    in one process, :func:`scalectl.rl.batches.collect.collect_batch`; refills are sampled by the
-    same weights).  Weights are pushed only at the start of a round, so every token of the
+    v pushes weights v, requests ``rounds`` x P prompts at once (the mode's request window; a
+    near-equal share per generator, :func:`scalectl.rl.train.sharding.split_groups`), each
+    tagged with version v, and collects the round's ``rounds`` batches in order (filters and
+    dynamic-sampling refills as in one process, :func:`scalectl.rl.batches.collect.collect_batch`;
+    refills are sampled by the same weights).  Weights are pushed only at the start of a round, so every token of the
     round is version v, and batch j of the round is trained by version v + j: staleness
     j <= rounds - 1 (0 for ``sync``), checked for every trained token (the step metrics'
     staleness and throughput are over the tokens the step trained).  The round's
     batches wait in ``state.pending``, so a checkpoint between two steps of a round holds
     them and a resumed run trains on them as the uninterrupted run would (as
     :class:`~scalectl.rl.schedule.modes.LocalBatches` does); a round interrupted while being
-    collected is sampled again from the sampler as of its start.
-
-    Args:
-        rounds: batches per round (1 for ``sync``, k for ``ppo_off_policy``).
+    collected is sampled again from the sampler as of its start.  ``rounds`` is the mode's
+    :attr:`~scalectl.recipe.async_modes.AsyncMode.steps_per_round` (1 for ``sync``, k for
+    ``ppo_off_policy``).
     """
-
-    rounds: int = 1
 
     def chunks(self, n: int) -> list[range]:
         """A round's ``n`` requests in M near-equal contiguous shares (M generators), so that
@@ -323,16 +316,11 @@ class RoundFeeder(Feeder):
         if not state.pending:
             if self.pushed < version:
                 self.push(version)
-            self.dispatch(self.rounds * self.P - len(self.tickets))
+            self.dispatch(self.window - len(self.tickets))
             fetch = self._fetch(version)
-            state.pending = [collect_batch(self.recipe, fetch, state) for _ in range(self.rounds)]
+            state.pending = [collect_batch(self.recipe, fetch, state) for _ in range(self.mode.steps_per_round)]
         kept, stats = state.pending.pop(0)
-        versions = [c.versions for g in kept for c in g.completions]
-        oldest = min((v for vs in versions for v in vs), default=version)
-        if version - oldest > self.bound:
-            raise StalenessError(f"a trained token is {version - oldest} versions behind trainer version "
-                                 f"{version} (at most {self.bound})")
-        self._step["versions"] = versions
+        self._step["versions"] = check_staleness(self.mode, version, kept)
         return kept, stats
 
     def after_step(self, version: int) -> None:

@@ -1,45 +1,32 @@
-"""Async modes as schedules: when batches are generated, by which weights, and where.
+"""Async modes as schedules: where a run's batches come from.
 
-The training loop (:func:`scalectl.rl.loop.train`) is the same for every
-``async.mode``; what differs is the :class:`Schedule` chosen by name from
-:data:`SCHEDULES`.  A schedule declares
+The training loop (:func:`scalectl.rl.loop.train`) is the same for every ``async.mode``;
+what differs is the run's :class:`Schedule`, built once per job (:func:`schedule_for`, in
+:func:`scalectl.job.body.run_job`) and passed down.  A schedule holds the mode's
+description (:class:`scalectl.recipe.async_modes.AsyncMode`: staleness bound, rounds,
+request window, whether a layout runs in processes) and builds the loop's
+:class:`BatchSource` from the mode's ``source`` (:data:`SOURCES`):
 
-* its staleness bound: the most policy versions a trained token may lag the
-  trainer (every consumed token is checked against it);
-* whether it runs in several processes (generators apart from the trainers) on
-  a given ``hardware`` (:meth:`Schedule.in_processes`);
-* how the loop fetches the next batch: :meth:`Schedule.batches` returns a
-  :class:`BatchSource`.
+* ``rounds`` (``sync``, ``ppo_off_policy``): rounds of ``steps_per_round`` batches sampled
+  by one policy version: in one process (:class:`LocalBatches`) on 1 generator + 1 trainer;
+  over M generator processes and N data-parallel trainer processes otherwise
+  (:class:`scalectl.rl.schedule.feeder.RoundFeeder`, weights pushed only between rounds);
+* ``stream`` (``pipeline``): generator processes stream groups, the trainer pushes weights
+  after every step (:class:`scalectl.rl.schedule.feeder.Feeder`).
 
-Schedules (v = trainer version, P = prompts per step):
-
-* ``sync``: one batch generated with version v, one step; staleness 0.
-* ``ppo_off_policy`` (k): k batches generated with version v, then k steps on
-  them; batch j is trained by version v + j, so the importance ratio
-  pi_train / pi_gen corrects up to k - 1 versions of staleness.
-
-  Both run in one process (:class:`LocalBatches`) with one generator and one
-  trainer; with more of either, M generator processes sample each round of
-  requests (P prompts for ``sync``, k P for ``ppo_off_policy``, all with version
-  v, weights pushed only between rounds) and N data-parallel trainer processes
-  train on it (:class:`scalectl.rl.schedule.feeder.RoundFeeder`), as in ``pipeline``.
-* ``pipeline`` (PipelineRL-k, Piche et al. 2025, as run by ScaleRL, Khatri et
-  al. 2025, arXiv 2510.13786, section 3.1): generator processes stream groups,
-  the trainer pushes weights after every step; staleness <= k
-  (:class:`scalectl.rl.schedule.feeder.Feeder`).
-
-A new mode is a new :class:`Schedule` subclass decorated with :func:`register`
-(and its name added to ``async.mode`` in :mod:`scalectl.recipe.schema`; a test checks
-that the two agree).
+Every batch source checks each token it hands to the trainer against the mode's staleness
+bound (:func:`scalectl.rl.batches.collect.check_staleness`).  A new async mode is described in
+:mod:`scalectl.recipe.async_modes`; only a mode whose batches come neither in rounds nor as a
+stream adds a builder here (:func:`source`).
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
-from typing import ClassVar, Protocol
+from dataclasses import dataclass
+from typing import Callable, Protocol
 
-from scalectl.errors import UserError
-from scalectl.rl.batches.collect import generate_batch
+from scalectl.recipe.async_modes import AsyncMode, async_mode
+from scalectl.rl.batches.collect import check_staleness, generate_batch
 from scalectl.rl.schedule.feeder import Feeder, RoundFeeder
 
 
@@ -48,7 +35,11 @@ class BatchSource(Protocol):
 
     def next_batch(self, version: int) -> tuple[list, dict]:
         """The groups to train version ``version`` on, and their rollout statistics
-        (:func:`scalectl.rl.batches.collect.collect_batch`); counted in the loop state."""
+        (:func:`scalectl.rl.batches.collect.collect_batch`); counted in the loop state.
+
+        Raises:
+            StalenessError: a token older than the mode's staleness bound.
+        """
 
     def after_step(self, version: int) -> None:
         """The step that made ``version`` is taken (its weights are in the policy)."""
@@ -63,35 +54,39 @@ class BatchSource(Protocol):
         """Release what the source holds (processes, connections)."""
 
 
-class Schedule(ABC):
-    """One async mode.
+#: An :class:`AsyncMode`'s ``source`` -> ``build(mode, recipe, policy, state, problems, link)``,
+#: which returns the run's :class:`BatchSource`.
+SOURCES: dict[str, Callable[..., BatchSource]] = {}
+
+
+def source(kind: str):
+    """Decorator: make the function the batch-source builder of the modes whose ``source`` is ``kind``."""
+    def register(build):
+        SOURCES[kind] = build
+        return build
+    return register
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """The async mode of one job, and the batch sources that serve it (picklable: a trainer
+    process of its own receives it in its :class:`scalectl.rl.processes.bodies.ProcessSpec`).
 
     Attributes:
-        name: the ``async.mode`` value.
-        k: the recipe's ``async.k`` as this schedule uses it.
+        mode: the recipe's :class:`~scalectl.recipe.async_modes.AsyncMode`.
     """
 
-    name: ClassVar[str] = ""
-
-    def __init__(self, k: int):
-        self.k = k
+    mode: AsyncMode
 
     def in_processes(self, generators: int, trainers: int) -> bool:
-        """True when the run's generators and trainers are processes of their own (one task
-        each in a multi-task job); False when one process generates and trains.  Default: one
-        process for 1 generator + 1 trainer, processes otherwise (``scalectl.job.layout.one_process``
-        says the same for the dry run; a test checks that they agree)."""
-        return not (generators == 1 and trainers == 1)
+        """Whether the run's generators and trainers are processes of their own
+        (:meth:`~scalectl.recipe.async_modes.AsyncMode.in_processes`)."""
+        return self.mode.in_processes(generators, trainers)
 
-    @property
-    @abstractmethod
-    def staleness_bound(self) -> int:
-        """Most versions a trained token may lag the trainer."""
+    def describe(self) -> str:
+        """One word for logs: ``sync``, ``ppo_off_policy-8``."""
+        return self.mode.describe()
 
-    def check(self, recipe) -> None:
-        """Raise :class:`UserError` when the recipe's hardware cannot run this schedule."""
-
-    @abstractmethod
     def batches(self, recipe, policy, state, problems: list, link=None) -> BatchSource:
         """The run's batch source.
 
@@ -101,56 +96,51 @@ class Schedule(ABC):
             link: when the run is in processes (:meth:`in_processes`), the first trainer
                 rank's :class:`~scalectl.rl.schedule.feeder.StreamLink` to the generators; None
                 when this process generates.
+
+        Raises:
+            ValueError: a streaming mode without a link.
         """
-
-    def describe(self) -> str:
-        """One word for logs: ``sync``, ``ppo_off_policy-8``."""
-        return self.name if self.name == "sync" else f"{self.name}-{self.k}"
-
-
-#: ``async.mode`` -> its schedule class.
-SCHEDULES: dict[str, type[Schedule]] = {}
-
-
-def register(cls: type[Schedule]) -> type[Schedule]:
-    """Class decorator: make ``cls`` the schedule of ``async.mode = cls.name``."""
-    SCHEDULES[cls.name] = cls
-    return cls
+        return SOURCES[self.mode.source](self.mode, recipe, policy, state, problems, link)
 
 
 def schedule_for(async_) -> Schedule:
-    """The schedule of a recipe's ``async`` section (``mode``, ``k``).
+    """The schedule of a recipe's ``async`` section (``mode``, ``k``): once per job.
 
     Raises:
         UserError: an unknown mode (names the allowed ones).
     """
-    try:
-        cls = SCHEDULES[async_.mode]
-    except KeyError:
-        raise UserError(f"async.mode = {async_.mode!r} is not one of: {', '.join(SCHEDULES)}") from None
-    return cls(async_.k)
+    return Schedule(async_mode(async_))
 
 
 # --------------------------------------------------------------------------- in one process
 
 
 class LocalBatches:
-    """Batches generated by the run's own engine, ``rounds`` at a time with the same weights.
+    """Batches generated by the run's own engine, a round of ``mode.steps_per_round`` at a time
+    with the same weights.
 
     The batches not yet trained are kept in ``state.pending`` (so a checkpoint holds them);
-    batch j of a round (generated at step v) is sampled with seed ``seed * 100003 + v + j``.
+    batch j of a round (generated at step v) is sampled with seed ``seed * 100003 + v + j``
+    and trained by version v + j, its tokens checked against the mode's staleness bound.
     """
 
-    def __init__(self, recipe, policy, state, problems: list, rounds: int):
-        self.recipe, self.policy, self.state, self.problems, self.rounds = recipe, policy, state, problems, rounds
+    def __init__(self, recipe, policy, state, problems: list, mode: AsyncMode):
+        self.recipe, self.policy, self.state, self.problems, self.mode = recipe, policy, state, problems, mode
 
     def next_batch(self, version: int) -> tuple[list, dict]:
+        """The next batch of the round, generating a round first when none is left.
+
+        Raises:
+            StalenessError: a token more than the mode's staleness bound behind ``version``.
+        """
         state = self.state
         if not state.pending:
             state.pending = [generate_batch(self.recipe, self.policy.engine, self.problems, state,
                                             seed=self.recipe.seed * 100003 + state.step + j)
-                             for j in range(self.rounds)]
-        return state.pending.pop(0)
+                             for j in range(self.mode.steps_per_round)]
+        kept, stats = state.pending.pop(0)
+        check_staleness(self.mode, version, kept)
+        return kept, stats
 
     def after_step(self, version: int) -> None:
         pass
@@ -165,62 +155,21 @@ class LocalBatches:
         pass
 
 
-def _rounds(recipe, policy, state, problems, link, rounds: int, bound: int) -> BatchSource:
-    """Rounds of ``rounds`` batches with one policy version: generated here without a link,
-    by the generator processes behind ``link`` otherwise."""
+# --------------------------------------------------------------------------- the builders
+
+
+@source("rounds")
+def _rounds(mode: AsyncMode, recipe, policy, state, problems: list, link) -> BatchSource:
+    """Rounds of ``mode.steps_per_round`` batches with one policy version: generated here without
+    a link, by the generator processes behind ``link`` otherwise."""
     if link is None:
-        return LocalBatches(recipe, policy, state, problems, rounds=rounds)
-    return RoundFeeder(recipe, state, policy.model, link, bound=bound, window=rounds * recipe.batch.prompts_per_step,
-                       rounds=rounds)
+        return LocalBatches(recipe, policy, state, problems, mode)
+    return RoundFeeder(recipe, state, policy.model, link, mode)
 
 
-@register
-class Sync(Schedule):
-    """On-policy: one batch generated with the current weights, one step."""
-
-    name = "sync"
-
-    def __init__(self, k: int = 1):
-        super().__init__(1)
-
-    @property
-    def staleness_bound(self) -> int:
-        return 0
-
-    def batches(self, recipe, policy, state, problems, link=None) -> BatchSource:
-        return _rounds(recipe, policy, state, problems, link, rounds=1, bound=self.staleness_bound)
-
-
-@register
-class PPOOffPolicy(Schedule):
-    """k batches generated with one policy, then k optimiser steps on them."""
-
-    name = "ppo_off_policy"
-
-    @property
-    def staleness_bound(self) -> int:
-        return self.k - 1
-
-    def batches(self, recipe, policy, state, problems, link=None) -> BatchSource:
-        return _rounds(recipe, policy, state, problems, link, rounds=self.k, bound=self.staleness_bound)
-
-
-@register
-class Pipeline(Schedule):
-    """PipelineRL-k: generator processes stream, weights pushed after every step, the
-    request window c_v + (k + 1) P keeps every trained token at most k versions old."""
-
-    name = "pipeline"
-
-    def in_processes(self, generators: int, trainers: int) -> bool:
-        return True
-
-    @property
-    def staleness_bound(self) -> int:
-        return self.k
-
-    def batches(self, recipe, policy, state, problems, link=None) -> BatchSource:
-        if link is None:
-            raise ValueError("the pipeline schedule needs the trainer's link to its generators")
-        return Feeder(recipe, state, policy.model, link, bound=self.staleness_bound,
-                      window=(self.k + 1) * recipe.batch.prompts_per_step)
+@source("stream")
+def _stream(mode: AsyncMode, recipe, policy, state, problems: list, link) -> BatchSource:
+    """Groups streamed by the generator processes behind ``link``, weights pushed after every step."""
+    if link is None:
+        raise ValueError(f"async.mode = {mode.name} needs the trainer's link to its generators")
+    return Feeder(recipe, state, policy.model, link, mode)
