@@ -52,3 +52,35 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+CLUSTER_SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
+#: The namespace cluster's config: commands and submitit reach it through $SLURM_CONF.
+CLUSTER_CONF = "/etc/slurm-cluster/slurm.conf"
+
+
+def _cluster_up() -> bool:
+    return subprocess.run(["bash", str(CLUSTER_SCRIPT), "status"], capture_output=True).returncode == 0
+
+
+@pytest.fixture(scope="session")
+def slurm_cluster():
+    """The multi-node Slurm cluster of network namespaces (scripts/slurm-cluster.sh): its
+    ``slurm.conf`` path.  Used if it is up; started (and stopped afterwards) when this process
+    is root; otherwise, or where network namespaces cannot be made, a skip saying why."""
+    if _cluster_up():
+        yield CLUSTER_CONF
+        return
+    if os.environ.get("SCALECTL_NO_SLURM_CLUSTER_START"):
+        pytest.skip("the multi-node Slurm cluster could not be started (SCALECTL_NO_SLURM_CLUSTER_START is set "
+                    "by .ci/run)")
+    if os.geteuid() != 0:
+        pytest.skip("no multi-node Slurm cluster is running and starting one needs root "
+                    "(sudo scripts/slurm-cluster.sh start)")
+    proc = subprocess.run(["bash", str(CLUSTER_SCRIPT), "start"], capture_output=True, text=True, timeout=600)
+    if proc.returncode == 3:
+        pytest.skip(proc.stderr.strip())            # network namespaces cannot be made here: the reason
+    if proc.returncode != 0:
+        pytest.skip(f"scripts/slurm-cluster.sh start failed: {(proc.stdout + proc.stderr).strip()[-800:]}")
+    yield CLUSTER_CONF
+    subprocess.run(["bash", str(CLUSTER_SCRIPT), "stop"], capture_output=True, timeout=120)

@@ -183,4 +183,6 @@ def background_engine(recipe, model, tokenizer):
     # the weights follow at each start (under ZeRO-3 this rank's parameters are partitions)
     copy = AutoModelForCausalLM.from_config(model.config, dtype=next(model.parameters()).dtype,
                                             attn_implementation=model.config._attn_implementation)
-    return CPURolloutEngine(copy.eval(), tokenizer, head_fp32=recipe.precision.lm_head == "fp32")
+    copy.generation_config = model.generation_config          # its EOS ids: the stop set
+    return CPURolloutEngine(copy.eval(), tokenizer, head_fp32=recipe.precision.lm_head == "fp32",
+                            max_prompt_tokens=recipe.length.max_prompt_tokens)

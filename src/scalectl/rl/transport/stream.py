@@ -45,6 +45,7 @@ import torch.distributed as dist
 
 from scalectl.rl.transport.board import Board, PeerLost
 from scalectl.rl.transport.broadcast import StatelessGroup, WeightReceiver, broadcast_weights
+from scalectl.rl.transport.roles import rendezvous_store
 from scalectl.rl.transport.weight_sync import BUCKET_BYTES
 
 FLOWS = ("rollouts", "control")
@@ -87,8 +88,7 @@ class Channel:
                 trainers idle for long stretches; a dead peer is noticed at once anyway).
             device: ``cuda``: the weights' broadcast runs on NCCL when a GPU is present.
         """
-        store = dist.TCPStore(task.master_addr, task.master_port, task.world_size, task.rank == 0,
-                              timeout=timedelta(seconds=timeout_s))
+        store = rendezvous_store(task, timeout_s)
         board = Board(store, task)       # before the groups: once they are built, every task has its card
         groups = {name: dist.ProcessGroupGloo(dist.PrefixStore(f"scalectl/{name}", store), task.rank,
                                               task.world_size, timedelta(seconds=idle_timeout_s))
