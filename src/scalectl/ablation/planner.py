@@ -444,11 +444,12 @@ def plan(spec: AblationSpec, *, setup: str | Path | None = None, overrides: tupl
     setup_path = Path(setup) if setup is not None else (spec.setup or find_default_setup(first_recipe))
     common = tuple(spec.overrides) + tuple(overrides)
 
-    def load_variant(v: VariantSpec, seed: int | None = None) -> Recipe:
+    def load_variant(v: VariantSpec, seed: int | None = None, layers: _Layers | None = None) -> Recipe:
         extra = with_companions(v.overrides) + ((f"name={v.name!r}",) if v.name != BASE else ())
         try:
             return load(v.recipe or spec.base, setup_path,
-                        common + extra + ((f"seed={seed}",) if seed is not None else ()))
+                        common + extra + ((f"seed={seed}",) if seed is not None else ()),
+                        **({} if layers is None else {"origins": layers.origin, "overridden": layers.overridden}))
         except UserError as exc:
             raise UserError(f"variant {v.name}: {exc}") from None
 
@@ -466,20 +467,22 @@ def plan(spec: AblationSpec, *, setup: str | Path | None = None, overrides: tupl
     if dup:
         raise UserError(f"ablation {spec.name}: variant name {dup!r} appears twice")
 
-    base_recipe = load_variant(specs[0])
+    base_layers = _Layers()
+    base_recipe = load_variant(specs[0], layers=base_layers)
     seed0 = base_recipe.seed
     seeds = tuple(range(seed0, seed0 + repeats))
     variants, runs, notes, hashes = [], [], [], {}
     for v in specs:
-        recipe = base_recipe if v is specs[0] else load_variant(v)
+        layers = _Layers()
+        recipe = base_recipe if v is specs[0] else load_variant(v, layers=layers)
         changes = () if v is specs[0] else diff(base_recipe, recipe)
         h = recipe.content_hash
-        if v is not specs[0] and not changes:
-            if spec.kind == "forward":
+        if v is not specs[0] and h == base_recipe.content_hash:
+            if spec.kind == "forward" and not changes:
                 key, value = parse_override(v.overrides[0])
                 notes.append(f"{key} = {format_value(value)} is the base's own value: the base stands for it")
                 continue
-            raise UserError(f"variant {v.name} trains exactly what {specs[0].name} trains (no key differs)")
+            raise UserError(same_as_base(v, specs[0].name, base_recipe, recipe, changes, base_layers, layers))
         if h in hashes:
             raise UserError(f"variants {hashes[h]} and {v.name} train the same recipe (hash {h})")
         hashes[h] = v.name
@@ -490,6 +493,54 @@ def plan(spec: AblationSpec, *, setup: str | Path | None = None, overrides: tupl
                                    recipe if s == recipe.seed else load_variant(v, s)))
     return Plan(replace(spec, repeats=repeats, overrides=common), setup_path, tuple(variants), tuple(runs),
                 tuple(notes))
+
+
+@dataclass
+class _Layers:
+    """Where a loaded variant's keys came from (the loader's ``origins``) and what replaced
+    what (its ``overridden``: :mod:`scalectl.recipe.layers`)."""
+
+    origin: dict[str, str] = field(default_factory=dict)
+    overridden: list = field(default_factory=list)
+
+    def sources(self) -> set[str]:
+        """Every file or ``--set`` that set a key, whether its value won or was replaced."""
+        return set(self.origin.values()) | {src for o in self.overridden for _, src in o.replaced}
+
+
+#: Keys of a recipe the content hash leaves out besides :data:`UNHASHED_KEYS` (speed only).
+_SPEED_KEYS = ("hardware.threads", "eval.background")
+
+
+def same_as_base(v: VariantSpec, baseline: str, base: Recipe, recipe: Recipe, changes: tuple[Change, ...],
+                 base_layers: _Layers, layers: _Layers) -> str:
+    """Why variant ``v`` resolves to the baseline's content hash, key by key: each key the
+    variant sets (in its recipe file or its ``set``) that another layer overrode, that is the
+    baseline's own value, or that the hash leaves out.  The message of the refusal: such a
+    variant would reuse the baseline's runs and report a tie."""
+    from scalectl.recipe.explain import toml_text, value_at
+    from scalectl.recipe.explain import shown_source
+
+    theirs = base_layers.sources()
+    own_sources = layers.sources() - theirs
+    reasons = [f"{o.key} = {toml_text(val)} from {shown_source(src)} is overridden by "
+               f"{toml_text(o.value)} from {shown_source(o.source)}"
+               for o in layers.overridden for val, src in o.replaced if src in own_sources]
+    own = {k: src for k, src in layers.origin.items() if src in own_sources and k != "name"}
+    own.update({k: f"--set {k}" for k in _explicit(v.overrides) if k != "name"})
+    data, base_data = recipe.to_dict(), base.to_dict()
+    for key in sorted(own):
+        value, where = value_at(data, key), shown_source(own[key])
+        if key.split(".")[0] in UNHASHED_KEYS or key in _SPEED_KEYS:
+            reasons.append(f"{key} (from {where}) is left out of the content hash (it changes how or "
+                           f"where a run goes, not what it trains)")
+        elif value == value_at(base_data, key):
+            reasons.append(f"{key} = {toml_text(value)} from {where} is {baseline}'s own value")
+    if not reasons:
+        reasons = [f"{'; '.join(map(str, changes))} only" if changes else "it sets no key of its own"]
+    return (f"variant {v.name} trains exactly what {baseline} trains (content hash {base.content_hash}): "
+            + "; ".join(reasons) + f". It would reuse {baseline}'s runs and report a tie: change a training "
+            "key, or drop the variant")
 
 
 def _lead(spec: AblationSpec, v: VariantSpec, changes: tuple[Change, ...], baseline: str) -> str:
