@@ -12,7 +12,8 @@ import pytest
 
 from scalectl.curve import fit_sigmoid, sigmoid
 from scalectl.curve import solvers
-from scalectl.curve.bootstrap import MAX_BOOTSTRAP, bootstrap_draws
+from scalectl.curve.bootstrap import bootstrap_draws
+from scalectl.defaults import MAX_BOOTSTRAP
 from scalectl.curve.solvers import GRID_BLOCK_ELEMENTS, MAX_FIT_POINTS, bin_points, block_rows
 
 #: Float64 bytes.

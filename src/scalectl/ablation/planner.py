@@ -26,7 +26,7 @@ An ablation file (``ablations/*.toml``)::
     setup = "../setups/tiny-cpu.toml" # default: setups/tiny-cpu.toml
     repeats = 1                       # seeds per variant
     set = ["budget.steps=150"]        # overrides applied to every run
-    margin = 0.02                     # noise margin on A
+    margin = 0.02                     # noise margin on A, or "auto" (default: the paper's 0.02)
     device_hours_per_step = 0.001     # optional configured cost rate
     baseline = "base"                 # variants kind: the variant judged against
 
@@ -108,7 +108,9 @@ class AblationSpec:
     every variant and ``baseline`` names the one the others are judged against.
     ``forward`` maps a dotted key to the values tried.  ``device_hours_per_step``
     (device-hours, GPU-hours on GPUs) is a configured cost rate, used when the
-    store has no measured one.
+    store has no measured one.  ``margin``: the noise margin on A, or ``"auto"``
+    (measured from the baseline recipe's seeds, :mod:`scalectl.science.margin`);
+    ``margin_where`` says where a file set it ("" for the paper's default).
     """
 
     name: str
@@ -120,10 +122,11 @@ class AblationSpec:
     baseline: str = BASE
     repeats: int = 1
     overrides: tuple[str, ...] = ()
-    margin: float = DEFAULT_MARGIN
+    margin: float | str = DEFAULT_MARGIN
     device_hours_per_step: float | None = None
     description: str = ""
     source: Path | None = None
+    margin_where: str = ""
 
 
 @dataclass(frozen=True)
@@ -204,7 +207,8 @@ class Plan:
             "name": s.name, "kind": s.kind, "description": s.description,
             "base": None if s.base is None else str(s.base), "setup": str(self.setup),
             "source": None if s.source is None else str(s.source), "repeats": s.repeats,
-            "overrides": list(s.overrides), "margin": s.margin, "baseline": self.baseline,
+            "overrides": list(s.overrides), "margin": s.margin, "margin_where": s.margin_where,
+            "baseline": self.baseline,
             "device_hours_per_step": s.device_hours_per_step, "notes": list(self.notes),
             "variants": [{"name": v.name, "is_base": v.is_base, "lead": v.lead, "what": v.what,
                           "recipe_hash": v.recipe_hash, "seeds": list(v.seeds),
@@ -380,8 +384,10 @@ def read_ablation(path: str | Path) -> AblationSpec:
     if not isinstance(repeats, int) or repeats < 1:
         raise UserError(f"{path}: repeats = {repeats!r} must be an integer >= 1")
     margin = data.get("margin", DEFAULT_MARGIN)
-    if not isinstance(margin, (int, float)) or margin <= 0:
-        raise UserError(f"{path}: margin = {margin!r} must be a number > 0")
+    if margin != "auto":
+        from scalectl.science.margin import check_value
+
+        margin = check_value(margin, f"{path}: margin")
     rate = data.get("device_hours_per_step")
     if rate is not None and (not isinstance(rate, (int, float)) or rate <= 0):
         raise UserError(f"{path}: device_hours_per_step = {rate!r} must be a number > 0")
@@ -396,7 +402,8 @@ def read_ablation(path: str | Path) -> AblationSpec:
         setup=rel(data.get("setup"), "setup"), variants=tuple(variants),
         forward=tuple((k, tuple(v)) for k, v in forward.items()),
         baseline=data.get("baseline", default_baseline), repeats=repeats,
-        overrides=strings(data.get("set", []), "set"), margin=float(margin),
+        overrides=strings(data.get("set", []), "set"), margin=margin,
+        margin_where=f"margin = {margin!r} in {path}" if "margin" in data else "",
         device_hours_per_step=None if rate is None else float(rate),
         description=data.get("description", ""), source=path)
 

@@ -27,18 +27,10 @@ import numpy as np
 
 from scalectl.curve.model import FitError, _model
 from scalectl.curve.solvers import _lm, block_rows
+from scalectl.defaults import MAX_BOOTSTRAP
 
 BootstrapKind = Literal["block", "residual", "pairs"]
 KINDS = ("block", "residual", "pairs")
-
-#: Most bootstrap resamples of one fit.  The refits run in blocks of resamples
-#: (:data:`scalectl.curve.solvers.GRID_BLOCK_ELEMENTS` elements per array), so what grows
-#: with the resamples is what each keeps: its 4 parameters (twice, as drawn and as named)
-#: and, in a prediction band over a plotted grid of 300 compute values
-#: (:mod:`scalectl.present.plot`), its curve, its noise and their sum: 3 x 300 float64 =
-#: 7.2 kB per resample.  1 GiB / 7.2 kB = 149,000; rounded down, 100,000 resamples keep
-#: that under 0.75 GB (a 95 % interval rests on 2,500 draws in each tail there).
-MAX_BOOTSTRAP = 100_000
 
 
 def default_block_length(n: int) -> int:
