@@ -10,11 +10,15 @@ import tracemalloc
 import numpy as np
 import pytest
 
-from scalectl.curve import fit_sigmoid, sigmoid
-from scalectl.curve import solvers
+from scalectl.curve import fit_sigmoid, sigmoid, solvers
 from scalectl.curve.bootstrap import bootstrap_draws
+from scalectl.curve.solvers import (
+    GRID_BLOCK_ELEMENTS,
+    MAX_FIT_POINTS,
+    bin_points,
+    block_rows,
+)
 from scalectl.defaults import MAX_BOOTSTRAP
-from scalectl.curve.solvers import GRID_BLOCK_ELEMENTS, MAX_FIT_POINTS, bin_points, block_rows
 
 #: Float64 bytes.
 F8 = 8
@@ -121,11 +125,11 @@ def test_a_long_stored_run_is_fitted_on_bins(tmp_path, monkeypatch):
         from scalectl.science import fits
 
         monkeypatch.setattr(fits, "_stderr", logged.append)      # the lines the command prints
-        curve, cached, key = fit_run(store, store.get_run("long"), FitOptions(bootstrap=200))
+        curve, _cached, key = fit_run(store, store.get_run("long"), FitOptions(bootstrap=200))
     window = int(np.sum(x >= 1500))      # the recipe-less default window: 1,500 GPU-hours (paper A.5)
     assert curve.fit.n_points == MAX_FIT_POINTS and key.endswith(f"/bins={MAX_FIT_POINTS}")
-    assert logged == [f"run long: {window:,} points in the fit window, fitted as 2,000 bins of 2-3 consecutive "
-                      "points (mean pass rate at the geometric mean compute; docs/fitting.md)"]
+    assert logged == [(f"run long: {window:,} points in the fit window, fitted as 2,000 bins of 2-3 consecutive "
+                       "points (mean pass rate at the geometric mean compute; docs/fitting.md)")]
     lo, hi = curve.fit.interval("A")
     assert lo <= 0.645 <= hi and hi - lo < 0.01
     assert len(curve.compute) == n       # the run's own points stay the curve's data

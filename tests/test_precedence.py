@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 
 import pytest
-
 from conftest import ROOT, run_cli
+
 from scalectl import presets
 from scalectl.ablation.planner import AblationSpec, VariantSpec, plan, read_ablation
 from scalectl.errors import UserError
@@ -64,8 +64,8 @@ def test_set_wins_over_both_and_names_every_layer_it_replaced(study):
     assert (r.optim.lr, r.batch.prompts_per_step) == (3e-5, 16)
     assert [str(o) for o in overridden] == [
         "batch.prompts_per_step = 16 from --set batch.prompts_per_step overrides 32 from setups/tiny-cpu.toml",
-        f"optim.lr = 3e-05 from --set optim.lr overrides 0.5 from {study / 'recipes/lr.toml'} "
-        "and 0.0001 from setups/tiny-cpu.toml"]
+        (f"optim.lr = 3e-05 from --set optim.lr overrides 0.5 from {study / 'recipes/lr.toml'} "
+         "and 0.0001 from setups/tiny-cpu.toml")]
     same: list = []
     load(study / "recipes/lr.toml", TINY, ["optim.lr=0.5"], overridden=same)
     assert [o.key for o in same] == ["optim.lr"] and [s for _, s in same[0].replaced] == [str(TINY)]

@@ -55,8 +55,14 @@ from scalectl import presets
 from scalectl.defaults import MARGIN
 from scalectl.errors import UserError
 from scalectl.names import check_name
+from scalectl.recipe.load import (
+    find_default_setup,
+    flatten,
+    load,
+    parse_override,
+    read_toml,
+)
 from scalectl.recipe.schema import UNHASHED_KEYS, Recipe
-from scalectl.recipe.load import find_default_setup, flatten, load, parse_override, read_toml
 
 KINDS = ("forward", "leave_one_out", "variants")
 #: Name of the base variant of forward and leave-one-out ablations.
@@ -525,8 +531,7 @@ def same_as_base(v: VariantSpec, baseline: str, base: Recipe, recipe: Recipe, ch
     variant sets (in its recipe file or its ``set``) that another layer overrode, that is the
     baseline's own value, or that the hash leaves out.  The message of the refusal: such a
     variant would reuse the baseline's runs and report a tie."""
-    from scalectl.recipe.explain import toml_text, value_at
-    from scalectl.recipe.explain import shown_source
+    from scalectl.recipe.explain import shown_source, toml_text, value_at
 
     theirs = base_layers.sources()
     own_sources = layers.sources() - theirs

@@ -21,9 +21,10 @@ import os
 import re
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Sequence, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel
 from pydantic.fields import FieldInfo
@@ -33,6 +34,7 @@ from scalectl.errors import UserError
 from scalectl.recipe.launcher_choices import LAUNCHER_CHOICES
 from scalectl.recipe.loss_choices import COMPANIONS, LOSS_CHOICES
 from scalectl.recipe.schema import Recipe
+
 
 @dataclass(frozen=True)
 class KeyDoc:

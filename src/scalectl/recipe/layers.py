@@ -22,8 +22,9 @@ Where a layer replaces a value another layer set explicitly, :func:`overridden` 
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from scalectl.recipe.explain import shown_source, toml_text
 
