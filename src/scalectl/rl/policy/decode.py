@@ -173,11 +173,11 @@ class CompiledStep:
     """
 
     def __init__(self):
+        inductor_cache_dir()   # before anything of inductor's reads its cache directory
         reason = compiler_missing()
         self._fn = None
         if reason is None:
             try:
-                inductor_cache_dir()
                 self._fn = torch.compile(decode_step, backend="inductor", dynamic=True)
             except Exception as exc:
                 reason = f"torch.compile unavailable ({type(exc).__name__}: {exc})"
