@@ -88,15 +88,15 @@ def test_static_step_equals_dynamic_cache_step(model, tok):
     assert kv.free_columns == 0
 
 
-def test_fallback_to_eager_without_a_compiler(model, tok, monkeypatch):
+def test_fallback_to_eager_without_a_compiler(model, tok):
     """No C++ compiler among inductor's candidates: one RuntimeWarning, the eager step runs,
     and the engine gives exactly the eager engine's completions (same code path)."""
     from torch._inductor import config
 
-    monkeypatch.setattr(config.cpp, "cxx", ("/nonexistent/c++",))
-    assert compiler_missing() is not None
-    with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler.*run eagerly"):
-        engine = CPURolloutEngine(model, tok, compile_step=True)
+    with config.patch({"cpp.cxx": ("/nonexistent/c++",)}):
+        assert compiler_missing() is not None
+        with pytest.warns(RuntimeWarning, match="no C\\+\\+ compiler.*run eagerly"):
+            engine = CPURolloutEngine(model, tok, compile_step=True)
     assert engine._step.compiled is False
     params = SamplingParams(max_new_tokens=10)
     got = engine.generate(PROMPTS, 3, params, seed=4)
@@ -169,11 +169,30 @@ def test_failed_compilation_falls_back_at_the_first_step(model, tok, tmp_path, m
     monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "cache"))
     engine = CPURolloutEngine(model, tok, compile_step=True)
     assert engine._step.compiled is True
-    monkeypatch.setattr(config.cpp, "cxx", ("/nonexistent/c++",))
     torch._dynamo.reset()
     params = SamplingParams(max_new_tokens=8)
-    with pytest.warns(RuntimeWarning, match="compiling the decoding step failed"):
+    with config.patch({"cpp.cxx": ("/nonexistent/c++",)}), \
+            pytest.warns(RuntimeWarning, match="compiling the decoding step failed"):
         got = engine.generate(PROMPTS, 2, params, seed=3)
     assert engine._step.compiled is False
     ref = CPURolloutEngine(model, tok).generate(PROMPTS, 2, params, seed=3)
     assert [[c.logprobs for c in g] for g in got] == [[c.logprobs for c in g] for g in ref]
+
+
+def test_hardware_compile_reaches_the_engine_and_leaves_the_hash_alone(model, tok):
+    """``hardware.compile = true`` gives :func:`make_engine` a compiling engine (here without a
+    compiler, so its eager fallback), off by default; the content hash ignores the key."""
+    from torch._inductor import config
+
+    from conftest import ROOT
+    from scalectl.recipe.load import load
+    from scalectl.rl.rollout import make_engine
+
+    base = load(ROOT / "recipes" / "minimax.toml", ROOT / "setups" / "tiny-cpu.toml")
+    on = load(ROOT / "recipes" / "minimax.toml", ROOT / "setups" / "tiny-cpu.toml", ["hardware.compile=true"])
+    assert base.hardware.compile is False and on.hardware.compile is True
+    assert on.content_hash == base.content_hash
+    assert make_engine(base, model, tok)._step is decode_step
+    with config.patch({"cpp.cxx": ("/nonexistent/c++",)}), pytest.warns(RuntimeWarning, match="run eagerly"):
+        engine = make_engine(on, model, tok)
+    assert isinstance(engine._step, CompiledStep) and not engine._step.compiled

@@ -141,10 +141,14 @@ def decode_step(model, input_ids: torch.Tensor, position_ids: torch.Tensor, keys
 
 
 def inductor_cache_dir() -> Path:
-    """Where compiled steps are cached: ``$TORCHINDUCTOR_CACHE_DIR`` when set, else
-    ``~/.cache/scalectl/inductor`` (set for this process on first use)."""
+    """Where compiled steps are cached: ``$TORCHINDUCTOR_CACHE_DIR`` when set to a folder of
+    one's own, else ``~/.cache/scalectl/inductor`` (set for this process; torch writes its own
+    default, a folder in /tmp, into the variable when it first reads it, so that value
+    counts as unset)."""
+    from torch._inductor.runtime.cache_dir_utils import default_cache_dir
+
     path = os.environ.get("TORCHINDUCTOR_CACHE_DIR")
-    if not path:
+    if not path or os.path.abspath(path) == os.path.abspath(default_cache_dir()):
         path = str(Path.home() / ".cache" / "scalectl" / "inductor")
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = path
     return Path(path)
