@@ -15,6 +15,8 @@ the eager engine at least as fast as ``model.generate`` (it also records every
 sampled token's log-prob), the compiled engine 2x.
 
     .venv/bin/python benchmarks/bench_rollout.py [--batch 128 512] [--new-tokens 24] [--checkpoint DIR]
+"""
+
 from __future__ import annotations
 
 import argparse
