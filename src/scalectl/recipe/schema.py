@@ -461,9 +461,10 @@ class Hardware(_Section):
         "Torch threads of each process on a CPU. Unset: the cores the process is given, shared "
         "equally by the processes of a pipeline; speed only, not part of the content hash."))
     compile: bool = Field(default=False, description=(
-        "Compile the CPU rollout engine's decoding step (torch.compile, inductor: C++ for the CPU; "
-        "cached in ~/.cache/scalectl/inductor); eager, with a warning, where no C++ compiler is found. "
-        "Same log-probs up to float rounding; speed only, not part of the content hash."))
+        "Compile the decoding step of the CPU rollout engine with torch.compile. Inductor builds C++ "
+        "with the machine's compiler, cached in ~/.cache/scalectl/inductor; where none is found the "
+        "step runs eagerly, with a warning. Same log-probs up to float rounding; speed only, not part "
+        "of the content hash."))
 
     @property
     def devices(self) -> int:
