@@ -460,6 +460,11 @@ class Hardware(_Section):
     threads: int | None = Field(default=None, ge=1, le=1024, description=(
         "Torch threads of each process on a CPU. Unset: the cores the process is given, shared "
         "equally by the processes of a pipeline; speed only, not part of the content hash."))
+    compile: bool = Field(default=False, description=(
+        "Compile the decoding step of the CPU rollout engine with torch.compile. Inductor builds C++ "
+        "with the machine's compiler, cached in ~/.cache/scalectl/inductor; where none is found the "
+        "step runs eagerly, with a warning. Same log-probs up to float rounding; speed only, not part "
+        "of the content hash."))
 
     @property
     def devices(self) -> int:
@@ -646,11 +651,11 @@ class Recipe(_Section):
     @property
     def content_hash(self) -> str:
         """12 hex digits of SHA-256 over the normalised content, key order
-        independent; :data:`UNHASHED_KEYS`, ``hardware.threads`` and ``eval.background``
+        independent; :data:`UNHASHED_KEYS`, ``hardware.threads``, ``hardware.compile`` and ``eval.background``
         (speed only) excluded, and each key of :data:`HASH_NEUTRAL` at its neutral value (a section
         left empty by them, as ``reward`` at its defaults, with it)."""
         data = {k: v for k, v in self.to_dict().items() if k not in UNHASHED_KEYS}
-        data["hardware"] = {k: v for k, v in data["hardware"].items() if k != "threads"}
+        data["hardware"] = {k: v for k, v in data["hardware"].items() if k not in ("threads", "compile")}
         data["eval"] = {k: v for k, v in data["eval"].items() if k != "background"}
         for (section, key), neutral in HASH_NEUTRAL.items():
             if data[section].get(key, neutral) == neutral:
