@@ -514,6 +514,7 @@ def test_sync_on_two_generators_and_two_trainers_learns_as_one_process_does(tmp_
     assert abs(r4 - r1) <= tol
 
 
+@pytest.mark.slow   # three processes and a 15 s limit: test_board.py checks the watch in the default suite
 def test_a_generator_that_stops_sending_while_alive_fails_the_run_naming_it(tmp_path, policy):
     """Generator 0 of 2 stops its loop after its second message of groups, its process and
     heartbeat alive (``SCALECTL_TEST_STALL_GENERATOR``: what a deadlocked engine looks like to
