@@ -12,7 +12,7 @@ import functools
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, Sequence
 
 import typer
 from rich.markup import escape
@@ -91,10 +91,12 @@ MarginOption = Annotated[float, typer.Option("--margin", help="Noise margin on A
 PlotOption = Annotated[Path | None, typer.Option("--plot", help="Write a figure (.png or .svg).")]
 
 
-def print_flags(name: str, fit) -> None:
-    """One line per flag of ``fit`` (a :class:`~scalectl.curve.SigmoidFit`), led by the run's name."""
+def print_flags(name: str, fit, said: Sequence[str] = ()) -> None:
+    """One line per flag of ``fit`` (a :class:`~scalectl.curve.SigmoidFit`), led by the run's name;
+    a flag whose message one of the lines ``said`` already holds is not printed again."""
     for f in fit.flags:
-        out.print(f"[yellow]{name}[/yellow] {f.code}: {f.message}", soft_wrap=True)
+        if not any(f.message in line for line in said):
+            out.print(f"[yellow]{name}[/yellow] {f.code}: {f.message}", soft_wrap=True)
 
 
 def write_figure(fn, data, path: Path, **kwargs) -> Path:
