@@ -129,3 +129,13 @@ def test_the_dry_run_prints_the_role_map_by_role(tmp_path):
     out = proc.stdout + proc.stderr
     assert "node 8: ranks 64-71 -> trainers 0-7" in out and "--distribution=arbitrary" in out
     assert not (tmp_path / "s.db").exists()
+
+
+def test_tasks_of_a_job_placed_by_role_meet_on_task_0s_host():
+    """The batch script exports task 0's host: the tasks meet there, not on the job's first node."""
+    from scalectl.rl.transport.roles import MASTER_ADDR_ENV, detect
+
+    env = {"SLURM_PROCID": "2", "SLURM_NTASKS": "3", "SLURM_JOB_NODELIST": "c[1-3]", "SLURM_JOB_ID": "7"}
+    assert detect(2, 1, env).master_addr == "c1"
+    task = detect(2, 1, dict(env, **{MASTER_ADDR_ENV: "c2"}))
+    assert (task.master_addr, task.role, task.role_rank) == ("c2", "trainer", 0)
