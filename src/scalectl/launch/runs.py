@@ -388,13 +388,19 @@ def _check_layout(recipe, kind: str, describe: bool, log: Callable[[str], None])
 def _prepare(recipe_file, setup, overrides: Sequence[str], launcher: str | None, describe: bool,
              log: Callable[[str], None]):
     """Load the recipe (with its setup and ``--set`` overrides), check its trackers' libraries
-    and its layout, and log its plan: (recipe, launcher name, layout)."""
+    and its layout, and log its plan: (recipe, launcher name, layout).  Each value that
+    replaced another layer's explicit one is logged as ``override: ...``
+    (:mod:`scalectl.recipe.layers`), each companion a change of loss type reset as ``taken: ...``."""
     from scalectl.job.trackers import check_installed
     from scalectl.recipe.load import find_default_setup, load
 
     check_launcher(launcher)
     setup_path = setup or find_default_setup(recipe_file)
-    recipe = load(recipe_file, setup_path, list(overrides))
+    notes: list[str] = []
+    overridden: list = []
+    recipe = load(recipe_file, setup_path, list(overrides), notes=notes, overridden=overridden)
+    for line in [*(f"override: {o}" for o in overridden), *(f"taken: {n}" for n in notes)]:
+        log(line)
     check_installed(recipe.logging)
     kind = launcher or recipe.launcher.type
     for line in plan_lines(recipe, setup_path, kind):
