@@ -372,6 +372,11 @@ class Model(_Section):
         "Parameter count (for example 8e9), for the dry run when config.json cannot be read. The dry "
         "run estimates memory and the weight-sync plan from it. Unset: read from the checkpoint's "
         "config.json."))
+    config: dict[Line, int] = Field(default_factory=dict, max_length=64, description=(
+        "The architecture's config.json entries (Hugging Face names: num_hidden_layers, "
+        "num_key_value_heads, head_dim, hidden_size, num_attention_heads, vocab_size), for the dry "
+        "run's memory plan when model.path has no config.json. Unset: read from the checkpoint; "
+        "describes the checkpoint, so not part of the content hash."))
 
 
 class Data(_Section):
@@ -428,11 +433,60 @@ class Hardware(_Section):
     threads: int | None = Field(default=None, ge=1, le=1024, description=(
         "Torch threads of each process on a CPU. Unset: the cores the process is given, shared "
         "equally by the processes of a pipeline; speed only, not part of the content hash."))
+    gpus_per_generator: int = Field(default=1, ge=1, le=64, description=(
+        "GPUs of one generator: the tensor-parallel size of its vLLM engine, whose workers receive "
+        "the broadcast weights themselves. The run holds generators x gpus_per_generator + trainers "
+        "devices; above 1 needs rollout_engine = vllm (docs/launching.md, \"Scale\")."))
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description=(
+        "Share of each generator GPU's memory its vLLM engine takes for weights and KV cache (vLLM's "
+        "gpu_memory_utilization). The dry run checks that one step's completions fit; speed only, "
+        "not part of the content hash."))
+    max_num_seqs: int = Field(default=256, ge=1, le=65_536, description=(
+        "Most completions one vLLM generator decodes at once (vLLM's max_num_seqs); speed only, not "
+        "part of the content hash."))
+    evaluation: Literal["auto", "trainer", "generators", "dedicated"] = Field(default="auto", description=(
+        "Where held-out evaluation samples. trainer: the first trainer rank's own engine; generators: "
+        "the generators, each a share of the prompts, from the weights of the point's version; "
+        "dedicated: the last generator, which then samples no training rollouts. auto: generators "
+        "in a run in processes with vLLM or on CUDA (trainers then hold no rollout engine), else "
+        "trainer. The points are the same; not part of the content hash (docs/launching.md, "
+        "\"Evaluation\")."))
+    gradient_checkpointing: bool = Field(default=False, description=(
+        "Recompute each transformer layer's activations in the backward pass (transformers' "
+        "gradient checkpointing) instead of keeping them: about one layer's activations held instead "
+        "of all. The dry run's trainer memory counts it; the same gradients, so not part of the "
+        "content hash."))
+
+    @model_validator(mode="after")
+    def _tensor_parallel_needs_vllm(self) -> "Hardware":
+        if self.gpus_per_generator > 1 and self.rollout_engine != "vllm":
+            raise ValueError(f"gpus_per_generator = {self.gpus_per_generator} needs rollout_engine = 'vllm' "
+                             f"(a tensor-parallel generator is a vLLM engine), not {self.rollout_engine!r}")
+        return self
 
     @property
     def devices(self) -> int:
-        """Devices the run holds: GPU-hours = devices x wall-clock hours."""
-        return self.generators + self.trainers
+        """Devices the run holds: GPU-hours = devices x wall-clock hours; a generator holds
+        ``gpus_per_generator`` of them."""
+        return self.generators * self.gpus_per_generator + self.trainers
+
+    def evaluation_place(self, in_processes: bool) -> Literal["trainer", "generators", "dedicated"]:
+        """Where held-out evaluation samples (``evaluation``; ``auto`` resolved).
+
+        Args:
+            in_processes: the run's generators and trainers are processes of their own
+                (:meth:`scalectl.recipe.async_modes.AsyncMode.in_processes`).
+
+        Returns:
+            ``trainer`` in one process (it is the generator too) and for ``auto`` with the CPU
+            engine on CPUs; ``generators`` for ``auto`` with vLLM or CUDA in processes; else the
+            setting.
+        """
+        if not in_processes:
+            return "trainer"
+        if self.evaluation == "auto":
+            return "generators" if (self.rollout_engine == "vllm" or self.device == "cuda") else "trainer"
+        return self.evaluation
 
 
 class Slurm(_Section):
@@ -534,7 +588,12 @@ UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint", "loggi
 #: Keys added after recipe hashes were first stored, with the value that leaves a hash as it
 #: was: at that value the key is left out of the content hash, so that stored runs of a recipe
 #: are still recognised as its seeds; any other value changes the hash.
-HASH_NEUTRAL = {("model", "think_tags"): False}
+HASH_NEUTRAL = {("model", "think_tags"): False, ("hardware", "gpus_per_generator"): 1}
+#: Keys that change speed, memory or where work runs, never what is trained or measured (or
+#: that only describe the checkpoint for the dry run): excluded from the content hash.
+SPEED_ONLY_KEYS = (("hardware", "threads"), ("hardware", "gpu_memory_utilization"), ("hardware", "max_num_seqs"),
+                   ("hardware", "evaluation"), ("hardware", "gradient_checkpointing"), ("eval", "background"),
+                   ("model", "config"))
 
 
 class Recipe(_Section):
@@ -601,6 +660,10 @@ class Recipe(_Section):
             raise ValueError("eval.background = 'on' needs hardware.rollout_engine = 'cpu' (a background "
                              "evaluation samples with a copy of the policy in a CPU engine); allowed with "
                              f"{self.hardware.rollout_engine!r}: auto, off")
+        if self.eval.background == "on" and self.hardware.evaluation in ("generators", "dedicated"):
+            raise ValueError(f"eval.background = 'on' overlaps an evaluation on the trainer, but "
+                             f"hardware.evaluation = {self.hardware.evaluation!r} evaluates on the generators; "
+                             "use eval.background = auto or off, or hardware.evaluation = trainer")
         return self
 
     def to_dict(self) -> dict:
@@ -610,11 +673,11 @@ class Recipe(_Section):
     @property
     def content_hash(self) -> str:
         """12 hex digits of SHA-256 over the normalised content, key order
-        independent; :data:`UNHASHED_KEYS`, ``hardware.threads`` and ``eval.background``
-        (speed only) excluded, and each key of :data:`HASH_NEUTRAL` at its neutral value."""
+        independent; :data:`UNHASHED_KEYS` and :data:`SPEED_ONLY_KEYS` excluded, and each key
+        of :data:`HASH_NEUTRAL` at its neutral value."""
         data = {k: v for k, v in self.to_dict().items() if k not in UNHASHED_KEYS}
-        data["hardware"] = {k: v for k, v in data["hardware"].items() if k != "threads"}
-        data["eval"] = {k: v for k, v in data["eval"].items() if k != "background"}
+        for section, key in SPEED_ONLY_KEYS:
+            data[section].pop(key, None)
         for (section, key), neutral in HASH_NEUTRAL.items():
             if data[section].get(key, neutral) == neutral:
                 data[section].pop(key, None)

@@ -27,13 +27,16 @@ it one decoding step at a time (``LLMEngine.step``), so that
   continues as a new request on prompt + tokens so far + phrase, up to
   ``max_new_tokens`` in all.
 
-Weights come from the trainer as a ``state_dict`` (Hugging Face names) and are
-loaded in place on the driver worker through ``LLM.collective_rpc``: the worker's
-``reload_weights`` (vLLM's in-place reload) where it exists, else the model's
-``load_weights``.  This suits one process, or
-a generator that receives tensors by other means; broadcasting 8B weights from
-DeepSpeed trainers to 64 generators over NCCL is not part of this module.  No
-sleep mode is used.
+The engine's workers (one in this process at tensor-parallel size 1, ``tensor_parallel_size``
+worker processes beyond) carry a worker extension, named by string
+(``scalectl.rl.transport.vllm_worker.WeightsWorker``): a generator process has its workers join
+the weights' group and load each broadcast version themselves
+(:class:`scalectl.rl.transport.vllm_worker.WorkerWeightSlot`, as the engine's ``poll_weights``;
+:meth:`VLLMRolloutEngine.weights_loaded` then tags later tokens with the version).  A
+``state_dict`` handed to :meth:`VLLMRolloutEngine.update_weights` (one process holding the
+trainer too) goes to every worker through ``LLM.collective_rpc`` and is loaded in place by
+vLLM's ``reload_weights`` (the model's ``load_weights`` in older versions).  No sleep mode is
+used.
 
 vllm is imported lazily: importing this module does not need it, constructing an
 engine does (:func:`import_vllm`).  The official vLLM wheels need CUDA; the
@@ -170,8 +173,8 @@ def patch_fp32_head(model) -> str:
     return "patched"
 
 
-def _head_state(model) -> dict:
-    """What the worker's model does at the head: logits dtype, head weight dtype, patch."""
+def head_state(model) -> dict:
+    """What a worker's model does at the head: logits dtype, head weight dtype, patch."""
     proc = getattr(model, "logits_processor", None)
     head = getattr(model, "lm_head", None)
     return {
@@ -181,18 +184,9 @@ def _head_state(model) -> dict:
     }
 
 
-def _load_weights(worker, items: list) -> str:
-    """Load (name, tensor) pairs (Hugging Face names) into a vLLM worker's model, in place.
-
-    Runs in the worker (``LLM.collective_rpc``).  Uses the worker's ``reload_weights``
-    (vLLM's in-place reload, which also redoes the post-loading processing) where it
-    exists, else the model's ``load_weights`` (older versions).  Returns which.
-    """
-    if hasattr(worker, "reload_weights"):
-        worker.reload_weights(weights_iterator=items)
-        return "reload_weights"
-    worker.model_runner.model.load_weights(iter(items))
-    return "load_weights"
+#: The worker extension every engine's workers carry (``scalectl.rl.transport.vllm_worker``;
+#: named by string, as vLLM takes it, so this module imports nothing of the transport).
+WORKER_EXTENSION = "scalectl.rl.transport.vllm_worker.WeightsWorker"
 
 
 @dataclass
@@ -239,7 +233,7 @@ class VLLMRolloutEngine(RolloutEngine):
             engine's lock; it may call :meth:`update_weights` (a generator process that
             receives weights over the network; tokens sampled after it carry the new version).
         **llm_kwargs: passed to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``,
-            ``tensor_parallel_size``, ``enforce_eager``).
+            ``tensor_parallel_size``, ``max_num_seqs``, ``enforce_eager``).
 
     Raises:
         VLLMNotInstalled: vllm is not installed.
@@ -263,13 +257,15 @@ class VLLMRolloutEngine(RolloutEngine):
         vllm = import_vllm()
         self._vllm = vllm
         kwargs = dict(model=str(model_path), dtype=_DTYPES[dtype], seed=seed, logprobs_mode=mode,
-                      enable_prefix_caching=enable_prefix_caching, async_scheduling=False)
+                      enable_prefix_caching=enable_prefix_caching, async_scheduling=False,
+                      worker_extension_cls=WORKER_EXTENSION)
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         if head_fp32 and head_fp32_via in ("auto", "head_dtype"):
             kwargs["hf_overrides"] = {"head_dtype": "float32"}
         kwargs.update(llm_kwargs)
         self.llm = vllm.LLM(**kwargs)
+        self.tensor_parallel_size = int(kwargs.get("tensor_parallel_size", 1))
         if tokenizer is None:
             from transformers import AutoTokenizer
 
@@ -293,8 +289,13 @@ class VLLMRolloutEngine(RolloutEngine):
 
     # ------------------------------------------------------------------ settings
 
+    def _head_state(self) -> dict:
+        """The head of the first worker's model (:func:`head_state`), through the worker extension
+        (a method named by string: no function is pickled to worker processes)."""
+        return self.llm.collective_rpc("scalectl_head_state")[0]
+
     def _apply_head_precision(self, via: str) -> str | None:
-        state = self.llm.apply_model(_head_state)[0]
+        state = self._head_state()
         if not self.head_fp32 or self.dtype == "fp32":
             return None if not self.head_fp32 else "model dtype"
         if via in ("auto", "head_dtype") and state["head_dtype"] == "float32":
@@ -302,7 +303,7 @@ class VLLMRolloutEngine(RolloutEngine):
         if via == "head_dtype":
             raise ValueError(f"vLLM {self._vllm.__version__} ignores head_dtype for this model "
                              f"(head runs in {state['head_dtype']}); use head_fp32_via='patch' or 'auto'")
-        self.llm.apply_model(patch_fp32_head)
+        self.llm.collective_rpc("scalectl_patch_fp32_head")
         return "patch"
 
     @property
@@ -310,7 +311,7 @@ class VLLMRolloutEngine(RolloutEngine):
         """The engine's settings, for the run record: engine, vllm version, logprobs mode,
         temperature, top_p, model dtype, LM-head precision (and how it is applied),
         prefix caching, in-process engine core."""
-        state = self.llm.apply_model(_head_state)[0]
+        state = self._head_state()
         return {
             "engine": "vllm",
             "vllm_version": self._vllm.__version__,
@@ -323,6 +324,7 @@ class VLLMRolloutEngine(RolloutEngine):
             "head_dtype": "float32" if state["patched"] else state["head_dtype"],
             "enable_prefix_caching": self.enable_prefix_caching,
             "engine_core": "in-process, step by step",
+            "tensor_parallel_size": self.tensor_parallel_size,
         }
 
     @property
@@ -350,9 +352,28 @@ class VLLMRolloutEngine(RolloutEngine):
         dtype = torch.float32 if self.dtype == "fp32" else torch.bfloat16
         items = [(name, t.detach().to(dtype)) for name, t in state_dict.items()]
         with self._lock:
-            self.weight_loader = self.llm.collective_rpc(_load_weights, args=(items,))[0]
+            self.weight_loader = self.llm.collective_rpc("scalectl_load_state", args=(items,))[0]
             self._version = int(version)
             self._reset_pending = True
+        self._reset_if_idle()
+
+    def weights_loaded(self, version: int) -> None:
+        """The workers have loaded the weights of ``version`` themselves (the weights' group,
+        :class:`scalectl.rl.transport.vllm_worker.WorkerWeightSlot`): tag later tokens with it and
+        reset the prefix cache (at once, or when the running generation ends)."""
+        with self._lock:
+            self.weight_loader = "broadcast to the workers"
+            self._version = int(version)
+            self._reset_pending = True
+        self._reset_if_idle()
+
+    def collective_rpc(self, method: str, *args) -> list:
+        """``LLM.collective_rpc(method, args=args)``: a method of the workers (their extension),
+        one result per worker; waits for the decoding step under way."""
+        with self._lock:
+            return self.llm.collective_rpc(method, args=args)
+
+    def _reset_if_idle(self) -> None:
         if self._generate_lock.acquire(blocking=False):
             try:
                 self._reset_prefix_cache()
@@ -521,7 +542,8 @@ def engine_from_recipe(recipe, model, tokenizer, *, model_path: str | Path | Non
     then copies the trainer's weights (``source_model=model``).  The recipe gives the
     dtype, the LM-head precision, the sampling temperature/top-p and the longest
     sequence (``length.max_prompt_tokens + length.max_new_tokens`` plus the
-    interruption phrase, capped by the model's context).
+    interruption phrase, capped by the model's context); ``hardware`` gives the tensor-parallel
+    size (``gpus_per_generator``), ``max_num_seqs`` and, on CUDA, ``gpu_memory_utilization``.
 
     Raises:
         VLLMNotInstalled: vllm is not installed.
@@ -539,7 +561,11 @@ def engine_from_recipe(recipe, model, tokenizer, *, model_path: str | Path | Non
     length = recipe.length
     longest = length.max_prompt_tokens + length.max_new_tokens
     context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    hw = recipe.hardware
+    parallel = dict(tensor_parallel_size=hw.gpus_per_generator, max_num_seqs=hw.max_num_seqs)
+    if hw.device == "cuda":
+        parallel["gpu_memory_utilization"] = hw.gpu_memory_utilization
     return VLLMRolloutEngine(
         path, tokenizer, dtype=recipe.model.dtype, head_fp32=recipe.precision.lm_head == "fp32",
         sampling=SamplingParams.for_training(recipe), seed=recipe.seed,
-        max_model_len=min(longest, context) if context else longest, source_model=model)
+        max_model_len=min(longest, context) if context else longest, source_model=model, **parallel)

@@ -118,9 +118,10 @@ class Feeder:
         self._layout = None
 
     # -- scheduling
-    def push(self, version: int) -> None:
+    def push(self, version: int, evaluate: bool = False) -> None:
         """Broadcast weights ``version`` to every generator (gathered under ZeRO-3); the push's
-        time and bytes go into the step's metrics.
+        time and bytes go into the step's metrics.  ``evaluate``: the generators are to evaluate
+        this version (:func:`~scalectl.rl.transport.stream.push_weights`).
 
         Raises:
             PeerLost: a generator (or a trainer rank) is gone, named by its card.
@@ -129,7 +130,7 @@ class Feeder:
 
         def send(model):
             self._layout = weight_layout(model)
-            return push_weights(group, model, version)
+            return push_weights(group, model, version, evaluate=evaluate)
 
         try:
             stats = self.link.with_weights(self.model, send)
