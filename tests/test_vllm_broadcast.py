@@ -40,3 +40,36 @@ def test_two_vllm_generators_receive_broadcast_weights(tmp_path):
         # fp32 weights and head on both sides: the same sums in another order (vLLM's kernels,
         # KV cache), a few fp32 ulps of log-probs of size ~5 -> 1e-5
         assert got[r]["max_diff"] < 1e-5
+
+
+def test_a_tensor_parallel_generator_receives_the_broadcast_in_its_workers(tmp_path):
+    """A vLLM engine at tensor-parallel size 2 (two worker processes, the CPU build with one core
+    each, ``VLLM_CPU_OMP_THREADS_BIND="0|1"``) whose workers take two seats in the weights' group:
+    each worker receives the trainer's push itself (the whole broadcast, loading its shard in
+    place), the generator samples with the new version, and its log-probs then match a
+    teacher-forced pass of the pushed weights to the bound of the in-process generators (1e-5;
+    fp32 weights and head, sums in another order) while they miss the checkpoint's by far."""
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
+
+    ckpt = tmp_path / "policy"
+    save_policy(build_tiny_model(seed=0), build_tokenizer(), ckpt)
+    out, port = str(tmp_path / "tp"), free_port()
+    worker = str(ROOT / "tests" / "vllm_tp_worker.py")
+    env = dict(os.environ, VLLM_CPU_OMP_THREADS_BIND="0|1")
+    procs = [subprocess.Popen([sys.executable, worker, role, str(port), str(ckpt), out, "2"], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for role in ("trainer", "generator")]
+    logs = [p.communicate(timeout=1500)[0] for p in procs]
+    assert all(p.returncode == 0 for p in procs), "\n".join(log[-3000:] for log in logs)
+    gen, trainer = torch.load(f"{out}.generator.pt"), torch.load(f"{out}.trainer.pt")
+    assert gen["tp"] == 2
+    ranks, pids = zip(*gen["ranks"])
+    assert list(ranks) == [0, 1] and len(set(pids)) == 2            # two worker processes, two seats
+    assert gen["loads"] == 1 and gen["ended"]
+    assert trainer["bytes"] == 8 + gen["bytes"] == 8 + 4 * 1_118_080   # the header, then every weight
+    assert all(v == [1] * len(v) for v in gen["after_versions"])
+    print(f"\ntensor-parallel size 2: engine init {gen['init_s']:.0f} s; max |vLLM log-prob - trainer log-prob| "
+          f"after the update {gen['max_diff']:.2e} over {gen['tokens']} tokens (against the checkpoint's weights "
+          f"{gen['max_diff_original']:.2e})")
+    assert gen["max_diff"] < 1e-5
+    assert gen["max_diff_original"] > 1e-3

@@ -95,8 +95,11 @@ def build_policy(recipe, reporter: Reporter, *, engine: bool = True) -> Policy:
     from scalectl.rl.train.trainer import PolicyTrainer
 
     model, tokenizer = load_model(recipe, reporter)
-    if recipe.hardware.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if recipe.hardware.gradient_checkpointing:   # named activation checkpointing from transformers 5.24
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     head_fp32 = recipe.precision.lm_head == "fp32"
     trainer = PolicyTrainer(model, loss=recipe.loss, optim=recipe.optim, head_fp32=head_fp32,
                             temperature=SamplingParams.for_training(recipe).temperature,

@@ -89,6 +89,12 @@ class WeightsWorker:
         s["header"] = torch.zeros(1, dtype=torch.int64, device=s["device"])
         s["work"] = s["group"].broadcast(s["header"], s["src"])
 
+    def scalectl_worker_rank(self) -> list:
+        """[this worker's rank in the weights' group, its process id]."""
+        import os
+
+        return [self._scalectl["group"].rank, os.getpid()]
+
     def scalectl_weights_poll(self) -> int | None:
         """The next version's header if it has arrived (its buckets follow), else None; at once."""
         s = self._scalectl
