@@ -51,7 +51,7 @@ from scalectl.rl.processes.evaluations import (evaluation_tap, on_dedicated_gene
 from scalectl.rl.processes.threads import set_cpu_threads
 from scalectl.rl.schedule.feeder import StreamLink
 from scalectl.rl.loop import Reporter, load_model, prepare, train
-from scalectl.rl.transport.roles import free_port, local_task_env
+from scalectl.rl.transport.roles import free_port, local_task_env, pin_gpus
 from scalectl.rl.rollout import make_engine
 from scalectl.rl.rollout.sampling import SamplingParams
 from scalectl.rl.transport.stream import BYE, STOP, Channel, Inbox, PeerLost, WeightSlot, send_object, weight_layout
@@ -277,7 +277,12 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
     """
     recipe = Recipe.model_validate(spec.recipe)
     torch.manual_seed(recipe.seed + 1 + task.rank)
+    if recipe.hardware.device == "cuda":      # this generator's GPUs only (a vLLM engine's workers: all of them)
+        pin_gpus(task)
     model, tokenizer = load_model(recipe, reporter)
+    if recipe.hardware.device == "cuda" and recipe.hardware.rollout_engine == "cpu" and torch.cuda.is_available():
+        torch.cuda.set_device(0)
+        model = model.to("cuda:0")
     engine = make_engine(recipe, model, tokenizer)
     engine.update_weights(None, -1)                    # no weights from the trainer yet
     channel = connect(recipe, task)
