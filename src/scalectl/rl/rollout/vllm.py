@@ -2,13 +2,17 @@
 
 One ``vllm.LLM`` samples every completion as its own request (its own seed and,
 with interruption, its own length limit); the engine core runs in this process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, no async scheduling) and this module drives
-it one decoding step at a time (``LLMEngine.step``), so that
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, no async scheduling) and this module steps
+it (``LLMEngine.step``), each request's output kept by vLLM until it ends
+(``FINAL_ONLY``), so that
 
 * every token is tagged with the policy version of the weights that produced it,
   and weights pushed by :meth:`VLLMRolloutEngine.update_weights` from another
   thread land exactly between two decoding steps (PipelineRL in-flight updates;
-  the KV cache of earlier tokens is kept, computed by the older weights);
+  the KV cache of earlier tokens is kept, computed by the older weights).  The
+  engine runs unobserved while no update comes: an update reads how many tokens
+  each live request has (where its tokens of the new version start), the only
+  per-request work outside vLLM before a request ends;
 * the generator's log-prob of each sampled token is the one vLLM computed when
   sampling it, from the FULL softmax at the sampling temperature: vLLM's
   ``logprobs_mode`` is ``raw_logprobs`` (before temperature, top-k and top-p, so
@@ -286,6 +290,7 @@ class VLLMRolloutEngine(RolloutEngine):
         self._requests = 0
         self.weight_loader: str | None = None    # how the last update was loaded
         self._meta = None                         # the architecture on the meta device, when needed
+        self._live: dict = {}                     # request id -> (vLLM's id, [(first token, version), ...])
         self.head_fp32_via = self._apply_head_precision(head_fp32_via)
 
     # ------------------------------------------------------------------ settings
@@ -357,6 +362,7 @@ class VLLMRolloutEngine(RolloutEngine):
         with self._lock:
             self.weight_loader = self.llm.collective_rpc("scalectl_load_state", args=(items,))[0]
             self._version = int(version)
+            self._mark_versions(self._version)
             self._reset_pending = True
         self._reset_if_idle()
 
@@ -376,6 +382,7 @@ class VLLMRolloutEngine(RolloutEngine):
         with self._lock:
             self.weight_loader = "broadcast to the workers"
             self._version = int(version)
+            self._mark_versions(self._version)
             self._reset_pending = True
         self._reset_if_idle()
 
@@ -459,21 +466,49 @@ class VLLMRolloutEngine(RolloutEngine):
 
     def _add(self, prompt_ids: list[int], max_tokens: int, seed: int, sample: dict, *,
              prompt_logprobs: bool = False) -> str:
+        """Add one request, its output kept by vLLM until it finishes (``FINAL_ONLY``); its token
+        versions are recorded as boundaries (:meth:`_mark_versions`)."""
         from vllm.sampling_params import RequestOutputKind
 
         params = self._vllm.SamplingParams(
             n=1, max_tokens=max_tokens, seed=seed, detokenize=False,
             prompt_logprobs=0 if prompt_logprobs else None,
-            output_kind=RequestOutputKind.DELTA, **sample)
+            output_kind=RequestOutputKind.FINAL_ONLY, **sample)
         self._requests += 1
         rid = f"scalectl-{self._requests}"
         with self._lock:
-            self.llm.llm_engine.add_request(rid, {"prompt_token_ids": list(prompt_ids)}, params)
+            internal = self.llm.llm_engine.add_request(rid, {"prompt_token_ids": list(prompt_ids)}, params)
+            self._live[rid] = (internal if isinstance(internal, str) else rid, [(0, self._version)])
         return rid
 
+    def _mark_versions(self, version: int) -> None:
+        """A new version from the next decoding step on: every live request's tokens from its
+        current length on have ``version`` (called under the engine's lock, between two steps)."""
+        states = self.llm.llm_engine.output_processor.request_states
+        for internal, bounds in self._live.values():
+            state = states.get(internal)
+            if state is not None:          # else finished already: it has no token of the new version
+                bounds.append((state.detokenizer.num_output_tokens(), version))
+
+    @staticmethod
+    def _versions(bounds: list, n: int) -> list[int]:
+        """Token versions of a request of ``n`` tokens from its boundaries [(first token, version), ...]."""
+        out, k = [], 0
+        for i in range(n):
+            while k + 1 < len(bounds) and bounds[k + 1][0] <= i:
+                k += 1
+            out.append(bounds[k][1])
+        return out
+
     def _run(self, requests: dict, budgets: dict | None = None) -> None:
-        """Step the engine until every request in ``requests`` (id -> row) has finished,
-        appending each step's new tokens to its row with the version of that step."""
+        """Step the engine until every request in ``requests`` (id -> row) has finished; each
+        finished request's tokens go to its row with the version each token was sampled by.
+
+        The engine runs unobserved between weight updates: vLLM keeps each request's output to
+        its end (``FINAL_ONLY``), and only an update (:meth:`update_weights`, :meth:`weights_loaded`,
+        both between two decoding steps) reads how many tokens each live request has, which
+        is where its tokens of the new version start (:meth:`_mark_versions`).
+        """
         budgets = budgets or {}
         pending = set(requests)
         try:
@@ -482,38 +517,39 @@ class VLLMRolloutEngine(RolloutEngine):
                     self.poll_weights()
                 with self._lock:
                     outputs = self.llm.llm_engine.step()
-                    version = self._version
                 for o in outputs:
                     row = requests.get(o.request_id)
-                    if row is None:
+                    if row is None or not o.finished:
                         continue
-                    # prompt log-probs arrive once, with the end of the prefill (vLLM DELTA outputs)
-                    if row.forced and (o.prompt_logprobs or not row.forced_logprobs
-                                       or any(c.token_ids for c in o.outputs)):
-                        self._take_forced(row, o.prompt_logprobs, version)
-                    budget = budgets.get(o.request_id)
-                    for c in o.outputs:
-                        new = list(c.token_ids)
-                        if budget is not None:          # a continuation with no room left (budget 0)
-                            new = new[:max(budget, 0)]
-                        lps = ([d[t].logprob for d, t in zip(c.logprobs, new)] if c.logprobs
-                               else [math.nan] * len(new))
-                        row.tokens += new
-                        row.logprobs += lps
-                        row.versions += [version] * len(new)
-                        row.mask += [1] * len(new)
-                        if budget is not None:
-                            budgets[o.request_id] = budget - len(new)
-                        if o.finished:
-                            if c.finish_reason not in ("stop", "length"):
-                                raise ValueError(f"vLLM ended a request with finish_reason={c.finish_reason!r}")
-                            row.finish = "length" if budget is not None and budget <= 0 else c.finish_reason
-                    if o.finished:
-                        pending.discard(o.request_id)
+                    with self._lock:
+                        _, bounds = self._live.pop(o.request_id)
+                    self._take_final(row, o, bounds, budgets.get(o.request_id))
+                    pending.discard(o.request_id)
         finally:
             if pending:
                 with self._lock:
                     self.llm.llm_engine.abort_request(list(pending))
+                    for rid in pending:
+                        self._live.pop(rid, None)
+
+    def _take_final(self, row: _Row, o, bounds: list, budget: int | None) -> None:
+        """A finished request's output into its row: the forced tokens first (a continuation after
+        an interruption: their log-probs are its prompt log-probs, their version that of its first
+        token), then the sampled tokens (at most ``budget`` of a continuation)."""
+        c = o.outputs[0]
+        if c.finish_reason not in ("stop", "length"):
+            raise ValueError(f"vLLM ended a request with finish_reason={c.finish_reason!r}")
+        new = list(c.token_ids)
+        if budget is not None:                  # a continuation with no room left (budget 0)
+            new = new[:max(budget, 0)]
+        versions = self._versions(bounds, max(len(c.token_ids), 1))
+        if row.forced:
+            self._take_forced(row, o.prompt_logprobs if row.forced_logprobs else None, versions[0])
+        row.tokens += new
+        row.logprobs += [d[t].logprob for d, t in zip(c.logprobs, new)] if c.logprobs else [math.nan] * len(new)
+        row.versions += versions[:len(new)]
+        row.mask += [1] * len(new)
+        row.finish = "length" if budget is not None and budget - len(new) <= 0 else c.finish_reason
 
     @staticmethod
     def _take_forced(row: _Row, prompt_logprobs, version: int) -> None:
