@@ -46,6 +46,20 @@ def run_inputs(run: dict) -> dict:
     return {"x": x, "y": y, "truncation": t, "axis": axis, "min_compute": m, "r0_se": r0_se}
 
 
+def _takes_r0_se() -> bool:
+    """Whether the installed scalectl's fit takes ``r0_se``: a field of
+    ``scalectl.curve.FitSettings`` (the settings of ``fit_sigmoid``), or in older checkouts a
+    keyword argument of ``fit_sigmoid`` itself."""
+    import dataclasses
+
+    from scalectl import curve
+
+    settings = getattr(curve, "FitSettings", None)
+    if settings is not None:
+        return "r0_se" in {f.name for f in dataclasses.fields(settings)}
+    return "r0_se" in inspect.signature(curve.fit_sigmoid).parameters
+
+
 def coverage(data: dict, fraction: float = 0.5, bootstrap: int = 1000) -> dict:
     """Extrapolate every run of a fixture (the dict of its JSON) from ``fraction`` of its compute.
 
@@ -54,9 +68,7 @@ def coverage(data: dict, fraction: float = 0.5, bootstrap: int = 1000) -> dict:
     max_abs_error, A, band_half_width]}; errors are absolute pass-rate differences.
     Raises what :func:`scalectl.science.extrapolate.extrapolate` raises for a run it cannot fit.
     """
-    from scalectl.curve import fit_sigmoid
-
-    takes_se = "r0_se" in inspect.signature(fit_sigmoid).parameters
+    takes_se = _takes_r0_se()
     rows, inside, total, errors = [], 0, 0, []
     for run in data["runs"]:
         d = run_inputs(run)

@@ -77,15 +77,18 @@ def check_evaluation(engine, version: int, args) -> bool:
     from scalectl.rl.data.arithmetic import eval_problems
     from scalectl.rl.evaluation.pass_rate import evaluate
     from scalectl.rl.evaluation.shares import PointParts, assign_chunks, evaluate_share
+    from scalectl.rl.reward.scoring import Scorer
     from scalectl.rl.rollout.sampling import SamplingParams
 
     problems = eval_problems(args.eval_prompts, seed=1, difficulty=2)
     params = SamplingParams(max_new_tokens=args.new_tokens, temperature=1.0, top_p=1.0)
     share = assign_chunks(len(problems), [0])
     parts = PointParts(version, {0: len(share[0])})
-    parts.add(0, evaluate_share(engine, problems, share[0], params, samples_per_prompt=args.eval_k, seed=7))
+    score = Scorer()                                       # the built-in math checker
+    parts.add(0, evaluate_share(engine, problems, share[0], params, samples_per_prompt=args.eval_k, seed=7,
+                                score=score))
     point = parts.result(args.eval_k)
-    direct = evaluate(engine, problems, params, samples_per_prompt=args.eval_k, seed=7)
+    direct = evaluate(engine, problems, params, samples_per_prompt=args.eval_k, seed=7, score=score)
     same = point["correct_counts"] == direct["correct_counts"] and point["mean_length"] == direct["mean_length"]
     completions = sum(len(r["versions"]) for r in parts.record())
     print(f"evaluation for the trainer (version {version}): {len(problems)} prompts x {args.eval_k}, "

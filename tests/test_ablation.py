@@ -254,3 +254,64 @@ def test_forward_ablation_interrupted_then_continued(tmp_path, policy):
         assert len(show["run"]["job_ids"]) == (2 if n in stopped else 1)
     n = next(iter(stopped))
     assert "resumed from step-" in (runs / n / "logs" / "local-1.log").read_text()
+
+
+@pytest.mark.slow   # 8-22 s (two local jobs start, each importing the trainer): make test-slow
+def test_an_ablation_prepared_and_run_from_python(tmp_path):
+    """`scalectl ablate` as a notebook calls it (scalectl.ablation.campaign): prepare plans and
+    prices without creating a store; run launches the simulated runs (real local jobs), tells
+    each look at them to its Progress, and ends with the verdicts, the manifest and the report;
+    the same plan again reuses every run."""
+    from scalectl.ablation import campaign
+
+    common = "B=2,C_mid=0.1,R0=0.3,hours_per_step=0.001,seconds_per_step=0"
+    path = tmp_path / "py.toml"
+    path.write_text(f"""
+name = "py"
+kind = "variants"
+base = "{ROOT / 'recipes/scalerl.toml'}"
+setup = "{ROOT / 'setups/simulated.toml'}"
+baseline = "base"
+set = ["model.path='simulated:A=0.6,{common}'", "budget.steps=500"]
+
+[[variants]]
+name = "base"
+
+[[variants]]
+name = "up"
+set = ["model.path='simulated:A=0.7,{common}'"]
+""")
+    db = tmp_path / "s.db"
+    prepared = campaign.prepare(read_ablation(path), db=str(db))
+    assert not db.exists() and prepared.counts() == {"new": 2} and prepared.kind == "local"
+    assert prepared.cost["steps"] == 1000 and prepared.cost["device_hours"] is None   # no rate measured yet
+
+    class Seen(campaign.Progress):
+        def __init__(self):
+            self.lines, self.looks, self.last = [], 0, "not called"
+
+        def log(self, message):
+            self.lines.append(message)
+
+        def runs(self, rows):
+            self.looks += 1
+
+        def watched(self, rows):
+            self.last = rows
+
+    seen = Seen()
+    outcome = campaign.run(prepared, runs_dir=tmp_path / "runs", out_dir=tmp_path / "rep", bootstrap=100,
+                           poll=0.2, progress=seen)
+    assert not outcome.interrupted and seen.looks >= 1
+    assert seen.lines[0] == "launched 2 run(s) on local (at most 4 at once)"
+    assert [(r["name"], r["status"], r["step"]) for r in seen.last] == [("py--base--s0", "completed", 500),
+                                                                         ("py--up--s0", "completed", 500)]
+    row = outcome.result.comparison.row("up")
+    assert row.verdict == "higher ceiling" and 0.05 < row.delta_A < 0.15       # true dA 0.1, seed sd 0.005
+    assert outcome.to_dict()["runs"] == {"py--base--s0": "completed", "py--up--s0": "completed"}
+    assert outcome.report["html"] == tmp_path / "rep" / "index.html" and outcome.report["html"].exists()
+    saved = json.loads((tmp_path / "runs" / ".ablations" / "py.json").read_text())
+    assert [v["runs"] for v in saved["variants"]] == [["py--base--s0"], ["py--up--s0"]]
+    again = campaign.prepare(read_ablation(path), db=str(db))
+    assert again.counts() == {"reuse": 2} and again.cost["steps"] == 0
+    assert again.cost["rate"] == pytest.approx(0.001)      # measured on the two completed runs

@@ -11,6 +11,7 @@ from scipy.optimize import curve_fit
 from scalectl.curve import (
     Bounds,
     FitError,
+    FitSettings,
     Flag,
     SigmoidFit,
     advise,
@@ -264,6 +265,28 @@ def test_bad_input_gives_clear_errors():
         fit_sigmoid([0, 1, 2, 3, 4], [0.1, 0.2, 0.3, 0.4, 0.5], min_compute=3)
     x, y = synthetic(2542, 1.92, 0.61, reach=5, sd=0.0, n=5)
     assert fit_sigmoid(x, y, bootstrap=0).has_flag("too_few_points")
+
+
+def test_fit_settings_are_the_keywords_of_the_fit():
+    """fit_sigmoid's keywords are the fields of FitSettings: a settings object gives the same fit
+    (every field, every bootstrap draw), keywords given with it override its fields, a bad
+    setting is refused when the object is made, an unknown keyword is a TypeError."""
+    x, y = synthetic(2818, 1.77, 0.605, reach=4, sd=0.01, seed=3)
+    by_keywords = fit_sigmoid(x, y, min_compute=1500, bootstrap=50, seed=3, level=0.9)
+    settings = FitSettings(min_compute=1500, bootstrap=50, seed=3, level=0.9)
+    by_settings = fit_sigmoid(x, y, settings=settings)
+    overridden = fit_sigmoid(x, y, settings=dataclasses.replace(settings, seed=0, level=0.5), seed=3, level=0.9)
+    assert by_settings.to_dict() == by_keywords.to_dict() == overridden.to_dict()
+    np.testing.assert_array_equal(by_settings.samples, by_keywords.samples)
+    assert by_keywords.level == 0.9 and by_keywords.n_bootstrap == 50
+    other_seed = fit_sigmoid(x, y, settings=settings, seed=4)
+    assert other_seed.intervals != by_keywords.intervals and other_seed.A == by_keywords.A
+    with pytest.raises(FitError, match="interval level must lie strictly between 0 and 1"):
+        FitSettings(level=1.0)
+    with pytest.raises(FitError, match=r"r0 'x' is not one of: auto, measured, fit, or a number in \[0, 1\]"):
+        FitSettings(r0="x")
+    with pytest.raises(TypeError, match="min_compte"):
+        fit_sigmoid(x, y, min_compte=1500)
 
 
 def test_default_min_compute():

@@ -202,6 +202,7 @@ def test_think_tags_reach_training_and_held_out_problems():
     from scalectl.recipe.schema import Recipe
     from scalectl.rl.data.splits import load_prompt_sets
     from scalectl.rl.rollout.base import Completion
+    from scalectl.rl.reward.scoring import scorer_for
     from scalectl.rl.rollout.groups import score_groups
 
     for data in ({"source": str(MATH / "aime24.parquet")}, {"source": "synthetic:arithmetic", "train_size": 40}):
@@ -216,7 +217,7 @@ def test_think_tags_reach_training_and_held_out_problems():
         texts = [f"<think>maybe \\boxed{{{gold}}}", f"<think>hmm</think> \\boxed{{{gold}}}",
                  f"\\boxed{{{gold}}}", f"<think>\\boxed{{{gold}}}</think> no box"]
         comps = [Completion(0, [1], [2], [-0.5], [0], "stop", t) for t in texts]
-        [group] = score_groups([comps], held, [0], thinking.length)
+        [group] = score_groups([comps], held, [0], thinking.length, scorer_for(thinking))
         assert group.correct == [False, True, False, False]
         assert [check(t, plain_held[0].answer) for t in texts] == [True, True, True, True]
 
@@ -331,3 +332,35 @@ def test_load_prompt_sets_from_a_recipe_drops_long_prompts():
 
 def to_records(path):
     return [to_record(r, i) for i, r in enumerate(read_rows(str(path)))]
+
+
+def test_synthetic_prompts_longer_than_the_limit_are_dropped_and_counted():
+    """Every source drops prompts over length.max_prompt_tokens, the synthetic one too: at
+    difficulty 9 (8 terms of up to 3 digits) a prompt has up to 32 characters, 33 tokens with
+    BOS for the tiny tokenizer (one token per character)."""
+    from scalectl.recipe.schema import Recipe
+    from scalectl.rl.data.arithmetic import make_splits
+    from scalectl.rl.data.splits import load_prompt_sets
+
+    recipe = Recipe.model_validate({"data": {"source": "synthetic:arithmetic", "difficulty": 9, "train_size": 400},
+                                    "eval": {"prompts": 100}, "length": {"max_prompt_tokens": 32}})
+    generated = make_splits(400, 100, seed=0, difficulty=9)
+    over = [sum(len(p.prompt) + 1 > 32 for p in split) for split in generated]      # the count by hand
+    assert 0 < over[0] < 400 and 0 < over[1] < 100
+    lines = []
+    train, held = load_prompt_sets(recipe, log=lines.append)
+    longest = max(len(p.prompt) + 1 for p in train + held)
+    print(f"\ngenerated over the limit: {over[0]} of 400 training, {over[1]} of 100 held-out; "
+          f"after loading: longest prompt {longest} tokens, {len(train)} + {len(held)} prompts")
+    assert longest <= 32
+    assert [p.prompt for p in train] == [p.prompt for p in generated[0] if len(p.prompt) + 1 <= 32]
+    assert [p.prompt for p in held] == [p.prompt for p in generated[1] if len(p.prompt) + 1 <= 32]
+    assert [p.id for p in train] == list(range(len(train))) and [p.id for p in held] == list(range(len(held)))
+    assert lines == [f"prompt set synthetic:arithmetic: {sum(over)} longer than 32 tokens dropped; "
+                     f"{400 - over[0]} training, {100 - over[1]} held-out prompts"]
+    # at the limit nothing is dropped (and the splits are the generated ones)
+    loose = recipe.model_copy(update={"length": recipe.length.model_copy(update={"max_prompt_tokens": 33})})
+    assert load_prompt_sets(loose) == generated
+    with pytest.raises(UserError, match="no training prompt fits length.max_prompt_tokens = 5"):
+        load_prompt_sets(recipe.model_copy(update={"length": recipe.length.model_copy(
+            update={"max_prompt_tokens": 5})}))

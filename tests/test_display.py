@@ -54,6 +54,24 @@ def test_format_number_and_compute():
     assert format_estimate(2.1e12, None) == "2.10e12 (no interval)"
 
 
+def test_one_formatter_for_numbers_and_table_cells():
+    """format_number(decimals=True) is the cell of the run tables (runs, show, status, an
+    ablation's runs): decimal places in fixed notation, Python's g past the same thresholds as
+    the significant-digit form, a step count as it is, None as '-'."""
+    assert format_number(0.61234, decimals=True) == "0.612" == format_number(0.61234)
+    assert format_number(12.5, decimals=True) == "12.500" and format_number(12.5) == "12.5"
+    assert format_number(0.04, 4, decimals=True) == "0.0400"
+    assert format_number(99999.0, decimals=True) == "99999.000" and format_number(99999.0) == "100000"
+    assert format_number(1e5, decimals=True) == "1e+05" and format_number(1e5) == "1.00e5"    # SCI_FROM
+    assert format_number(0.001, decimals=True) == "0.001"
+    assert format_number(0.00099, decimals=True) == "0.00099" and format_number(0.00099) == "9.90e-4"  # SCI_BELOW
+    assert format_number(2.1e12, decimals=True) == "2.1e+12"
+    assert format_number(120, decimals=True) == "120" and format_number(123456, decimals=True) == "123456"
+    assert format_number(None, decimals=True) == format_number(None) == "-"
+    assert format_number(0.0, decimals=True) == "0" == format_number(-0.0)
+    assert format_number(float("nan"), decimals=True) == "nan"
+
+
 def test_fit_columns_drops_lowest_priority_first_and_keeps_kept_ones():
     cols = [Column("run", keep=True), Column("x", priority=0), Column("y", priority=5),
             Column("A", keep=True)]

@@ -15,6 +15,7 @@ from conftest import ROOT, run_cli
 from scalectl.rl.evaluation.pass_rate import combine_chunks, evaluate
 from scalectl.rl.evaluation.shares import EvaluationVersionError, PointParts, assign_chunks, chunk_size, evaluate_share
 from scalectl.rl.policy.model import build_tiny_model, build_tokenizer
+from scalectl.rl.reward.scoring import Scorer
 from scalectl.rl.rollout.cpu import CPURolloutEngine
 from scalectl.rl.rollout.sampling import SamplingParams
 from scalectl.rl.transport.roles import Task, free_port
@@ -51,10 +52,10 @@ def test_shares_on_several_engines_give_the_evaluation_of_one(tok, one_torch_thr
     problems = _problems(128)
     params = SamplingParams(max_new_tokens=8)
     engine = CPURolloutEngine(build_tiny_model(seed=0), tok, version=7)
-    whole = evaluate(engine, problems, params, samples_per_prompt=2, seed=11)
+    whole = evaluate(engine, problems, params, samples_per_prompt=2, seed=11, score=Scorer())
     parts = []
     for g, chunks in assign_chunks(len(problems), [0, 1]).items():
-        mine = evaluate_share(engine, problems, chunks, params, samples_per_prompt=2, seed=11)
+        mine = evaluate_share(engine, problems, chunks, params, samples_per_prompt=2, seed=11, score=Scorer())
         assert len(mine) == 1 and all(v == [7] for p in mine for v in p["versions"])
         parts += mine
     assert combine_chunks(parts[::-1], 2) == whole

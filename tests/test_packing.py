@@ -208,3 +208,162 @@ def test_a_packed_step_gives_the_padded_step(zero_stage, one_torch_thread):
         tol = n * L * 2**-24 * 8 * max(g.abs().max().item(), 1e-3)
         torch.testing.assert_close(p_pack[name], p, rtol=2.0**-23, atol=tol)
     assert max((p_pad[k] - start[k].detach()).abs().max().item() for k in p_pad) > 1e-4   # the step moved
+
+
+# --------------------------------------------------------------------------- which models pack
+
+#: Tiny models built from their configs (no download), 2 layers of width 32, weights drawn with
+#: std 0.2 so that what a layer carries along a row shows in the log-probs.  The hybrids: a
+#: gated-delta-rule linear-attention layer (Qwen3.5), a short-convolution layer (LFM2), a Mamba2
+#: state-space mixer beside attention (Falcon-H1); each also has one softmax-attention layer.
+_SMALL = dict(vocab_size=261, hidden_size=32, intermediate_size=64, num_attention_heads=2, num_key_value_heads=1,
+              num_hidden_layers=2, initializer_range=0.2)
+HYBRIDS = {
+    "qwen3_5_text": dict(layer_types=["linear_attention", "full_attention"], linear_num_value_heads=2,
+                         linear_num_key_heads=1, linear_key_head_dim=16, linear_value_head_dim=16, head_dim=16),
+    "lfm2": dict(layer_types=["conv", "full_attention"]),
+    "falcon_h1": dict(mamba_n_heads=2, mamba_d_head=16, mamba_n_groups=1, mamba_d_ssm=32, mamba_d_state=8,
+                      mamba_chunk_size=4, head_dim=16),
+}
+#: The architectures packing.ISOLATING_MODEL_TYPES allows, with a sliding window where they have one.
+ATTENTION_ONLY = {
+    "llama": {}, "mistral": dict(sliding_window=3), "qwen2": dict(use_sliding_window=True, sliding_window=3,
+                                                                 max_window_layers=1),
+    "qwen3": dict(head_dim=16),
+}
+
+
+def _tiny(model_type: str, attn: str = "eager", **extra):
+    import warnings
+
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    cfg = AutoConfig.for_model(model_type, **_SMALL, **{**HYBRIDS.get(model_type, {}),
+                                                         **ATTENTION_ONLY.get(model_type, {}), **extra})
+    with torch.random.fork_rng(devices=[]), warnings.catch_warnings():
+        warnings.simplefilter("ignore")          # "falling back to the reference PyTorch implementation"
+        torch.manual_seed(0)
+        return AutoModelForCausalLM.from_config(cfg, attn_implementation=attn).eval()
+
+
+def _alone_logprobs(model, ids, att, start):
+    """Each sequence's log-probs computed on its own (no padding, no other sequence), padded to
+    (n, T) with 0, and the largest |logit| at each of its positions (the rounding scale)."""
+    n, T = ids.shape[0], ids.shape[1] - 1 - start
+    logp, zmax = torch.zeros(n, T), torch.zeros(n, T)
+    with torch.no_grad():
+        for i in range(n):
+            row = ids[i][att[i].bool()][None]
+            s = start - int(att[i].long().argmax())
+            lp, _ = token_logprobs(model, row, torch.ones_like(row), start=s)
+            z = model(input_ids=row).logits[0, s:-1].abs().amax(-1)
+            logp[i, :lp.shape[1]], zmax[i, :lp.shape[1]] = lp[0], z
+    return logp, zmax
+
+
+@pytest.mark.parametrize("model_type", sorted(ATTENTION_ONLY))
+@pytest.mark.parametrize("attn", ["eager", "sdpa"])
+def test_every_allowed_architecture_isolates_packed_sequences(model_type, attn, one_torch_thread):
+    """The allowlist is what this checks: packed log-probs of each allowed architecture (and
+    attention implementation) equal each sequence's log-probs alone, to rounding."""
+    from scalectl.rl.train.packing import packing_support
+
+    model = _tiny(model_type, attn)
+    assert packing_support(model.config).packs
+    ids, att, start, valid = _random_batch(3)
+    packed = pack(ids, att, start, ids.shape[1] - 1 - start)
+    assert packed.rows < ids.shape[0]
+    with torch.no_grad():
+        p_logp, _ = packed_token_logprobs(model, packed.input_ids, packed.position_ids, packed.index,
+                                          ids[:, start + 1:])
+    alone, zmax = _alone_logprobs(model, ids, att, start)
+    scale = torch.maximum(torch.maximum(zmax, alone.abs()), torch.ones_like(zmax))
+    assert bool(((p_logp - alone).abs() <= ULPS * EPS * scale)[valid].all())
+
+
+def test_packing_is_allowed_only_where_every_layer_isolates_sequences():
+    from scalectl.rl.train.packing import packing_support
+
+    for model_type in HYBRIDS:
+        support = packing_support(_tiny(model_type).config)
+        assert not support.packs and support.reason.startswith("padded rows") and model_type in support.reason
+    assert "linear_attention" in packing_support(_tiny("qwen3_5_text").config).reason
+    assert "conv" in packing_support(_tiny("lfm2").config).reason
+    # an allowed architecture with a layer type outside the allowlist, an unchecked attention
+    qwen2 = build_tiny_model(num_hidden_layers=2)
+    assert packing_support(qwen2.config).packs
+    qwen2.config.layer_types = ["full_attention", "linear_attention"]
+    assert not packing_support(qwen2.config).packs
+    other = build_tiny_model(num_hidden_layers=1)
+    other.config._attn_implementation = "flex_attention"
+    assert "flex_attention" in packing_support(other.config).reason
+
+
+@pytest.mark.parametrize("model_type", sorted(HYBRIDS))
+def test_a_hybrid_models_training_pass_gives_each_sequence_its_own_logprobs(model_type, one_torch_thread):
+    """On a hybrid model the trainer's log-probs (``logprob_mismatch`` against each sequence's
+    log-probs alone, the generator's view) are those of each sequence alone, whatever the
+    other sequences of the batch: the trainer takes the padded pass and says so."""
+    from scalectl.rl.train.losses import aggregation_weights
+    from scalectl.rl.train.trainer import gradient_rows
+
+    ids, att, start, valid = _random_batch(2)
+    n, T = valid.shape
+    alone, zmax = _alone_logprobs(_tiny(model_type), ids, att, start)
+    packed = pack(ids, att, start, T)
+    assert packed.rows < n                                  # packing would put several in one row
+    # the sequence placed after another one in its packed row (not at its start)
+    row_start = (packed.index[:, 0] // ids.shape[1]) * ids.shape[1]
+    first, _ = sequence_spans(att, start)
+    at = packed.index[:, 0] - (start - first) - row_start   # each sequence's offset in its row
+    target = int(torch.nonzero((at > 0) & valid.any(1)).flatten()[0])
+    bound = float((ULPS * EPS * torch.maximum(torch.maximum(zmax, alone.abs()), torch.ones_like(zmax)))[valid].max())
+    measured, trainers = {}, []
+    for other in (False, True):
+        batch_ids = ids.clone()
+        mask = valid.float()
+        if other:   # every other sequence's tokens change, and only the target counts in the metric
+            others = att.bool() & (torch.arange(n) != target)[:, None]
+            batch_ids = torch.where(others, (ids * 7 + 3) % 256 + 4, ids)
+            mask[torch.arange(n) != target] = 0
+        batch = TrainBatch(batch_ids, att, start, mask, alone * mask, torch.linspace(-1, 1, n),
+                           torch.arange(n) // 2)
+        trainer = PolicyTrainer(_tiny(model_type), loss=Loss(type="cispo", aggregation="token"),
+                                optim=Optim(lr=1e-3, warmup_steps=0, grad_clip=None), head_fp32=True,
+                                temperature=1.0, micro_batch_size=n)
+        metrics = trainer.train_step(batch)
+        measured[other] = metrics["logprob_mismatch"]
+        cut, _ = gradient_rows(batch, aggregation_weights(batch.loss_mask, batch.group_ids, "token"))
+        trainers.append((trainer, metrics["token_cells"], cut.input_ids.numel()))
+    print(f"\n{model_type}: mean |log pi_train - log pi_alone| {measured[False]:.2e} (every sequence), "
+          f"{measured[True]:.2e} (sequence {target}, the others' tokens changed); bound {bound:.2e}")
+    assert measured[False] <= bound and measured[True] <= bound
+    for trainer, cells, padded in trainers:
+        assert cells == padded                                   # the padded rows' cells
+        assert not trainer.packing.packs and trainer.packing.reason.startswith("padded rows")
+
+
+def test_the_run_log_says_which_pass_trains(tmp_path, one_torch_thread):
+    """A run's policy (loop.build_policy, from a checkpoint folder) logs the trainer's choice."""
+    from scalectl.recipe.schema import Recipe
+    from scalectl.rl.loop import Reporter, build_policy
+    from scalectl.rl.policy.model import build_tokenizer, save_policy
+
+    class Lines(Reporter):
+        def __init__(self):
+            self.lines = []
+
+        def log(self, message):
+            self.lines.append(message)
+
+    said = {}
+    for name, model in (("qwen2", build_tiny_model(num_hidden_layers=1)), ("lfm2", _tiny("lfm2"))):
+        path = save_policy(model, build_tokenizer(), tmp_path / name)
+        reporter = Lines()
+        build_policy(Recipe.model_validate({"model": {"path": str(path)}}), reporter)
+        said[name] = [line for line in reporter.lines if line.startswith("training pass: ")]
+    assert said["qwen2"] == ["training pass: packed rows where they take fewer rows: every layer of model type "
+                             "'qwen2' is attention (eager) that isolates sequences by their positions"]
+    assert said["lfm2"] == ["training pass: padded rows: model type 'lfm2' (its layers include conv) is not among "
+                            "those whose every layer is checked to isolate packed sequences (llama, mistral, "
+                            "qwen2, qwen3)"]

@@ -75,3 +75,43 @@ def test_off_a_terminal_progress_is_plain_lines_at_a_steady_rate():
                         "elapsed 0:00:06  ETA 0:00:14")
     assert steps[-1].endswith("elapsed 0:00:20  ETA 0:00:00")    # whole, not cut at 40 columns
     assert "━" not in buf.getvalue()
+
+
+def test_one_watch_helper_prints_a_line_per_change_and_follows_until_no_run_is_alive():
+    """present.watch, behind `status --watch` and `ablate`'s live table: off a terminal a line per
+    run whose state changed (never again for an unchanged look), looks every `interval` until no
+    run is alive; on a terminal one live table, redrawn, and no lines."""
+    from rich.table import Table
+
+    from scalectl.present.watch import LiveRows, follow
+
+    looks = [[{"id": 1, "status": "pending", "step": None}, {"id": 2, "status": "completed", "step": 8}],
+             [{"id": 1, "status": "running", "step": 0}, {"id": 2, "status": "completed", "step": 8}],
+             [{"id": 1, "status": "running", "step": 0}, {"id": 2, "status": "completed", "step": 8}],
+             [{"id": 1, "status": "completed", "step": 10}, {"id": 2, "status": "completed", "step": 8}]]
+
+    def table(rows):
+        t = Table(title="runs")
+        t.add_column("id")
+        t.add_column("status")
+        for r in rows:
+            t.add_row(str(r["id"]), r["status"])
+        return t
+
+    def watch(console):
+        it, slept = iter(looks), []
+        with LiveRows(console, table, lambda r: f"run {r['id']}: {r['status']} at {r['step']}",
+                      lambda r: (r["id"], (r["status"], r["step"]))) as view:
+            last = follow(lambda: next(it), view.show, 0.5, sleep=slept.append)
+        return last, slept
+
+    buf = io.StringIO()
+    last, slept = watch(Console(file=buf, width=40))
+    assert last == looks[-1] and slept == [0.5, 0.5, 0.5]      # three waits between four looks
+    assert buf.getvalue().splitlines() == ["run 1: pending at None", "run 2: completed at 8",
+                                           "run 1: running at 0", "run 1: completed at 10"]
+    term = io.StringIO()
+    last, _ = watch(Console(file=term, width=40, force_terminal=True))
+    assert last == looks[-1]
+    text = term.getvalue()
+    assert "runs" in text and "completed" in text and "run 1:" not in text

@@ -40,7 +40,11 @@ def _steps_logged(run_dir: Path) -> list[int]:
 
 def test_completed_run_is_extended_only_by_a_raised_budget(tmp_path, policy):
     db, runs = tmp_path / "s.db", tmp_path / "runs"
-    run_cli(*_args(policy, runs), "--name", "done", db=db, check=True, timeout=300)
+    first = run_cli(*_args(policy, runs), "--name", "done", db=db, check=True, timeout=300)
+    # the run log says what the prompt set gave and which training pass is used
+    assert ("prompt set synthetic:arithmetic: 0 longer than 32 tokens dropped; 15000 training, 16 held-out prompts"
+            in first.stderr)
+    assert "training pass: packed rows where they take fewer rows" in first.stderr
     before = _show(db, "done")
     assert before["run"]["status"] == "completed"
     assert [p["step"] for p in before["points"]] == [0, 2, 4]
@@ -158,3 +162,44 @@ def test_run_points_to_a_stopped_run_of_the_same_recipe_and_seed(tmp_path):
                    *[a for s in sets for a in ("--set", s)], db=db, cwd=tmp_path, check=True, timeout=300)
     assert ("note: run grpo-s0 has this recipe and seed and stopped (failed) at step 2; `scalectl run "
             "--resume grpo-s0` continues it; training a new run") in " ".join(done.stderr.split())
+
+
+def test_a_run_started_and_extended_from_python(tmp_path):
+    """`scalectl run` as a notebook calls it (scalectl.launch.runs): start trains a simulated run
+    in this process into a real store and says what it did; resume extends it, keeping its
+    points; a dry run touches neither the store nor a run folder; bad input is a UserError."""
+    import functools
+
+    from scalectl.errors import UserError
+    from scalectl.launch import runs
+    from scalectl.store.database import Store
+
+    db, folder = tmp_path / "s.db", tmp_path / "runs"
+    stores = functools.partial(Store.open, db)
+    sets = ["budget.steps=4", "eval.every_steps=2", "model.path=simulated:seconds_per_step=0"]
+    planned = runs.dry_run("grpo", setup="simulated", overrides=sets, runs_dir=folder, name="x")
+    assert planned.to_dict()["run_name"] == "x" and planned.to_dict()["run_dir"] == str((folder / "x").resolve())
+    assert planned.launcher == "local" and not db.exists() and not folder.exists()
+
+    said: list[str] = []
+    started = runs.start(stores, "grpo", setup="simulated", overrides=sets, runs_dir=folder, log=said.append)
+    assert (started.outcome, started.name, started.launcher) == (runs.COMPLETED, "grpo-s0", "local")
+    assert started.summary["steps"] == 4 and started.recipe.budget.steps == 4
+    assert said[0].startswith(f"recipe grpo (hash {started.recipe.content_hash}, seed 0) on setup simulated")
+    assert said[-1] == f"run grpo-s0 (id {started.run_id}), folder {started.run_dir}"
+    with Store.open(db, create=False) as store:
+        before = store.points(started.run_id)
+        assert store.get_run(started.run_id)["status"] == "completed"
+    assert [p["step"] for p in before] == [0, 2, 4]
+    assert started.summary["last_pass_rate"] == before[-1]["pass_rate"]
+
+    with pytest.raises(UserError, match=r"run grpo-s0 is completed \(budget.steps = 4 reached\)"):
+        runs.resume(stores, "grpo-s0")
+    extended = runs.resume(stores, "grpo-s0", overrides=["budget.steps=6"], log=said.append)
+    assert (extended.outcome, extended.run_id, extended.recipe.budget.steps) == (runs.COMPLETED, started.run_id, 6)
+    assert said[-2:] == ["run grpo-s0: budget steps=6 (was steps=4)", f"resuming run grpo-s0 from {started.run_dir}"]
+    with Store.open(db, create=False) as store:
+        after = store.points(started.run_id)
+    assert [p["step"] for p in after] == [0, 2, 4, 6] and after[:3] == before
+    with pytest.raises(UserError, match="--launcher 'nowhere' is not one of: local, slurm"):
+        runs.start(stores, "grpo", launcher="nowhere")

@@ -226,3 +226,71 @@ def test_make_engine_from_recipe(model, tok):
 def test_completion_checks_lengths():
     with pytest.raises(ValueError, match="one entry per token"):
         Completion(0, [2], [5, 6], [-1.0], [0, 0], "length", "ab")
+
+
+#: A second end id, as chat models list an end-of-turn token beside the EOS in their
+#: ``generation_config.json``: here the byte symbol 100 of the tiny vocabulary.
+END_OF_TURN = 100
+
+
+def _checkpoint_with_two_eos(tmp_path, tok, end_bias: float):
+    """A tiny model saved with ``save_pretrained`` whose ``generation_config.json`` names EOS
+    ids [3, 100], loaded back as any checkpoint.  Its LM head (a bias added after loading: the
+    Qwen2 head has none to save) never picks the tokenizer's EOS and picks 100 with bias
+    ``end_bias``."""
+    from scalectl.rl.policy.model import load_policy, save_policy
+
+    m = _small()
+    m.generation_config.eos_token_id = [tok.eos_token_id, END_OF_TURN]
+    path = tmp_path / f"two-eos-{end_bias:g}"
+    if not path.exists():
+        save_policy(m, tok, path)
+    assert '"eos_token_id": [\n    3,\n    100\n  ]' in (path / "generation_config.json").read_text()
+    model, loaded_tok = load_policy(path)
+    bias = torch.zeros(model.config.vocab_size)
+    bias[tok.eos_token_id], bias[END_OF_TURN] = -1e4, end_bias
+    model.lm_head.bias = torch.nn.Parameter(bias)
+    return model, loaded_tok
+
+
+def test_a_second_eos_of_the_generation_config_stops_completions(tmp_path, tok):
+    """As ``model.generate`` (and vLLM): a completion ends at the first id of the model's stop set."""
+    model, loaded_tok = _checkpoint_with_two_eos(tmp_path, tok, end_bias=1e4)
+    forced = _flat(CPURolloutEngine(model, loaded_tok).generate(PROMPTS, 2, SamplingParams(max_new_tokens=16), seed=0))
+    ids = torch.tensor([encode_prompt(loaded_tok, PROMPTS[0])])
+    with torch.no_grad():
+        reference = model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=False, max_new_tokens=16)
+    reference = reference[0, ids.shape[1]:].tolist()
+    # sampled completions of varied lengths (100 has probability ~0.03 a token)
+    model, loaded_tok = _checkpoint_with_two_eos(tmp_path, tok, end_bias=2.0)
+    comps = _flat(CPURolloutEngine(model, loaded_tok).generate(PROMPTS, 4, SamplingParams(max_new_tokens=48), seed=1))
+    past = sum(END_OF_TURN in c.token_ids[:-1] for c in comps)
+    print(f"\nmodel.generate: {reference}; engine: {sorted({(len(c.token_ids), c.finish_reason) for c in forced})}; "
+          f"sampled: {past} of {len(comps)} run past a stop id, {sum(c.finish_reason == 'stop' for c in comps)} stop")
+    assert reference == [END_OF_TURN]                      # transformers stops at the second id
+    assert all(c.token_ids == [END_OF_TURN] and c.finish_reason == "stop" for c in forced)
+    assert past == 0
+    assert any(c.finish_reason == "stop" and len(c.token_ids) > 1 for c in comps)
+    for c in comps:       # each ends at its first stop id, or at the length limit
+        assert c.finish_reason == ("stop" if c.token_ids[-1] == END_OF_TURN else "length")
+        assert c.finish_reason == "stop" or len(c.token_ids) == 48
+
+
+def test_a_prompt_at_the_limit_gets_the_whole_budget_and_one_over_it_is_refused(tok):
+    """length.max_prompt_tokens = 5: "1+2=" is 5 tokens with BOS (one per character), "12+2=" 6.
+    The engine from the recipe (as the vLLM engine, tests/test_vllm.py) gives the first all
+    max_new_tokens and refuses the second; the prompt sets drop such prompts beforehand."""
+    from scalectl.recipe.schema import Recipe
+
+    recipe = Recipe.model_validate({"length": {"max_prompt_tokens": 5, "max_new_tokens": 12, "control": "none"}})
+    engine = make_engine(recipe, _small(eos_bias=-1e4), tok)      # never stops by itself
+    params = SamplingParams.for_training(recipe)
+    assert len(encode_prompt(tok, "1+2=")) == 5 and len(encode_prompt(tok, "12+2=")) == 6
+    comps = _flat(engine.generate(["1+2="], 2, params, seed=0))
+    assert [(len(c.token_ids), c.finish_reason) for c in comps] == [(12, "length")] * 2
+    try:
+        over = [len(c.token_ids) for c in _flat(engine.generate(["1+2=", "12+2="], 1, params, seed=0))]
+    except ValueError as exc:
+        over = str(exc)
+    print(f"\na prompt one token over the limit: {over}")
+    assert over == "prompt 1 has 6 tokens, more than length.max_prompt_tokens = 5 (the prompt sets drop such prompts)"

@@ -63,6 +63,30 @@ def test_plan_from_the_simulated_base(tmp_path):
     assert bad.returncode == 2 and "--max-seeds 0 must be >= 1" in bad.stderr
 
 
+def test_plan_and_its_settings_from_python(tmp_path):
+    """`ablate --plan` as library calls (scalectl.ablation.until_decided): prepare checks the
+    settings as the command does and takes the simulated base's rate; power plans from the
+    simulated base curve; --assume values are parsed or refused naming the keys."""
+    from scalectl.ablation import read_ablation, until_decided
+    from scalectl.errors import UserError
+
+    spec = read_ablation(_ablation(tmp_path))
+    db = str(tmp_path / "s.db")
+    staged = until_decided.prepare(spec, db=db)
+    assert (staged.initial, staged.limits.max_budget, staged.limits.max_seeds, staged.kind) == (100, 800, 6, "local")
+    assert staged.rate == 0.001 and staged.limits.step_multiple == 10 and staged.level == 0.99
+    p = until_decided.power(staged, {})
+    assert p["budget_steps"] == 500 and p["arms"] == 3          # 5 x C_mid 0.1 / 0.001 device-hours per step
+    assert p["device_hours"] == pytest.approx(3 * p["seeds"] * 500 * 0.001)
+    assert not (tmp_path / "s.db").exists()                      # planning creates no store
+    with pytest.raises(UserError, match="--max-budget 50 is below the first stage's budget 100 steps"):
+        until_decided.prepare(spec, db=db, max_budget=50)
+    assert until_decided.parse_assume(["C_mid=0.1,s_fit=0.004", "s_seed=0.01"]) == {
+        "C_mid": 0.1, "s_fit": 0.004, "s_seed": 0.01}
+    with pytest.raises(UserError, match="KEY one of: C_mid, compute_per_step, s_fit, s_seed"):
+        until_decided.parse_assume(["B=2"])
+
+
 def test_until_decided_end_to_end(tmp_path):
     db = tmp_path / "s.db"
     proc = run_cli("ablate", _ablation(tmp_path), "--until-decided", "--bootstrap", "100", "--poll", "0.2",

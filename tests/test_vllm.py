@@ -18,7 +18,8 @@ import pytest
 import torch
 
 from scalectl.rl.rollout.sampling import SamplingParams
-from scalectl.rl.rollout.vllm import VLLMNotInstalled, contains, logprobs_mode_for, logprobs_valid, request_seed
+from scalectl.rl.rollout.vllm import (VLLMNotInstalled, contains, logprobs_mode_for, logprobs_valid,
+                                      max_model_len_for, request_params, request_seed)
 
 HAS_VLLM = importlib.util.find_spec("vllm") is not None
 needs_vllm = pytest.mark.skipif(not HAS_VLLM, reason="vllm is not installed (make test-vllm)")
@@ -51,6 +52,56 @@ def test_request_seeds_are_distinct_and_deterministic():
 def test_contains():
     assert contains([1, 2, 3, 4], [2, 3]) and contains([1, 2], [1, 2])
     assert not contains([1, 2, 3], [3, 2]) and not contains([1], [1, 2]) and not contains([1], [])
+
+
+def _two_eos_checkpoint(path, end_of_turn: int = 100):
+    """The tiny model saved with a ``generation_config.json`` naming EOS ids [3, end_of_turn]."""
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
+
+    model, tok = build_tiny_model(seed=0, num_hidden_layers=1), build_tokenizer()
+    model.generation_config.eos_token_id = [tok.eos_token_id, end_of_turn]
+    return save_policy(model, tok, path), model, tok
+
+
+def test_requests_stop_at_the_stop_set_of_the_cpu_engine(tmp_path):
+    """The vLLM engine's requests carry ``stop_token_ids`` from the one function the CPU
+    engine stops by: the tokenizer's EOS and every EOS id of the generation config, read from
+    the model or from the checkpoint folder vLLM loads (also the folder ``save_for_vllm``
+    writes)."""
+    from scalectl.rl.policy.model import generation_config_of, load_policy, stop_token_ids
+    from scalectl.rl.rollout.cpu import CPURolloutEngine
+    from scalectl.rl.rollout.vllm import save_for_vllm
+
+    path, model, tok = _two_eos_checkpoint(tmp_path / "two-eos")
+    loaded, loaded_tok = load_policy(path)
+    assert stop_token_ids(tok, generation_config_of(path)) == [3, 100]
+    assert stop_token_ids(loaded_tok, generation_config_of(loaded)) == [3, 100]
+    assert CPURolloutEngine(loaded, loaded_tok).stop_ids == [3, 100]
+    save_for_vllm(model, tok, tmp_path / "for-vllm")
+    assert stop_token_ids(tok, generation_config_of(tmp_path / "for-vllm")) == [3, 100]
+    sample = dict(temperature=1.0, top_p=1.0, logprobs=0)
+    params = request_params(12, 5, sample, stop_token_ids(tok, generation_config_of(path)))
+    assert params == dict(n=1, max_tokens=12, seed=5, detokenize=False, stop_token_ids=[3, 100],
+                          prompt_logprobs=None, temperature=1.0, top_p=1.0, logprobs=0)
+    assert request_params(3, 1, sample, [3], prompt_logprobs=True)["prompt_logprobs"] == 0
+    # a folder without generation_config.json: the config's EOS; no EOS anywhere: refused
+    (path / "generation_config.json").unlink()
+    assert stop_token_ids(tok, generation_config_of(path)) == [3]
+    assert generation_config_of(tmp_path / "nothing-here") is None
+    tok.eos_token = None
+    with pytest.raises(ValueError, match="eos"):
+        stop_token_ids(tok, None)
+
+
+def test_max_model_len_is_the_longest_prompt_plus_the_whole_budget():
+    """Never cut to the context: a prompt the sets keep must get all max_new_tokens."""
+    from scalectl.errors import UserError
+    from scalectl.recipe.schema import Length
+
+    length = Length(max_prompt_tokens=32, max_new_tokens=20, control="none")
+    assert max_model_len_for(length, 256) == 52 == max_model_len_for(length, None) == max_model_len_for(length, 52)
+    with pytest.raises(UserError, match=r"32 \+ 20 = 52 tokens is longer than the model's context \(40 tokens"):
+        max_model_len_for(length, 40)
 
 
 @pytest.mark.skipif(HAS_VLLM, reason="vllm is installed")
@@ -346,3 +397,66 @@ def test_fp32_head_is_applied(tiny):
     assert not _bf16_exact(logits(plain))
     del plain
     gc.collect()
+
+
+@needs_vllm
+def test_both_engines_stop_at_a_second_eos_of_the_checkpoint(tmp_path):
+    """A checkpoint whose generation_config.json names EOS ids [3, 100] and whose weights
+    always pick 100 (embedding dimension 0 set to 10 for every token, the head's row 100
+    reading it): both engines give [100], finish "stop" (without the second id, 100 repeats
+    to the length limit)."""
+    import gc
+
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, load_policy, save_policy
+    from scalectl.rl.rollout.cpu import CPURolloutEngine
+    from scalectl.rl.rollout.vllm import VLLMRolloutEngine
+
+    model, tok = build_tiny_model(seed=0), build_tokenizer()
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, 0] = 10.0
+        model.lm_head.weight[100, 0] = 10.0
+    model.generation_config.eos_token_id = [tok.eos_token_id, 100]
+    path = save_policy(model, tok, tmp_path / "two-eos")
+    params = SamplingParams(max_new_tokens=12)
+    loaded, loaded_tok = load_policy(path)
+    cpu = _flat(CPURolloutEngine(loaded, loaded_tok).generate(PROMPTS, 2, params, seed=0))
+    eng = VLLMRolloutEngine(path, tok, dtype="fp32", max_model_len=256, seed=0, enforce_eager=True)
+    try:
+        assert eng.stop_ids == [3, 100]
+        served = _flat(eng.generate(PROMPTS, 2, params, seed=0))
+    finally:
+        del eng
+        gc.collect()
+    for c in cpu + served:
+        assert (c.token_ids, c.finish_reason) == ([100], "stop")
+
+
+@needs_vllm
+def test_a_prompt_at_the_limit_gets_the_whole_budget_and_one_over_it_is_refused(tmp_path):
+    """As the CPU engine (tests/test_rollout_cpu.py): length.max_prompt_tokens = 5, max_new_tokens
+    = 12, weights that always pick token 100 (never a stop id here): "1+2=" (5 tokens) gets 12
+    tokens, "12+2=" (6) is refused; max_model_len is 17."""
+    import gc
+
+    from scalectl.recipe.schema import Recipe
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
+    from scalectl.rl.rollout.vllm import engine_from_recipe
+
+    model, tok = build_tiny_model(seed=0), build_tokenizer()
+    with torch.no_grad():
+        model.model.embed_tokens.weight[:, 0] = 10.0
+        model.lm_head.weight[100, 0] = 10.0
+    path = save_policy(model, tok, tmp_path / "always-100")
+    recipe = Recipe.model_validate({"model": {"path": str(path), "dtype": "fp32"},
+                                    "hardware": {"rollout_engine": "vllm"},
+                                    "length": {"max_prompt_tokens": 5, "max_new_tokens": 12, "control": "none"}})
+    eng = engine_from_recipe(recipe, model, tok)
+    try:
+        params = SamplingParams.for_training(recipe)
+        comps = _flat(eng.generate(["1+2="], 2, params, seed=0))
+        with pytest.raises(ValueError, match="prompt 1 has 6 tokens, more than length.max_prompt_tokens = 5"):
+            eng.generate(["1+2=", "12+2="], 1, params, seed=0)
+    finally:
+        del eng
+        gc.collect()
+    assert [(len(c.token_ids), c.finish_reason) for c in comps] == [(12, "length")] * 2

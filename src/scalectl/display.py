@@ -48,15 +48,26 @@ def _use_sci(values: Sequence[float]) -> bool:
     return bool(mags) and (max(mags) >= SCI_FROM or min(mags) < SCI_BELOW)
 
 
-def format_number(value: float, digits: int = 3) -> str:
-    """One number without interval: ``digits`` significant digits, scientific when large or tiny.
+def format_number(value: float | None, digits: int = 3, *, decimals: bool = False) -> str:
+    """One number without interval, scientific at or above :data:`SCI_FROM` and (nonzero) below
+    :data:`SCI_BELOW`; zero as ``0``, None as ``-``.
 
-    2542.3 -> ``2540``; 2.1e12 -> ``2.10e12``; 0.6123 -> ``0.612``.
+    By default ``digits`` significant digits: 2542.3 -> ``2540``; 2.1e12 -> ``2.10e12``;
+    0.6123 -> ``0.612``.  With ``decimals`` (the cells of the run tables: ``runs``, ``show``,
+    ``status``, an ablation's runs), ``digits`` decimal places, Python's ``.{digits}g`` when
+    scientific, and a value that is not a float (a step count) as it is: 0.6123 -> ``0.612``,
+    12.5 -> ``12.500``, 2.1e12 -> ``2.1e+12``, 120 -> ``120``.
     """
+    if value is None:
+        return "-"
+    if decimals and not isinstance(value, float):
+        return str(value)
     if not math.isfinite(value):
         return str(value)
     if value == 0:
         return "0"
+    if decimals:
+        return f"{value:.{digits}g}" if _use_sci([value]) else f"{value:.{digits}f}"
     step = _exp10(value) - digits + 1
     return _sci(value, step) if _use_sci([value]) else _fixed(value, step)
 

@@ -1,11 +1,14 @@
 """Ablations: plan the variants of a recipe, run them as a campaign, analyse the result.
 
 * :mod:`.planner`: ablation files and specs, variants, companions, the plan of runs (pure);
-* :mod:`.campaign`: the manifest, the cost, reuse of stored runs, launching, watching, cancelling;
+* :mod:`.campaign`: the manifest, the cost, reuse of stored runs, launching, watching, cancelling:
+  ``scalectl ablate`` is its :func:`~.campaign.prepare` and :func:`~.campaign.run`;
 * :mod:`.analysis`: fits, verdicts against the baseline and a sentence per variant;
+* :mod:`.report`: the report (figures, HTML, Markdown);
 * :mod:`.decisions`, :mod:`.adaptive`, :mod:`.power`: an adaptive ablation's rules after
   each stage, its decision loop (in-process backends included), and power planning;
-* :mod:`.staged`: an adaptive ablation against the store (its runs and stages, the power plan's inputs).
+* :mod:`.staged`: an adaptive ablation against the store (its runs and stages, the power plan's inputs);
+* :mod:`.until_decided`: ``ablate --until-decided`` and ``--plan`` (prepare, then run or power).
 
 The planner's names are available here too (``from scalectl.ablation import plan``).
 """

@@ -10,7 +10,7 @@ pass ``total_budget`` (device-hours).
 
 Where the runs come from is a :class:`Backend`: :class:`SimBackend` draws
 points in-process (many variants in seconds, and the fixed-budget comparison),
-``scalectl.commands.until_decided.StoreBackend`` trains real or simulated runs
+:class:`scalectl.ablation.staged.StoreBackend` trains real or simulated runs
 through the launcher and the store.  Each stage is handed to ``record`` (the
 ``ablation_stages`` table for the command), and a loop can start from a
 recorded state (:class:`LoopState`), so an interrupted ablation resumes.
@@ -138,13 +138,19 @@ def run_loop(backend: Backend, state: LoopState, limits: Limits, *, total_budget
 
     fit_kw: keyword arguments of :func:`scalectl.curve.fit_sigmoid` (bootstrap,
     axis, min_compute, seed).  record: called with each stage as soon as it is
-    decided (before the next stage trains).  Returns a :class:`LoopResult`;
+    decided (before the next stage trains).  on_stage: a line saying what each
+    stage trains.  Returns a :class:`LoopResult`;
     ``ended`` is "decided" (every variant stopped with a verdict), "out of
     options" (some stopped undecided: nothing left within the limits), "total
     budget" or "max stages".
+
+    A stage: train the running arms to their (budget, seeds) (:func:`_train`), fit them
+    (:func:`_fit_stage`) and widen their A intervals by the pooled seed spread
+    (:func:`_stage_arms`), compare the variants with the base, decide
+    (:func:`scalectl.ablation.decisions.decide`), record the stage (:func:`_stage_rows`)
+    and apply the decisions (:func:`_apply`).
     """
-    from scalectl.science.compare import RunCurve, compare
-    from scalectl.curve import FitError
+    from scalectl.science.compare import compare
 
     fit_kw = dict(fit_kw or {})
     fit_kw.setdefault("bootstrap", 200)
@@ -152,7 +158,6 @@ def run_loop(backend: Backend, state: LoopState, limits: Limits, *, total_budget
     decisions: dict[str, Decision] = {}
     base_name = next(a.name for a in state.arms.values() if a.is_base)
     ended = "max stages"
-    say = on_stage or (lambda _m: None)
     for _ in range(max_stages):
         variants = [a for a in state.arms.values() if not a.is_base]
         if all(a.stopped is not None for a in variants):
@@ -163,84 +168,128 @@ def run_loop(backend: Backend, state: LoopState, limits: Limits, *, total_budget
         if total_budget is not None and state.spent_hours + cost > total_budget + 1e-12:
             ended = "total budget"
             break
-        targets = {a.name: (a.budget, a.seeds) for a in state.arms.values() if a.stopped is None}
-        to_train = [n for n, (b, s) in targets.items()
-                    if any(state.arms[n].trained.get(i, 0) < b for i in range(s))]
-        say(f"stage {state.stage}: " + ("training " if to_train else "nothing to train, deciding again on ")
-            + ", ".join(f"{n} {b} steps x{s}" for n, (b, s) in targets.items()))
-        backend.ensure(targets)
-        for n, (b, s) in targets.items():
-            arm = state.arms[n]
-            for i in range(s):
-                arm.trained[i] = max(arm.trained.get(i, 0), b)
-        measured = getattr(backend, "spent_hours", None)
-        state.spent_hours = measured() if callable(measured) else state.spent_hours + cost
-
-        fits, errors, per_seed, curves = {}, {}, {}, {}
-        for n, (b, s) in targets.items():
-            try:
-                fit, seedA, xs, ys = fit_arm(backend.curves(n, b, s), fit_kw)
-                fits[n], per_seed[n], curves[n] = fit, seedA, (xs, ys)
-            except (FitError, ValueError) as exc:
-                errors[n] = str(exc)
+        targets = _train(state, backend, cost, on_stage or (lambda _m: None))
+        fits, errors, per_seed, curves = _fit_stage(backend, targets, fit_kw)
         sd, _df = pooled_seed_sd(per_seed, limits.seed_sd, limits.prior_df)
-        arms: list[Arm] = []
-        runcurves = {}
-        for n, a in state.arms.items():
-            if a.stopped is not None:
-                arms.append(Arm(n, a.budget, a.seeds, None, None, a.is_base, a.stopped))
-                continue
-            fit = fits.get(n)
-            wide = None if fit is None else widen_for_seeds(fit, a.seeds, sd)
-            cps = backend.hours_per_step(n) if fit is None or fit.axis == "gpu_hours" else None
-            if fit is not None and cps is None:
-                xs = curves[n][0]
-                cps = float(max(xs)) / a.budget if a.budget else None
-            arms.append(Arm(n, a.budget, a.seeds, wide, cps, a.is_base, None, errors.get(n)))
-            if wide is not None:
-                runcurves[n] = RunCurve(curves[n][0], curves[n][1], wide)
+        arms, runcurves = _stage_arms(state, backend, fits, errors, curves, sd)
         comparison = None
         if base_name in runcurves:
             comparison = compare(runcurves, baseline=base_name, margin=limits.margin)
         decisions = decide(arms, comparison, limits, seed_sd=sd)
-        rows = []
-        for arm in arms:
-            d = decisions[arm.name]
-            row = None
-            if comparison is not None and arm.name in runcurves:
-                row = comparison.row(arm.name)
-            iv = arm.fit.interval("A") if arm.fit is not None else None
-            rows.append({
-                "variant": arm.name, "is_base": arm.is_base, "budget": arm.budget, "seeds": arm.seeds,
-                "A": None if arm.fit is None else arm.fit.A, "A_lo": None if iv is None else iv[0],
-                "A_hi": None if iv is None else iv[1],
-                "dA": None if row is None or arm.is_base else row.delta_A,
-                "dA_lo": None if row is None or arm.is_base else row.delta_A_interval[0],
-                "dA_hi": None if row is None or arm.is_base else row.delta_A_interval[1],
-                "flags": [] if arm.fit is None else list(arm.fit.flag_codes),
-                "action": d.action, "verdict": d.verdict, "reason": d.reason or (arm.error or ""),
-                "next_budget": d.budget, "next_seeds": d.seeds, "seed_sd": sd,
-                "fit": None if arm.fit is None else arm.fit.to_dict(),
-                "trained_steps": state.arms[arm.name].steps(),
-            })
-        rec = StageRecord(state.stage, tuple(rows), state.spent_hours)
+        rec = StageRecord(state.stage, _stage_rows(arms, decisions, comparison, runcurves, state, sd),
+                          state.spent_hours)
         stages.append(rec)
         if record is not None:
             record(rec)
-        for n, d in decisions.items():
-            a = state.arms[n]
-            if d.action == STOP and not a.is_base:
-                a.stopped = d.verdict
-            a.budget, a.seeds = d.budget, d.seeds
-        state.stage += 1
-        if not any(d.action in (EXTEND, SEED) for d in decisions.values()):
-            for n, d in decisions.items():     # nothing changes any more: holding arms stop undecided
-                if d.action == HOLD and not state.arms[n].is_base:
-                    state.arms[n].stopped = d.verdict
-            ended = "decided" if all(state.arms[n].stopped in DECIDED for n in decisions
-                                     if not state.arms[n].is_base) else "out of options"
+        done = _apply(state, decisions)
+        if done is not None:
+            ended = done
             break
     return LoopResult(decisions, tuple(stages), state.spent_hours, ended, state)
+
+
+def _train(state: LoopState, backend: Backend, cost: float, say: Callable[[str], None]) -> dict[str, tuple[int, int]]:
+    """Train every running arm to its (budget, seeds); record the steps trained and the
+    device-hours spent (measured by the backend when it can, else ``cost``, the estimate).
+    Returns arm -> (budget, seeds) of the running arms."""
+    targets = {a.name: (a.budget, a.seeds) for a in state.arms.values() if a.stopped is None}
+    to_train = [n for n, (b, s) in targets.items()
+                if any(state.arms[n].trained.get(i, 0) < b for i in range(s))]
+    say(f"stage {state.stage}: " + ("training " if to_train else "nothing to train, deciding again on ")
+        + ", ".join(f"{n} {b} steps x{s}" for n, (b, s) in targets.items()))
+    backend.ensure(targets)
+    for n, (b, s) in targets.items():
+        arm = state.arms[n]
+        for i in range(s):
+            arm.trained[i] = max(arm.trained.get(i, 0), b)
+    measured = getattr(backend, "spent_hours", None)
+    state.spent_hours = measured() if callable(measured) else state.spent_hours + cost
+    return targets
+
+
+def _fit_stage(backend: Backend, targets: Mapping[str, tuple[int, int]], fit_kw: Mapping):
+    """Fit each running arm's pooled seeds (:func:`fit_arm`): (fits, errors, per-seed A,
+    pooled (compute, pass rate)), each by arm; an arm that cannot be fitted is in ``errors``."""
+    from scalectl.curve import FitError
+
+    fits, errors, per_seed, curves = {}, {}, {}, {}
+    for n, (b, s) in targets.items():
+        try:
+            fit, seedA, xs, ys = fit_arm(backend.curves(n, b, s), fit_kw)
+            fits[n], per_seed[n], curves[n] = fit, seedA, (xs, ys)
+        except (FitError, ValueError) as exc:
+            errors[n] = str(exc)
+    return fits, errors, per_seed, curves
+
+
+def _stage_arms(state: LoopState, backend: Backend, fits: dict, errors: dict, curves: dict, sd: float):
+    """Every arm as :func:`scalectl.ablation.decisions.decide` reads it, its A interval widened
+    to the seed spread ``sd`` (:func:`widen_for_seeds`), and the curves of the fitted ones to
+    compare: (arms, name -> :class:`scalectl.science.compare.RunCurve`)."""
+    from scalectl.science.compare import RunCurve
+
+    arms: list[Arm] = []
+    runcurves = {}
+    for n, a in state.arms.items():
+        if a.stopped is not None:
+            arms.append(Arm(n, a.budget, a.seeds, None, None, a.is_base, a.stopped))
+            continue
+        fit = fits.get(n)
+        wide = None if fit is None else widen_for_seeds(fit, a.seeds, sd)
+        cps = backend.hours_per_step(n) if fit is None or fit.axis == "gpu_hours" else None
+        if fit is not None and cps is None:
+            xs = curves[n][0]
+            cps = float(max(xs)) / a.budget if a.budget else None
+        arms.append(Arm(n, a.budget, a.seeds, wide, cps, a.is_base, None, errors.get(n)))
+        if wide is not None:
+            runcurves[n] = RunCurve(curves[n][0], curves[n][1], wide)
+    return arms, runcurves
+
+
+def _stage_rows(arms: list[Arm], decisions: dict[str, Decision], comparison, runcurves: dict,
+                state: LoopState, sd: float) -> tuple[dict, ...]:
+    """One row per arm of a stage: its fit (A with its interval, flags), dA with its interval,
+    the decision and the next (budget, seeds), the seed sd, the steps trained, the fit itself."""
+    rows = []
+    for arm in arms:
+        d = decisions[arm.name]
+        row = None
+        if comparison is not None and arm.name in runcurves:
+            row = comparison.row(arm.name)
+        iv = arm.fit.interval("A") if arm.fit is not None else None
+        rows.append({
+            "variant": arm.name, "is_base": arm.is_base, "budget": arm.budget, "seeds": arm.seeds,
+            "A": None if arm.fit is None else arm.fit.A, "A_lo": None if iv is None else iv[0],
+            "A_hi": None if iv is None else iv[1],
+            "dA": None if row is None or arm.is_base else row.delta_A,
+            "dA_lo": None if row is None or arm.is_base else row.delta_A_interval[0],
+            "dA_hi": None if row is None or arm.is_base else row.delta_A_interval[1],
+            "flags": [] if arm.fit is None else list(arm.fit.flag_codes),
+            "action": d.action, "verdict": d.verdict, "reason": d.reason or (arm.error or ""),
+            "next_budget": d.budget, "next_seeds": d.seeds, "seed_sd": sd,
+            "fit": None if arm.fit is None else arm.fit.to_dict(),
+            "trained_steps": state.arms[arm.name].steps(),
+        })
+    return tuple(rows)
+
+
+def _apply(state: LoopState, decisions: dict[str, Decision]) -> str | None:
+    """Apply a stage's decisions to the state (stopped variants keep their verdict) and move
+    to the next stage.  When nothing is extended or seeded any more, the holding variants stop
+    undecided and the loop ends: "decided" or "out of options" is returned (else None)."""
+    for n, d in decisions.items():
+        a = state.arms[n]
+        if d.action == STOP and not a.is_base:
+            a.stopped = d.verdict
+        a.budget, a.seeds = d.budget, d.seeds
+    state.stage += 1
+    if any(d.action in (EXTEND, SEED) for d in decisions.values()):
+        return None
+    for n, d in decisions.items():     # nothing changes any more: holding arms stop undecided
+        if d.action == HOLD and not state.arms[n].is_base:
+            state.arms[n].stopped = d.verdict
+    return "decided" if all(state.arms[n].stopped in DECIDED for n in decisions
+                            if not state.arms[n].is_base) else "out of options"
 
 
 # --------------------------------------------------------------------------- in-process simulation

@@ -98,62 +98,13 @@ def gather(store, manifest: dict, *, bootstrap: int = 1000, seed: int = 0, margi
         The :class:`AblationResult`, sentences filled in.  Variants without
         runs, points or a fit carry an ``error`` instead of a curve.
     """
-    from scalectl.science import compare as cmp
-    from scalectl.curve import FitError, fit_sigmoid
-    from scalectl.errors import UserError
-    from scalectl.science.fits import FitOptions, fit_run, fit_window, load_points
+    from scalectl.science.fits import FitOptions
 
     margin = float(margin if margin is not None else manifest.get("margin", MARGIN))
     opts = FitOptions(bootstrap=bootstrap, seed=seed)
-    variants, axes, thresholds = [], set(), []
-    for v in manifest["variants"]:
-        res = VariantResult(v["name"], bool(v.get("is_base")), v.get("lead", ""),
-                            [tuple(c) for c in v.get("changes", [])], [])
-        curves = []
-        for ref in v.get("runs", []):
-            try:
-                run = store.get_run(ref)
-            except UserError:
-                res.runs.append({"name": ref, "status": "missing", "points": 0})
-                continue
-            pts = store.points(run["id"])
-            res.runs.append({"name": run["name"], "status": run["status"], "seed": run.get("seed"),
-                             "points": len(pts)})
-            section = (run.get("recipe") or {}).get("fit") or {}
-            thresholds.append(float(section.get("truncation_threshold", TRUNCATION_THRESHOLD)))
-            if not pts:
-                continue
-            try:
-                curve = fit_run(store, run, opts)[0]
-                x, _, t = load_points(store, run, curve.fit.axis)
-            except UserError as exc:
-                res.error = str(exc)
-                continue
-            curves.append((curve, section))
-            res.truncation.append((x, t))
-        if not curves:
-            missing = all(r["status"] == "missing" for r in res.runs)
-            res.error = res.error or ("no run in the store" if missing else "no evaluation points yet")
-        elif len(curves) == 1:
-            res.curve = curves[0][0]
-        else:
-            res.seed_fits = [c.fit for c, _ in curves]
-            axis = curves[0][0].fit.axis
-            x = np.concatenate([c.compute for c, _ in curves])
-            y = np.concatenate([c.pass_rate for c, _ in curves])
-            section = curves[0][1]
-            min_c = fit_window(section, axis, x)
-            try:
-                fit = fit_sigmoid(x, y, min_compute=min_c, axis=axis, bootstrap=bootstrap, seed=seed,
-                                  truncation=np.concatenate([t for _, t in res.truncation]),
-                                  truncation_threshold=thresholds[-1])
-                res.curve = RunCurve(x, y, fit, curves[0][0].hardware)
-            except (FitError, ValueError) as exc:
-                res.error = f"pooled fit of {len(curves)} seeds: {exc}"
-        if res.curve is not None:
-            axes.add(res.curve.fit.axis)
-        variants.append(res)
-
+    thresholds: list[float] = []        # the truncation threshold of every stored run, in order
+    variants = [_fit_variant(store, v, opts, thresholds) for v in manifest["variants"]]
+    axes = {v.curve.fit.axis for v in variants if v.curve is not None}
     baseline = manifest.get("baseline") or variants[0].name
     result = AblationResult(
         name=manifest["name"], kind=manifest.get("kind", "unknown"),
@@ -161,6 +112,80 @@ def gather(store, manifest: dict, *, bootstrap: int = 1000, seed: int = 0, margi
         axis=", ".join(sorted(axes)) or "-", plan=manifest, variants=variants,
         truncation_threshold=max(thresholds) if thresholds else TRUNCATION_THRESHOLD,
         notes=list(manifest.get("notes", [])))
+    _judge(result)
+    return result
+
+
+def _fit_variant(store, v: dict, opts, thresholds: list[float]) -> VariantResult:
+    """One variant of the manifest: its runs (missing ones named), each fitted
+    (:func:`scalectl.science.fits.fit_run`), and its curve: the one run's, or the pooled fit of
+    its seeds (:func:`_pool`); an ``error`` instead when there is none.  Appends each stored
+    run's truncation threshold to ``thresholds``."""
+    from scalectl.errors import UserError
+    from scalectl.science.fits import fit_run, load_points
+
+    res = VariantResult(v["name"], bool(v.get("is_base")), v.get("lead", ""),
+                        [tuple(c) for c in v.get("changes", [])], [])
+    curves = []
+    for ref in v.get("runs", []):
+        try:
+            run = store.get_run(ref)
+        except UserError:
+            res.runs.append({"name": ref, "status": "missing", "points": 0})
+            continue
+        pts = store.points(run["id"])
+        res.runs.append({"name": run["name"], "status": run["status"], "seed": run.get("seed"),
+                         "points": len(pts)})
+        section = (run.get("recipe") or {}).get("fit") or {}
+        thresholds.append(float(section.get("truncation_threshold", TRUNCATION_THRESHOLD)))
+        if not pts:
+            continue
+        try:
+            curve = fit_run(store, run, opts)[0]
+            x, _, t = load_points(store, run, curve.fit.axis)
+        except UserError as exc:
+            res.error = str(exc)
+            continue
+        curves.append((curve, section))
+        res.truncation.append((x, t))
+    if not curves:
+        missing = all(r["status"] == "missing" for r in res.runs)
+        res.error = res.error or ("no run in the store" if missing else "no evaluation points yet")
+    elif len(curves) == 1:
+        res.curve = curves[0][0]
+    else:
+        _pool(res, curves, opts, thresholds[-1])
+    return res
+
+
+def _pool(res: VariantResult, curves: list[tuple], opts, threshold: float) -> None:
+    """The variant's curve from the points of all its seeds together (each seed's own fit kept
+    in ``seed_fits``), fitted over the first seed's window rule; the error of a pooled fit
+    that fails."""
+    from scalectl.curve import FitError, fit_sigmoid
+    from scalectl.science.fits import fit_window
+
+    res.seed_fits = [c.fit for c, _ in curves]
+    axis = curves[0][0].fit.axis
+    x = np.concatenate([c.compute for c, _ in curves])
+    y = np.concatenate([c.pass_rate for c, _ in curves])
+    min_c = fit_window(curves[0][1], axis, x)
+    try:
+        fit = fit_sigmoid(x, y, min_compute=min_c, axis=axis, bootstrap=opts.bootstrap, seed=opts.seed,
+                          truncation=np.concatenate([t for _, t in res.truncation]),
+                          truncation_threshold=threshold)
+        res.curve = RunCurve(x, y, fit, curves[0][0].hardware)
+    except (FitError, ValueError) as exc:
+        res.error = f"pooled fit of {len(curves)} seeds: {exc}"
+
+
+def _judge(result: AblationResult) -> None:
+    """Compare the fitted variants with the baseline (no verdicts without its fit), draw the
+    leave-one-out lines of two or more, and write each variant's sentence."""
+    from scalectl.curve import FitError
+    from scalectl.science import compare as cmp
+
+    variants, baseline, margin = result.variants, result.baseline, result.margin
     fitted = {v.name: v.curve for v in variants if v.curve is not None}
     base = next((v for v in variants if v.name == baseline), None)
     if base is None or base.curve is None:
@@ -179,7 +204,6 @@ def gather(store, manifest: dict, *, bootstrap: int = 1000, seed: int = 0, margi
             row = result.comparison.row(v.name)
         v.sentence = sentence(v, row, None if base is None or base.curve is None else base.curve.fit,
                               margin)
-    return result
 
 
 def _pair(a: float, b: float) -> tuple[str, str]:

@@ -1,11 +1,15 @@
 """Running an ablation: its manifest, its cost, reusing stored runs, launching, watching, cancelling.
 
-The runs an ablation uses are recorded in ``RUNS_DIR/.ablations/NAME.json``
-(its manifest: the plan, with the stored run standing for each planned run);
-runs it creates are named ``<ablation>--<variant>--s<seed>``.  Stored runs
-that already train a planned recipe hash and seed are reused (completed ones
-as they are, interrupted ones resumed from their checkpoints, live ones
-watched): :func:`resolve`.  Everything here returns data; the command prints it.
+``scalectl ablate`` is :func:`prepare` (the plan, what becomes of each run, the
+cost) then :func:`run` (launch, watch until every run ends, then the verdicts
+and the report); a notebook calls the same two.  The runs an ablation uses are
+recorded in ``RUNS_DIR/.ablations/NAME.json`` (its manifest: the plan, with the
+stored run standing for each planned run); runs it creates are named
+``<ablation>--<variant>--s<seed>``.  Stored runs that already train a planned
+recipe hash and seed are reused (completed ones as they are, interrupted ones
+resumed from their checkpoints, live ones watched): :func:`resolve`.
+Everything here returns data, and tells its progress to a :class:`Progress`;
+the command prints.
 """
 
 from __future__ import annotations
@@ -14,6 +18,7 @@ import json
 import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from scalectl.ablation.planner import BASE, diff, parse_run_name, read_ablation
 from scalectl.ablation.planner import plan as make_plan
@@ -299,3 +304,147 @@ def cancel_all(store, ids: dict[str, int], log=lambda message: None) -> int:
         cancel(store, run_id, reason="cancelled with its ablation")
         n += 1
     return n
+
+
+# --------------------------------------------------------------------------- the campaign
+
+
+class Progress:
+    """What :func:`run` tells as it goes; this one tells nothing (the command's prints it)."""
+
+    def log(self, message: str) -> None:
+        """A line of progress: the runs launched, the jobs cancelled after Ctrl-C."""
+
+    def runs(self, rows: list[dict]) -> None:
+        """Each look at the runs while they train (:meth:`Watch.rows`)."""
+
+    def watched(self, rows: list[dict] | None) -> None:
+        """The watch is over: the last look once every run has ended, or None (interrupted)."""
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """An ablation planned against the store, before anything is launched.
+
+    plan: the :class:`scalectl.ablation.planner.Plan`; kind: the launcher; db: the store's
+    path; actions: planned run name -> (action, stored run or None) (:func:`resolve`, empty
+    when there is no store yet); cost: :func:`cost`.
+    """
+
+    plan: Any
+    kind: str
+    db: str
+    actions: dict
+    cost: dict
+
+    def counts(self) -> dict[str, int]:
+        """How many planned runs get each action (:func:`action_counts`)."""
+        return action_counts(self.plan, self.actions)
+
+    def to_dict(self) -> dict:
+        """JSON-ready: plan, cost, launcher and, per planned run, its action and stored run."""
+        return {"plan": self.plan.to_dict(), "cost": self.cost, "launcher": self.kind,
+                "actions": {n: {"action": a, "run": None if row is None else row["name"]}
+                            for n, (a, row) in ((r.name, self.actions.get(r.name, (NEW, None)))
+                                                for r in self.plan.runs)}}
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """The end of :func:`run`: the last look at the runs, the manifest, and the verdicts
+    (:class:`scalectl.ablation.analysis.AblationResult`) with the report's files; or, after
+    Ctrl-C (``interrupted``), how many jobs were cancelled and no result."""
+
+    prepared: Prepared
+    rows: list[dict]
+    manifest: dict
+    result: Any = None
+    report: dict[str, Path] | None = None
+    interrupted: bool = False
+    cancelled: int = 0
+
+    def to_dict(self) -> dict:
+        """JSON-ready: :meth:`Prepared.to_dict`, each run's status, the result and the report's paths."""
+        return {**self.prepared.to_dict(), "runs": {r["name"]: r["status"] for r in self.rows},
+                "result": None if self.result is None else self.result.to_dict(),
+                "report": {k: str(v) for k, v in (self.report or {}).items()}}
+
+
+def prepare(spec, *, db: str, setup=None, overrides=(), repeats: int | None = None, launcher: str | None = None,
+            rate: float | None = None) -> Prepared:
+    """Plan ablation ``spec`` (an :class:`scalectl.ablation.planner.AblationSpec`) against the
+    store at ``db``: the runs (:func:`scalectl.ablation.planner.plan`), what becomes of each
+    and the cost (``rate``: device-hours per step, else measured in the store, else the
+    ablation file's).  Reads the store if there is one; creates nothing.
+
+    Raises:
+        UserError: a plan that does not load, a tracker library missing, an unknown launcher.
+    """
+    from scalectl.job.trackers import check_installed
+    from scalectl.launch.registry import LAUNCHER_TYPES
+    from scalectl.store.journal import open_with_journals
+
+    plan = make_plan(spec, setup=setup, overrides=overrides, repeats=repeats)
+    check_installed(plan.variants[0].recipe.logging)     # [logging] backends: before any run starts
+    kind = launcher or plan.variants[0].recipe.launcher.type
+    if kind not in LAUNCHER_TYPES:
+        raise UserError(f"--launcher {kind!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
+    actions, measured = {}, None
+    if db == ":memory:" or Path(db).exists():
+        with open_with_journals(db) as store:
+            actions = resolve(store, plan)
+            measured = measured_rate(store, plan.variants[0].recipe)
+    rated = cost_rate(rate, measured, spec.device_hours_per_step, db)
+    return Prepared(plan, kind, db, actions, cost(plan, actions, rated))
+
+
+def run(prepared: Prepared, *, runs_dir: str | Path = "runs", out_dir: str | Path | None = None,
+        bootstrap: int = 1000, margin: float | None = None, poll: float = 2.0,
+        progress: Progress | None = None) -> Outcome:
+    """Launch the ablation's runs, watch them until every one has ended, then fit every
+    variant and write the report (:func:`scalectl.ablation.report.build_report`, into
+    ``out_dir``, default ``reports/NAME``).
+
+    The store is created if missing; the resolution of stored runs is done again (the store
+    may have moved since :func:`prepare`), and the manifest written before the watch.  Ctrl-C
+    (KeyboardInterrupt) while watching cancels the ablation's jobs (each saves a checkpoint)
+    and returns with ``interrupted``: the same call again continues where it stopped.
+
+    Args:
+        poll: seconds between two looks at the runs.
+        bootstrap, margin: of the fits and verdicts (margin default: the ablation's).
+    """
+    from scalectl.ablation.report import build_report
+    from scalectl.present.watch import follow
+    from scalectl.store.journal import open_with_journals
+
+    progress = progress or Progress()
+    plan, db = prepared.plan, prepared.db
+    with open_with_journals(db, create=True) as store:
+        actions = resolve(store, plan)      # again: the store may have moved since the plan
+        ids, launched = launch(store, plan, actions, prepared.kind, runs_dir)
+        names = {n: store.get_run(i)["name"] for n, i in ids.items()}
+    if launched:
+        progress.log(f"launched {launched} run(s) on {prepared.kind}"
+                     + (f" (at most {plan.runs[0].recipe.launcher.max_parallel} at once)"
+                        if prepared.kind == "local" else ""))
+    data = manifest(plan, names, db)
+    write_manifest(manifest_path(runs_dir, plan.spec.name), data)
+    watch = Watch(plan, ids)
+
+    def look() -> list[dict]:
+        with open_with_journals(db) as store:
+            return watch.rows(store)
+
+    try:
+        rows = follow(look, progress.runs, poll)
+    except KeyboardInterrupt:
+        progress.watched(None)
+        progress.log("interrupted: cancelling the ablation's jobs (each saves a checkpoint)")
+        with open_with_journals(db) as store:
+            n = cancel_all(store, ids, log=progress.log)
+        return Outcome(prepared, [], data, interrupted=True, cancelled=n)
+    progress.watched(rows)
+    result, paths = build_report(db, data, Path(out_dir or Path("reports") / plan.spec.name),
+                                 bootstrap=bootstrap, margin=margin)
+    return Outcome(prepared, rows, data, result, paths)

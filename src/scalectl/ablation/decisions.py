@@ -44,7 +44,7 @@ Everything here is pure: fits in, decisions out.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Mapping, Sequence
 
 from scalectl.science.compare import FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, UNDECIDED, Comparison
@@ -261,144 +261,191 @@ def decide(arms: Sequence[Arm], comparison: Comparison | None, limits: Limits,
     it is extended or seeded for the others' sake (``hold`` otherwise;
     ``stop`` once nothing is running).  Raises ValueError when there is not
     exactly one base.
+
+    The rules, in order, for each variant still running (the module's docstring):
+    a decline after a peak (:func:`_declining`), a verdict whose dA interval reaches
+    within the claim (:func:`_claimed`), a variant that cannot win (:func:`_cannot_win`),
+    a ceiling not identified (:func:`_extend`), else seeds (:func:`_seeds`).
     """
     bases = [a for a in arms if a.is_base]
     if len(bases) != 1:
         raise ValueError(f"an adaptive ablation needs exactly one base arm, got {len(bases)}")
-    base = bases[0]
-    out: dict[str, Decision] = {}
-    base_extend = base_seed = False
-    base_reasons: list[str] = []
-    margin = limits.margin
-    identified = {a.name: _a_bounds(a, limits.min_reach) for a in arms}
-    rivals = [a for a in arms if identified[a.name] is not None and (limits.race or a.is_base)]
+    stage = _Stage(bases[0], comparison, limits, limits.seed_sd if seed_sd is None else seed_sd,
+                   {a.name: _a_bounds(a, limits.min_reach) for a in arms})
+    stage.rivals = [a for a in arms if stage.identified[a.name] is not None and (limits.race or a.is_base)]
+    out = {arm.name: _decide_variant(arm, stage) for arm in arms if not arm.is_base}
+    out[stage.base.name] = _decide_base(stage, out)
+    return out
 
-    for arm in arms:
-        if arm.is_base:
-            continue
-        if arm.stopped is not None:
-            out[arm.name] = Decision(arm.name, STOP, arm.stopped, "decided in an earlier stage",
-                                     arm.budget, arm.seeds)
-            continue
-        row = None
-        if comparison is not None:
-            try:
-                row = comparison.row(arm.name)
-            except KeyError:
-                row = None
-        verdict = row.verdict if row is not None else UNDECIDED
-        reason = row.reason if row is not None else (arm.error or base.error or "not compared")
-        falling = [a.name for a in (arm, base) if a.fit is not None and a.fit.has_flag(DECLINE)]
-        if falling:
-            out[arm.name] = Decision(
-                arm.name, STOP, UNDECIDED,
-                f"the pass rate of {' and '.join(falling)} {'declines' if len(falling) == 1 else 'decline'} "
-                f"after a peak ({DECLINE}): the sigmoid "
-                "does not describe the run, and a longer run does not identify a ceiling", arm.budget, arm.seeds)
-            continue
-        if verdict in (HIGHER, LOWER) and row is not None:
-            lo, hi = row.delta_A_interval
-            bound = limits.claim * margin
-            if (verdict == HIGHER and lo <= bound) or (verdict == LOWER and hi >= -bound):
-                reason = (f"{verdict}, but the interval of dA [{lo:+.3f}, {hi:+.3f}] reaches within "
-                          f"+-{bound:.3f}")
-                verdict = UNDECIDED
-        if verdict in DECIDED:
-            out[arm.name] = Decision(arm.name, STOP, verdict, reason, arm.budget, arm.seeds)
-            continue
-        # cannot win any more: its upper bound below a rival's lower bound minus the margin
-        mine = identified[arm.name]
-        if mine is not None:
-            beaten = [(r, identified[r.name][0]) for r in rivals
-                      if r.name != arm.name and mine[1] < identified[r.name][0] - margin]
-            if beaten:
-                rival, lo = max(beaten, key=lambda t: t[1])
-                v = LOWER if rival.is_base else CANNOT_WIN
-                out[arm.name] = Decision(
-                    arm.name, STOP, v, f"upper bound of A {mine[1]:.3f} < lower bound of {rival.name} "
+
+@dataclass
+class _Stage:
+    """What every variant's decision reads (the base, the comparison, the limits, the seed sd,
+    each arm's identified A bounds and the rivals it cannot win against), and what the base
+    is asked for by the variants: an extension, a seed (and for whom)."""
+
+    base: Arm
+    comparison: Comparison | None
+    limits: Limits
+    seed_sd: float
+    identified: dict[str, tuple[float, float] | None]
+    rivals: list[Arm] = field(default_factory=list)
+    base_extend: bool = False
+    base_seed: bool = False
+    base_reasons: list[str] = field(default_factory=list)
+
+
+def _decide_variant(arm: Arm, stage: _Stage) -> Decision:
+    base = stage.base
+    if arm.stopped is not None:
+        return Decision(arm.name, STOP, arm.stopped, "decided in an earlier stage", arm.budget, arm.seeds)
+    row = None
+    if stage.comparison is not None:
+        try:
+            row = stage.comparison.row(arm.name)
+        except KeyError:
+            row = None
+    verdict = row.verdict if row is not None else UNDECIDED
+    reason = row.reason if row is not None else (arm.error or base.error or "not compared")
+    declined = _declining(arm, base)
+    if declined is not None:
+        return declined
+    verdict, reason = _claimed(verdict, reason, row, stage.limits)
+    if verdict in DECIDED:
+        return Decision(arm.name, STOP, verdict, reason, arm.budget, arm.seeds)
+    beaten = _cannot_win(arm, stage)
+    if beaten is not None:
+        return beaten
+    arm_ok = ceiling_identified(arm.fit, stage.limits.min_reach)
+    base_ok = ceiling_identified(base.fit, stage.limits.min_reach)
+    if not arm_ok or not base_ok:
+        return _extend(arm, arm_ok, base_ok, stage)
+    return _seeds(arm, row, reason, stage)
+
+
+def _declining(arm: Arm, base: Arm) -> Decision | None:
+    """Stop, undecided, a variant whose run or the base's declines after a peak."""
+    falling = [a.name for a in (arm, base) if a.fit is not None and a.fit.has_flag(DECLINE)]
+    if not falling:
+        return None
+    return Decision(
+        arm.name, STOP, UNDECIDED,
+        f"the pass rate of {' and '.join(falling)} {'declines' if len(falling) == 1 else 'decline'} "
+        f"after a peak ({DECLINE}): the sigmoid "
+        "does not describe the run, and a longer run does not identify a ceiling", arm.budget, arm.seeds)
+
+
+def _claimed(verdict: str, reason: str, row, limits: Limits) -> tuple[str, str]:
+    """(verdict, reason): "higher"/"lower" stands only when the interval of dA also excludes
+    +-claim x margin; else undecided, saying why."""
+    if verdict in (HIGHER, LOWER) and row is not None:
+        lo, hi = row.delta_A_interval
+        bound = limits.claim * limits.margin
+        if (verdict == HIGHER and lo <= bound) or (verdict == LOWER and hi >= -bound):
+            return UNDECIDED, (f"{verdict}, but the interval of dA [{lo:+.3f}, {hi:+.3f}] reaches within "
+                               f"+-{bound:.3f}")
+    return verdict, reason
+
+
+def _cannot_win(arm: Arm, stage: _Stage) -> Decision | None:
+    """Stop a variant whose upper bound on A lies below a rival's lower bound minus the margin
+    ("lower ceiling" against the base, "cannot win" against another variant)."""
+    mine = stage.identified[arm.name]
+    if mine is None:
+        return None
+    margin = stage.limits.margin
+    beaten = [(r, stage.identified[r.name][0]) for r in stage.rivals
+              if r.name != arm.name and mine[1] < stage.identified[r.name][0] - margin]
+    if not beaten:
+        return None
+    rival, lo = max(beaten, key=lambda t: t[1])
+    v = LOWER if rival.is_base else CANNOT_WIN
+    return Decision(arm.name, STOP, v, f"upper bound of A {mine[1]:.3f} < lower bound of {rival.name} "
                                        f"{lo:.3f} - margin {margin:.3f}", arm.budget, arm.seeds)
-                continue
-        arm_ok = ceiling_identified(arm.fit, limits.min_reach)
-        base_ok = ceiling_identified(base.fit, limits.min_reach)
-        if not arm_ok or not base_ok:
-            action, budget, why, progress = HOLD, arm.budget, [], False
-            if not arm_ok:
-                new = extended_budget(arm, limits)
-                if new > arm.budget:
-                    action, budget, progress = EXTEND, new, True
-                    why.append(f"ceiling of {arm.name} not identified: extend to {new} steps")
-                else:
-                    why.append(f"ceiling of {arm.name} not identified at --max-budget {limits.max_budget}")
-            if not base_ok:
-                if extended_budget(base, limits) > base.budget:
-                    base_extend, progress = True, True
-                    why.append(f"ceiling of {base.name} not identified: the base is extended")
-                else:
-                    why.append(f"ceiling of {base.name} not identified at --max-budget {limits.max_budget}")
-            if not progress:
-                out[arm.name] = Decision(arm.name, STOP, UNDECIDED, "; ".join(why) + ": nothing left to try",
-                                         arm.budget, arm.seeds)
-            else:
-                out[arm.name] = Decision(arm.name, action, UNDECIDED, "; ".join(why), budget, arm.seeds)
-            continue
-        # both identified: the interval of dA straddles the margin -> seeds (noise)
-        h_arm, h_base = _half_width(arm.fit), _half_width(base.fit)
-        seed_arm = h_arm * WIDTH_TIE >= h_base
-        seed_base = h_base * WIDTH_TIE >= h_arm
-        can_arm = arm.seeds < limits.max_seeds
-        can_base = base.seeds < limits.max_seeds
-        if seed_base and can_base:
-            base_seed = True
-            base_reasons.append(arm.name)
-        if seed_arm and can_arm:
-            out[arm.name] = Decision(arm.name, SEED, UNDECIDED, f"{reason}: add a seed", arm.budget,
-                                     arm.seeds + 1)
-        elif seed_base and can_base:
-            out[arm.name] = Decision(arm.name, HOLD, UNDECIDED, f"{reason}: the base gets a seed",
-                                     arm.budget, arm.seeds)
-        elif can_arm:
-            out[arm.name] = Decision(arm.name, SEED, UNDECIDED, f"{reason}: add a seed", arm.budget,
-                                     arm.seeds + 1)
-        elif can_base:
-            base_seed = True
-            base_reasons.append(arm.name)
-            out[arm.name] = Decision(arm.name, HOLD, UNDECIDED, f"{reason}: the base gets a seed",
-                                     arm.budget, arm.seeds)
-        else:
-            new = extended_budget(arm, limits)
-            floor = _seed_floor(arm, base, seed_sd if seed_sd is not None else limits.seed_sd)
-            d = row.delta_A if row is not None else 0.0
-            reachable = floor < margin - abs(d) or abs(d) - floor > limits.claim * margin
-            if new > arm.budget and not reachable:
-                out[arm.name] = Decision(
-                    arm.name, STOP, UNDECIDED,
-                    f"{reason}; at --max-seeds {limits.max_seeds} the seed-to-seed part of the dA interval "
-                    f"(+-{floor:.3f}), which a longer run does not narrow, leaves no verdict within reach",
-                    arm.budget, arm.seeds)
-            elif new > arm.budget:
-                out[arm.name] = Decision(arm.name, EXTEND, UNDECIDED,
-                                         f"{reason}; seeds at --max-seeds {limits.max_seeds}: extend to "
-                                         f"{new} steps", new, arm.seeds)
-            else:
-                out[arm.name] = Decision(arm.name, STOP, UNDECIDED,
-                                         f"{reason}; at --max-seeds {limits.max_seeds} and --max-budget "
-                                         f"{limits.max_budget}: nothing left to try", arm.budget, arm.seeds)
 
+
+def _extend(arm: Arm, arm_ok: bool, base_ok: bool, stage: _Stage) -> Decision:
+    """A ceiling not identified: extend the variant (and ask the base to be extended) within
+    the limits; stop, undecided, when neither can be."""
+    base, limits = stage.base, stage.limits
+    action, budget, why, progress = HOLD, arm.budget, [], False
+    if not arm_ok:
+        new = extended_budget(arm, limits)
+        if new > arm.budget:
+            action, budget, progress = EXTEND, new, True
+            why.append(f"ceiling of {arm.name} not identified: extend to {new} steps")
+        else:
+            why.append(f"ceiling of {arm.name} not identified at --max-budget {limits.max_budget}")
+    if not base_ok:
+        if extended_budget(base, limits) > base.budget:
+            stage.base_extend, progress = True, True
+            why.append(f"ceiling of {base.name} not identified: the base is extended")
+        else:
+            why.append(f"ceiling of {base.name} not identified at --max-budget {limits.max_budget}")
+    if not progress:
+        return Decision(arm.name, STOP, UNDECIDED, "; ".join(why) + ": nothing left to try", arm.budget, arm.seeds)
+    return Decision(arm.name, action, UNDECIDED, "; ".join(why), budget, arm.seeds)
+
+
+def _seeds(arm: Arm, row, reason: str, stage: _Stage) -> Decision:
+    """Both ceilings identified, the interval of dA straddling the margin (noise): a seed to
+    the wider of the two A intervals (both within :data:`WIDTH_TIE`), else to the other; at
+    ``max_seeds`` on both, an extension while a verdict is within reach, else stop."""
+    base, limits = stage.base, stage.limits
+    h_arm, h_base = _half_width(arm.fit), _half_width(base.fit)
+    seed_arm = h_arm * WIDTH_TIE >= h_base
+    seed_base = h_base * WIDTH_TIE >= h_arm
+    can_arm = arm.seeds < limits.max_seeds
+    can_base = base.seeds < limits.max_seeds
+    seed = Decision(arm.name, SEED, UNDECIDED, f"{reason}: add a seed", arm.budget, arm.seeds + 1)
+    hold = Decision(arm.name, HOLD, UNDECIDED, f"{reason}: the base gets a seed", arm.budget, arm.seeds)
+    if seed_base and can_base:
+        stage.base_seed = True
+        stage.base_reasons.append(arm.name)
+    if seed_arm and can_arm:
+        return seed
+    if seed_base and can_base:
+        return hold
+    if can_arm:
+        return seed
+    if can_base:
+        stage.base_seed = True
+        stage.base_reasons.append(arm.name)
+        return hold
+    new = extended_budget(arm, limits)
+    floor = _seed_floor(arm, base, stage.seed_sd)
+    d = row.delta_A if row is not None else 0.0
+    reachable = floor < limits.margin - abs(d) or abs(d) - floor > limits.claim * limits.margin
+    if new > arm.budget and not reachable:
+        return Decision(
+            arm.name, STOP, UNDECIDED,
+            f"{reason}; at --max-seeds {limits.max_seeds} the seed-to-seed part of the dA interval "
+            f"(+-{floor:.3f}), which a longer run does not narrow, leaves no verdict within reach",
+            arm.budget, arm.seeds)
+    if new > arm.budget:
+        return Decision(arm.name, EXTEND, UNDECIDED, f"{reason}; seeds at --max-seeds {limits.max_seeds}: extend to "
+                                                     f"{new} steps", new, arm.seeds)
+    return Decision(arm.name, STOP, UNDECIDED, f"{reason}; at --max-seeds {limits.max_seeds} and --max-budget "
+                                               f"{limits.max_budget}: nothing left to try", arm.budget, arm.seeds)
+
+
+def _decide_base(stage: _Stage, out: dict[str, Decision]) -> Decision:
+    """The base: stop once every variant has stopped; else extended or seeded when a variant
+    asked for it, else held."""
+    base, limits = stage.base, stage.limits
     running = [d for d in out.values() if d.action != STOP]
     if not running:
-        out[base.name] = Decision(base.name, STOP, "baseline", "every variant is decided or out of options",
-                                  base.budget, base.seeds)
-    elif base_extend and extended_budget(base, limits) > base.budget:
+        return Decision(base.name, STOP, "baseline", "every variant is decided or out of options",
+                        base.budget, base.seeds)
+    if stage.base_extend and extended_budget(base, limits) > base.budget:
         new = extended_budget(base, limits)
-        out[base.name] = Decision(base.name, EXTEND, "baseline",
-                                  f"ceiling of {base.name} not identified: extend to {new} steps", new, base.seeds)
-    elif base_seed:
-        out[base.name] = Decision(base.name, SEED, "baseline",
-                                  f"its A interval is the wider one against {', '.join(base_reasons)}: add a seed",
-                                  base.budget, base.seeds + 1)
-    else:
-        out[base.name] = Decision(base.name, HOLD, "baseline", "", base.budget, base.seeds)
-    return out
+        return Decision(base.name, EXTEND, "baseline",
+                        f"ceiling of {base.name} not identified: extend to {new} steps", new, base.seeds)
+    if stage.base_seed:
+        return Decision(base.name, SEED, "baseline",
+                        f"its A interval is the wider one against {', '.join(stage.base_reasons)}: add a seed",
+                        base.budget, base.seeds + 1)
+    return Decision(base.name, HOLD, "baseline", "", base.budget, base.seeds)
 
 
 @dataclass(frozen=True)

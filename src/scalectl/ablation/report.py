@@ -215,3 +215,16 @@ def write_report(result: AblationResult, out_dir: str | Path) -> dict[str, Path]
     html_path.write_text(render_html(result, figures))
     md_path.write_text(render_markdown(result, figures))
     return {"html": html_path, "markdown": md_path, **figures}
+
+
+def build_report(db: str, manifest: dict, out_dir: str | Path, *, bootstrap: int = 1000,
+                 margin: float | None = None) -> tuple[AblationResult, dict[str, Path]]:
+    """Fit every variant of the ablation ``manifest`` from the store at ``db``
+    (:func:`scalectl.ablation.analysis.gather`) and write its report into ``out_dir``
+    (:func:`write_report`).  Returns (the result, the report's files by kind)."""
+    from scalectl.ablation.analysis import gather
+    from scalectl.store.journal import open_with_journals
+
+    with open_with_journals(db) as store:
+        result = gather(store, manifest, bootstrap=bootstrap, margin=margin)
+    return result, write_report(result, out_dir)

@@ -7,7 +7,7 @@ run at the next seed) and launched through the launcher like every other run
 (:func:`scalectl.launch.runs.submit`), and their points are read back from the
 store.  Every stage goes to the store's ``ablation_stages`` table as soon as
 it is decided.  Runs are named ``<ablation>--<variant>--s<seed>``.  Nothing
-here prints; the command (:mod:`scalectl.commands.until_decided`) does.
+here prints; :mod:`scalectl.ablation.until_decided` runs it, and the command prints.
 """
 
 from __future__ import annotations
@@ -18,13 +18,7 @@ import time
 from pathlib import Path
 
 from scalectl.errors import UserError
-
-
-def open_store(db: str, *, create: bool = False):
-    """The store at ``db`` (:meth:`scalectl.store.database.Store.open`)."""
-    from scalectl.store.database import Store
-
-    return Store.open(db, create=create)
+from scalectl.store.journal import open_with_journals
 
 
 class StoreBackend:
@@ -74,7 +68,7 @@ class StoreBackend:
         from scalectl.launch.runs import create_run, submit
 
         specs, ids = [], []
-        with open_store(self.db) as store:
+        with open_with_journals(self.db) as store:
             for variant, (budget, seeds) in targets.items():
                 for i in range(seeds):
                     row = self._row(store, variant, i)
@@ -113,7 +107,7 @@ class StoreBackend:
         seen: dict[int, tuple] = {}
         while True:
             alive, failed = 0, []
-            with open_store(self.db) as store:
+            with open_with_journals(self.db) as store:
                 for run_id in ids:
                     info = store.get_run(run_id)
                     if info["status"] in ACTIVE:
@@ -138,7 +132,7 @@ class StoreBackend:
         """Per seed: (compute on the variant's fit axis, pass rate), points up to ``budget`` steps."""
         axis = self.plan.variant(variant).recipe.fit.axis
         out_ = []
-        with open_store(self.db) as store:
+        with open_with_journals(self.db) as store:
             for i in range(seeds):
                 row = self._row(store, variant, i)
                 pts = [p for p in store.points(row["id"]) if p["step"] <= budget
@@ -148,7 +142,7 @@ class StoreBackend:
 
     def hours_per_step(self, variant: str) -> float:
         """Measured on the variant's runs (last GPU-hours / last step), else the plan's rate, else 0."""
-        with open_store(self.db) as store:
+        with open_with_journals(self.db) as store:
             rates = []
             for i in range(len(self.plan.variant(variant).seeds)):
                 row = self._row(store, variant, i)
@@ -162,7 +156,7 @@ class StoreBackend:
     def trained(self, variant: str) -> dict[int, int]:
         """Seed index -> steps trained, for the variant's existing runs."""
         out_ = {}
-        with open_store(self.db) as store:
+        with open_with_journals(self.db) as store:
             for i in range(len(self.plan.variant(variant).seeds)):
                 row = self._row(store, variant, i)
                 if row is not None:
@@ -173,7 +167,7 @@ class StoreBackend:
     def spent_hours(self) -> float:
         """Device-hours spent by the ablation's runs: the last point's GPU-hours of each."""
         total = 0.0
-        with open_store(self.db) as store:
+        with open_with_journals(self.db) as store:
             for v in self.plan.variants:
                 for i in range(len(v.seeds)):
                     row = self._row(store, v.name, i)
@@ -186,7 +180,7 @@ class StoreBackend:
         """Cancel the live jobs of the runs launched last (each checkpoints); returns how many."""
         from scalectl.ablation.campaign import cancel_all
 
-        with open_store(self.db) as store:
+        with open_with_journals(self.db) as store:
             return cancel_all(store, dict(enumerate(self.launched)))
 
 
@@ -392,60 +386,21 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
     from statistics import NormalDist
 
     from scalectl.ablation.power import plan_power
-    from scalectl.curve.simulated import is_simulated, parse_spec
+    from scalectl.curve.simulated import is_simulated
 
     base = plan.variants[0].recipe
     z = NormalDist().inv_cdf(0.5 + level / 2)
     src, C_mid, cps, s_fit, warning = None, None, None, None, None
     stored = Path(db).exists()
-    with open_store(db, create=True) if stored else _nothing() as store:
-        from scalectl.science.fits import FitOptions, fit_run
-
-        found = None
-        for r in store.list_runs() if store is not None else []:
-            rec = r.get("recipe") or {}
-            if r["status"] != "completed" or not rec:
-                continue
-            d = dict(rec, budget=dict(rec["budget"], steps=base.budget.steps, gpu_hours=base.budget.gpu_hours),
-                     seed=base.seed, name=base.name)
-            try:
-                from scalectl.recipe.schema import Recipe
-
-                same = Recipe.model_validate(d).content_hash == base.content_hash
-            except ValueError:
-                same = False
-            if same and (found is None or (r.get("last_step") or 0) > (found.get("last_step") or 0)):
-                found = r
+    with open_with_journals(db, create=True) if stored else _nothing() as store:
+        found = _largest_base_run(store, base) if store is not None else None
         if found is not None:
-            curve, _, _ = fit_run(store, store.get_run(found["id"]), FitOptions(bootstrap=400, level=level))
-            f = curve.fit
-            C_mid, cps = f.C_mid, float(max(curve.compute)) / max(1, found["last_step"])
-            iv = f.interval("A")
-            s_fit = (iv[1] - iv[0]) / (2 * z) if iv else None
-            src = f"fit of stored run {found['name']} ({found['last_step']} steps)"
-            weak = [fl.message for fl in f.flags
-                    if fl.code == "ceiling_not_identified" or (fl.code == "on_bound" and fl.param == "A")]
-            if weak:
-                warning = (f"the fit of {found['name']} does not identify its ceiling ({'; '.join(weak)}): its C_mid "
-                           "and the spread of its A are not to be trusted, nor the budget and seeds below; "
-                           f"extend {found['name']} (scalectl run --resume {found['name']} --set budget.steps=N) "
-                           "or state the base with --assume")
+            src, C_mid, cps, s_fit, warning = _from_stored_run(store, found, level, z)
             if rate is None and found.get("last_gpu_hours"):
                 rate = found["last_gpu_hours"] / found["last_step"]
     if src is None and is_simulated(base.model.path):
-        from scalectl.curve import fit_sigmoid
-        from scalectl.curve.simulated import draw_points, eval_steps
-
-        c = parse_spec(base.model.path)
-        C_mid, cps = c.C_mid, c.hours_per_step
-        steps = max(base.eval.every_steps, int(limits.min_reach * C_mid / cps))
-        pts = draw_points(c, base.seed, eval_steps(steps, base.eval.every_steps))
-        f = fit_sigmoid([p["gpu_hours"] for p in pts], [p["pass_rate"] for p in pts], bootstrap=400,
-                        level=level)
-        iv = f.interval("A")
-        s_fit = (iv[1] - iv[0]) / (2 * z)
-        rate = rate or c.hours_per_step
-        src = f"the simulated base curve (one draw to {steps} steps, fitted)"
+        src, C_mid, cps, s_fit, sim_rate = _from_simulated(base, limits, level, z)
+        rate = rate or sim_rate
     C_mid = assume.get("C_mid", C_mid)
     cps = assume.get("compute_per_step", cps)
     s_fit = assume.get("s_fit", s_fit)
@@ -463,6 +418,66 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
     return {"source": src, **p.to_dict(), "worst_case_hours": worst, "rate": rate, "warning": warning}
 
 
+def _largest_base_run(store, base) -> dict | None:
+    """The completed stored run of the base recipe (same content whatever its budget, seed
+    and name) that trained the most steps, or None."""
+    from scalectl.recipe.schema import Recipe
+
+    found = None
+    for r in store.list_runs():
+        rec = r.get("recipe") or {}
+        if r["status"] != "completed" or not rec:
+            continue
+        d = dict(rec, budget=dict(rec["budget"], steps=base.budget.steps, gpu_hours=base.budget.gpu_hours),
+                 seed=base.seed, name=base.name)
+        try:
+            same = Recipe.model_validate(d).content_hash == base.content_hash
+        except ValueError:
+            same = False
+        if same and (found is None or (r.get("last_step") or 0) > (found.get("last_step") or 0)):
+            found = r
+    return found
+
+
+def _from_stored_run(store, found: dict, level: float, z: float):
+    """(source, C_mid, compute per step, sd of A from the fit, warning) from the fit of a
+    stored base run (400 resamples at ``level``; z its normal quantile); the warning says when
+    that fit does not identify the ceiling."""
+    from scalectl.science.fits import FitOptions, fit_run
+
+    curve, _, _ = fit_run(store, store.get_run(found["id"]), FitOptions(bootstrap=400, level=level))
+    f = curve.fit
+    C_mid, cps = f.C_mid, float(max(curve.compute)) / max(1, found["last_step"])
+    iv = f.interval("A")
+    s_fit = (iv[1] - iv[0]) / (2 * z) if iv else None
+    src = f"fit of stored run {found['name']} ({found['last_step']} steps)"
+    warning = None
+    weak = [fl.message for fl in f.flags
+            if fl.code == "ceiling_not_identified" or (fl.code == "on_bound" and fl.param == "A")]
+    if weak:
+        warning = (f"the fit of {found['name']} does not identify its ceiling ({'; '.join(weak)}): its C_mid "
+                   "and the spread of its A are not to be trusted, nor the budget and seeds below; "
+                   f"extend {found['name']} (scalectl run --resume {found['name']} --set budget.steps=N) "
+                   "or state the base with --assume")
+    return src, C_mid, cps, s_fit, warning
+
+
+def _from_simulated(base, limits, level: float, z: float):
+    """(source, C_mid, compute per step, sd of A from the fit, device-hours per step) of a
+    simulated base: one draw of its curve to ``min_reach`` x C_mid, fitted."""
+    from scalectl.curve import fit_sigmoid
+    from scalectl.curve.simulated import draw_points, eval_steps, parse_spec
+
+    c = parse_spec(base.model.path)
+    steps = max(base.eval.every_steps, int(limits.min_reach * c.C_mid / c.hours_per_step))
+    pts = draw_points(c, base.seed, eval_steps(steps, base.eval.every_steps))
+    f = fit_sigmoid([p["gpu_hours"] for p in pts], [p["pass_rate"] for p in pts], bootstrap=400,
+                    level=level)
+    iv = f.interval("A")
+    return (f"the simulated base curve (one draw to {steps} steps, fitted)", c.C_mid, c.hours_per_step,
+            (iv[1] - iv[0]) / (2 * z), c.hours_per_step)
+
+
 @contextlib.contextmanager
 def _nothing():
     yield None
@@ -473,7 +488,7 @@ def write_manifest(db, plan, runs_dir: Path) -> None:
     from scalectl.ablation.campaign import manifest, manifest_path, write_manifest as write
 
     names = {}
-    with open_store(db) as store:
+    with open_with_journals(db) as store:
         for r in plan.runs:
             try:
                 names[r.name] = store.get_run(r.name)["name"]

@@ -1,5 +1,5 @@
-"""Plumbing shared by the CLI commands: the store option, JSON output, errors, the options of
-the fitting commands, and the end of an ablation.
+"""Plumbing shared by the CLI commands: the store option and :func:`open_store`, JSON output,
+errors, the options of the fitting commands, and the end of an ablation.
 
 Commands print human output with rich on stdout, or with ``--json`` only JSON
 on stdout; progress and logs go to stderr.  A :class:`~scalectl.errors.UserError`
@@ -16,7 +16,6 @@ from typing import Annotated, Any, Callable
 
 import typer
 from rich.markup import escape
-from rich.table import Table
 
 from scalectl.errors import UserError
 from scalectl.present.console import err, out  # noqa: F401  (the commands' consoles)
@@ -27,14 +26,18 @@ JsonOption = Annotated[bool, typer.Option("--json", help="Print only JSON on std
 
 
 def open_store(db: str | None, *, create: bool = False):
-    """Open the store named by ``--db`` / ``$SCALECTL_DB`` / ``./scalectl.db``.
+    """Open the store named by ``--db`` / ``$SCALECTL_DB`` / ``./scalectl.db``
+    (:meth:`scalectl.store.database.Store.open`): how every command opens it, and what it hands
+    the library as ``stores`` (``functools.partial(open_store, db)``, :mod:`scalectl.launch.runs`).
 
     Only the commands that add runs pass ``create=True``: the others never
-    leave an empty store (or its folder) behind.
+    leave an empty store (or its folder) behind.  Run journals written since the
+    last command (jobs on other hosts) are taken in first (:mod:`scalectl.store.journal`).
     """
-    from scalectl.store.database import Store, default_db_path
+    from scalectl.store.database import default_db_path
+    from scalectl.store.journal import open_with_journals
 
-    return Store.open(db or default_db_path(), create=create)
+    return open_with_journals(db or default_db_path(), create=create)
 
 
 def print_json(data: Any) -> None:
@@ -55,19 +58,6 @@ def user_errors(fn: Callable) -> Callable:
             raise typer.Exit(2) from None
 
     return wrapper
-
-
-def fmt(value: Any, digits: int = 3) -> str:
-    """A table cell: floats rounded (zero as ``0``), None as '-'."""
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        if value == 0:
-            return "0"
-        if abs(value) >= 1e5 or abs(value) < 1e-3:
-            return f"{value:.{digits}g}"
-        return f"{value:.{digits}f}"
-    return str(value)
 
 
 AxisOption = Annotated[str | None, typer.Option(
@@ -116,36 +106,16 @@ def write_figure(fn, data, path: Path, **kwargs) -> Path:
         raise UserError(str(exc)) from None
 
 
-def finish_ablation(db, manifest: dict, out_dir: Path, bootstrap: int, margin: float | None, json_: bool,
-                    extra: dict | None = None) -> None:
-    """The end of ``ablate`` and ``report``: fit every variant of the ablation ``manifest``, write
-    its report to ``out_dir`` and print the verdicts against the base (or JSON with ``extra``)."""
-    from scalectl.ablation.analysis import gather
-    from scalectl.ablation.report import write_report
-    from scalectl.display import format_estimate
+def print_ablation(result, paths: dict, data: dict | None = None) -> None:
+    """The end of ``ablate`` and ``report``: the verdicts of every variant of an ablation against
+    its base (an :class:`~scalectl.ablation.analysis.AblationResult`), a sentence each, its notes,
+    and where its report went (``paths``); or ``data`` as JSON, when given."""
+    from scalectl.present.ablation import verdict_table
 
-    with open_store(db) as store:
-        result = gather(store, manifest, bootstrap=bootstrap, margin=margin)
-    paths = write_report(result, out_dir)
-    if json_:
-        print_json({**(extra or {}), "result": result.to_dict(), "report": {k: str(v) for k, v in paths.items()}})
+    if data is not None:
+        print_json(data)
         return
-    table = Table(title=f"{result.name}: variants against {result.baseline} (margin {result.margin:g})")
-    for col in ("variant", "A", "B", "C_mid", "dA", "verdict"):
-        table.add_column(col, justify="left" if col in ("variant", "verdict") else "right")
-    for v in result.variants:
-        if v.curve is None:
-            table.add_row(v.name, "-", "-", "-", "-", f"not fitted: {v.error}")
-            continue
-        f = v.curve.fit
-        row = result.comparison.row(v.name) if result.comparison else None
-        if row is None or row.verdict == "baseline":
-            d, verdict = "-", "-" if row is None else "baseline"
-        else:
-            lo, hi = row.delta_A_interval
-            d, verdict = f"{row.delta_A:+.3f} [{lo:+.3f}, {hi:+.3f}]", row.verdict
-        table.add_row(v.name, format_estimate(f.A, f.interval("A")), f"{f.B:.2f}", f"{f.C_mid:.4g}", d, verdict)
-    out.print(table)
+    out.print(verdict_table(result))
     for v in result.variants:
         out.print(v.sentence, soft_wrap=True)
     for note in result.notes:

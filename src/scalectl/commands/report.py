@@ -10,8 +10,8 @@ import typer
 from scalectl.commands.common import (
     DbOption,
     JsonOption,
-    finish_ablation,
     open_store,
+    print_ablation,
     user_errors,
 )
 from scalectl.defaults import MARGIN
@@ -34,11 +34,15 @@ def report(
     found by their names NAME--VARIANT--sSEED (imported curves too).
     """
     from scalectl.ablation.campaign import find_manifest
+    from scalectl.ablation.report import build_report
 
     with open_store(db) as store:
         manifest = find_manifest(store, ablation, runs_dir)
         path = store.path
-    finish_ablation(path, manifest, out_dir or Path("reports") / manifest["name"], bootstrap, margin, json_)
+    result, paths = build_report(path, manifest, out_dir or Path("reports") / manifest["name"],
+                                 bootstrap=bootstrap, margin=margin)
+    print_ablation(result, paths, {"result": result.to_dict(), "report": {k: str(v) for k, v in paths.items()}}
+                   if json_ else None)
 
 
 def register(app: typer.Typer) -> None:

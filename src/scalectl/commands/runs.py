@@ -7,7 +7,6 @@ import typer
 from scalectl.commands.common import (
     DbOption,
     JsonOption,
-    fmt,
     open_store,
     out,
     print_json,
@@ -28,7 +27,7 @@ def runs(db: DbOption = None, json_: JsonOption = False) -> None:
     if json_:
         print_json([{k: v for k, v in r.items() if k != "recipe"} for r in rows])
         return
-    from scalectl.display import Column, fitted_table
+    from scalectl.display import Column, fitted_table, format_number
 
     cols = [Column("id", priority=1), Column("name", "left", keep=True), Column("hash", "left", priority=0),
             Column("status", "left", keep=True), Column("launcher", "left", priority=2),
@@ -36,8 +35,9 @@ def runs(db: DbOption = None, json_: JsonOption = False) -> None:
             Column("last step", priority=4), Column("pass rate", keep=True), Column("trunc.", priority=6)]
     table = fitted_table(f"runs in {db or 'the store'}", cols, [
         [str(r["id"]), r["name"], r["recipe_hash"] or "-", r["status"], r["launcher"] or "-",
-         r["hardware"] or "-", str(r["n_points"]), fmt(r["last_step"]), fmt(r["last_pass_rate"]),
-         fmt(r["last_truncation_rate"])] for r in rows], out.width)
+         r["hardware"] or "-", str(r["n_points"]),
+         *(format_number(r[k], decimals=True) for k in ("last_step", "last_pass_rate", "last_truncation_rate"))]
+        for r in rows], out.width)
     out.print(table)
 
 

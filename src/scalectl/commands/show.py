@@ -9,7 +9,6 @@ import typer
 from scalectl.commands.common import (
     DbOption,
     JsonOption,
-    fmt,
     open_store,
     out,
     print_json,
@@ -38,7 +37,7 @@ def show(
         out.print(f"loss {loss.get('type')} ({loss.get('aggregation')} aggregation), advantage "
                   f"{recipe.get('advantage', {}).get('normalization')}, head {recipe.get('precision', {}).get('lm_head')}, "
                   f"async {asy.get('mode')} k={asy.get('k')}, run folder {info.get('run_dir') or '-'}")
-    from scalectl.display import Column, fitted_table
+    from scalectl.display import Column, fitted_table, format_number
 
     # The gpu_hours field holds device-hours: CPU-hours for a run on CPU.
     device = (recipe.get("hardware") or {}).get("device", "")
@@ -46,9 +45,10 @@ def show(
     cols = [Column("step", keep=True), Column(hours, priority=5), Column("FLOPs", priority=4),
             Column("tokens", priority=1), Column("pass rate", keep=True), Column("trunc.", priority=6),
             Column("mean len", priority=3), Column("reward", priority=2), Column("entropy", priority=0)]
+    keys = ("gpu_hours", "flops", "tokens", "pass_rate", "truncation_rate", "mean_length", "train_reward", "entropy")
+    digits = {"gpu_hours": 4, "mean_length": 1}
     out.print(fitted_table(None, cols, [
-        [str(p["step"]), fmt(p["gpu_hours"], 4), fmt(p["flops"]), fmt(p["tokens"]), fmt(p["pass_rate"]),
-         fmt(p["truncation_rate"]), fmt(p["mean_length"], 1), fmt(p["train_reward"]), fmt(p["entropy"])]
+        [str(p["step"]), *(format_number(p[k], digits.get(k, 3), decimals=True) for k in keys)]
         for p in points], out.width))
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Annotated
 
 import typer
@@ -11,12 +10,12 @@ from rich.table import Table
 from scalectl.commands.common import (
     DbOption,
     JsonOption,
-    fmt,
     open_store,
     out,
     print_json,
     user_errors,
 )
+from scalectl.display import format_number
 from scalectl.errors import UserError
 
 
@@ -46,54 +45,40 @@ def _status_table(rows: list[dict], db, title: str | None = None) -> Table:
     for r in rows:
         job = f"{r.get('launcher') or '-'} {r.get('job_id')}" if r.get("job_id") else (r.get("launcher") or "-")
         table.add_row(str(r["id"]), r["name"], r["status"], job, r.get("launcher_state") or "-",
-                      fmt(r.get("last_step")), fmt(r.get("last_pass_rate")), fmt(r.get("last_truncation_rate")))
+                      *(format_number(r.get(k), decimals=True)
+                        for k in ("last_step", "last_pass_rate", "last_truncation_rate")))
     return table
 
 
 def _status_line(r: dict) -> str:
-    return (f"{r['name']}: {r['status']}, evaluated at step {fmt(r.get('last_step'))}, "
-            f"pass rate {fmt(r.get('last_pass_rate'))}, "
-            f"truncation {fmt(r.get('last_truncation_rate'))}")
+    step, rate, trunc = (format_number(r.get(k), decimals=True)
+                         for k in ("last_step", "last_pass_rate", "last_truncation_rate"))
+    return f"{r['name']}: {r['status']}, evaluated at step {step}, pass rate {rate}, truncation {trunc}"
 
 
 def _watch(db, run: list[str] | None, interval: float) -> None:
-    """Refresh the runs' table every ``interval`` seconds (rich Live on a terminal; elsewhere a
-    plain line per run whose status or step changed) until none of them is active."""
-    from rich.live import Live
-
+    """Refresh the runs' table every ``interval`` seconds (:mod:`scalectl.present.watch`: a live
+    table on a terminal, elsewhere a plain line per run whose status or step changed) until none
+    of them is active."""
     from scalectl.launch.base import ACTIVE
+    from scalectl.present.watch import LiveRows, follow
 
     rows = _status_rows(db, run)
     ids = {r["id"] for r in rows} if run else {r["id"] for r in rows if r["status"] in ACTIVE}
     if not ids:
         out.print("no active runs to watch")
         return
-    seen: dict[int, tuple] = {}
-    live = Live(console=out, auto_refresh=False, transient=False) if out.is_terminal else None
-    if live:
-        live.start()
+
+    def table(rows: list[dict]) -> Table:
+        active = [r for r in rows if r["status"] in ACTIVE]
+        return _status_table(rows, db, f"{len(active)} of {len(rows)} run(s) active in {db or 'the store'}, "
+                                       f"every {interval:g} s (Ctrl-C stops watching, not the runs)")
+
     try:
-        while True:
-            rows = _status_rows(db, None, ids)
-            active = [r for r in rows if r["status"] in ACTIVE]
-            if live:
-                title = (f"{len(active)} of {len(rows)} run(s) active in {db or 'the store'}, "
-                         f"every {interval:g} s (Ctrl-C stops watching, not the runs)")
-                live.update(_status_table(rows, db, title), refresh=True)
-            else:
-                for r in rows:
-                    key = (r["status"], r.get("last_step"))
-                    if seen.get(r["id"]) != key:
-                        seen[r["id"]] = key
-                        out.print(_status_line(r), markup=False, highlight=False, soft_wrap=True)
-            if not active:
-                return
-            time.sleep(interval)
+        with LiveRows(out, table, _status_line, lambda r: (r["id"], (r["status"], r.get("last_step")))) as view:
+            follow(lambda: _status_rows(db, None, ids), view.show, interval)
     except KeyboardInterrupt:
         pass
-    finally:
-        if live:
-            live.stop()
 
 
 @user_errors

@@ -9,6 +9,7 @@ bound is reported as a flag.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Sequence
 
 import numpy as np
@@ -175,100 +176,168 @@ def _point_flags(theta, free, active, lo, hi, xw, yw, truncation, threshold, gri
 
 
 
-def fit_sigmoid(
-    compute: Sequence[float] | np.ndarray,
-    pass_rate: Sequence[float] | np.ndarray,
-    *,
-    min_compute: float = 0.0,
-    r0: Literal["auto", "measured", "fit"] | float = "auto",
-    method: Literal["vp", "grid"] = "vp",
-    axis: str = "gpu_hours",
-    fixed_A: float | None = None,
-    bootstrap: int = 1000,
-    bootstrap_kind: Literal["block", "residual", "pairs"] = "residual",
-    dependence: bool = True,
-    block: int | None = None,
-    r0_se: float | None = None,
-    level: float = 0.95,
-    seed: int = 0,
-    truncation: Sequence[float] | np.ndarray | None = None,
-    truncation_threshold: float = TRUNCATION_THRESHOLD,
-    bounds: Bounds | None = None,
-    grid: GridSpec | None = None,
-) -> SigmoidFit:
-    """Fit R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to evaluation points.
+@dataclass(frozen=True)
+class FitSettings:
+    """The settings of :func:`fit_sigmoid` (its keyword arguments), checked when made.
 
-    compute (n,): compute of each point on ``axis`` (GPU-hours, FLOPs, tokens or
-    steps), >= 0.  pass_rate (n,): mean@k in [0, 1].  Points with compute >=
-    ``min_compute`` (and > 0) form the fit window (paper A.5 drops the first ~1.5k
-    GPU-hours; see :func:`default_min_compute`).
+    min_compute: the fit window starts there: points with compute >= ``min_compute`` (and >
+    0) are fitted (paper A.5 drops the first ~1.5k GPU-hours; see :func:`default_min_compute`).
 
-    r0: ``"auto"`` uses the measured pass rate at compute 0 when there is one and
-    fits R0 otherwise; ``"measured"`` requires the point; ``"fit"`` fits it from the
-    curve alone; a float fixes it.  A measured R0 is not held fixed: each point at
-    compute 0 enters the least squares as one more observation of the curve (whose
-    value there is R0), with the same noise as every other evaluation, so a noisy
-    step-0 evaluation moves A only as much as its weight among the points allows,
-    and R0 gets a bootstrap interval inside its bounds [0, 1].  ``fixed_A`` holds the ceiling fixed (used
-    by the tie rule of :mod:`scalectl.science.compare`).
+    r0: ``"auto"`` uses the measured pass rate at compute 0 when there is one and fits R0
+    otherwise; ``"measured"`` requires the point; ``"fit"`` fits it from the curve alone; a
+    float in [0, 1] fixes it.  A measured R0 is not held fixed: each point at compute 0
+    enters the least squares as one more observation of the curve (whose value there is
+    R0), with the same noise as every other evaluation, so a noisy step-0 evaluation moves A
+    only as much as its weight among the points allows, and R0 gets a bootstrap interval
+    inside its bounds [0, 1].  ``fixed_A`` holds the ceiling fixed (used by the tie rule of
+    :mod:`scalectl.science.compare`).
 
     r0_se: the standard error of the evaluation(s) at compute 0 (e.g. binomial,
-    sqrt(p (1 - p) / samples)).  When given, each such observation is weighted by
-    sigma^2 / r0_se^2 against the window points, sigma being their residual sd
-    (generalised least squares, reweighted until the weight settles), and the bootstrap
-    redraws it from N(R0, r0_se^2).  Without it, it weighs as one more point.
+    sqrt(p (1 - p) / samples)).  When given, each such observation is weighted by sigma^2 /
+    r0_se^2 against the window points, sigma being their residual sd (generalised least
+    squares, reweighted until the weight settles), and the bootstrap redraws it from N(R0,
+    r0_se^2).  Without it, it weighs as one more point.
 
-    method: ``"vp"`` (bounded least squares from a variable-projection start) or
-    ``"grid"`` (paper A.5).  ``bootstrap`` resamples (0 for none) give intervals at
-    ``level``, deterministic given ``seed``; ``bootstrap_kind`` and ``block`` as in
-    :func:`scalectl.curve.bootstrap.bootstrap_draws`.  ``dependence``: real
-    evaluation points drift together (a dip spans several points), so the
-    resampled residuals and the prediction noise are inflated by the lag-1
-    autocorrelation of the residuals (:func:`ar1_inflation`); False treats the
-    points as independent.  ``truncation`` (n,) truncation rates,
-    flagged above ``truncation_threshold`` (docs/method.md, section 5).
+    method: ``"vp"`` (bounded least squares from a variable-projection start) or ``"grid"``
+    (paper A.5; ``grid`` its :class:`GridSpec`).  ``bootstrap`` resamples (0 for none) give
+    intervals at ``level``, deterministic given ``seed``; ``bootstrap_kind`` and ``block`` as
+    in :func:`scalectl.curve.bootstrap.bootstrap_draws`.  ``dependence``: real evaluation
+    points drift together (a dip spans several points), so the resampled residuals and the
+    prediction noise are inflated by the lag-1 autocorrelation of the residuals
+    (:func:`ar1_inflation`); False treats the points as independent.  Truncation rates are
+    flagged above ``truncation_threshold`` (docs/method.md, section 5).  ``bounds``: of the
+    bounded fit (:class:`Bounds`); ``axis``: the compute axis, recorded in the fit.
 
-    Returns a :class:`SigmoidFit`.  Raises :class:`FitError` on malformed input or
-    when the window holds too few points.
+    Raises:
+        FitError: a method, level, bootstrap count or kind, r0_se or r0 out of range.
+    """
+
+    min_compute: float = 0.0
+    r0: Literal["auto", "measured", "fit"] | float = "auto"
+    method: Literal["vp", "grid"] = "vp"
+    axis: str = "gpu_hours"
+    fixed_A: float | None = None
+    bootstrap: int = 1000
+    bootstrap_kind: Literal["block", "residual", "pairs"] = "residual"
+    dependence: bool = True
+    block: int | None = None
+    r0_se: float | None = None
+    level: float = 0.95
+    seed: int = 0
+    truncation_threshold: float = TRUNCATION_THRESHOLD
+    bounds: Bounds | None = None
+    grid: GridSpec | None = None
+
+    def __post_init__(self):
+        if self.method not in ("vp", "grid"):
+            raise FitError(f"fit method {self.method!r} is not one of: vp, grid")
+        if not 0.0 < self.level < 1.0:
+            raise FitError(f"interval level must lie strictly between 0 and 1 (given {self.level})")
+        if self.bootstrap < 0:
+            raise FitError(f"bootstrap must be >= 0 (given {self.bootstrap})")
+        if self.bootstrap_kind not in KINDS:
+            raise FitError(f"bootstrap kind {self.bootstrap_kind!r} is not one of: {', '.join(KINDS)}")
+        if self.r0_se is not None and not self.r0_se > 0:
+            raise FitError(f"r0_se must be > 0 (given {self.r0_se})")
+        if isinstance(self.r0, str):
+            if self.r0 not in ("auto", "measured", "fit"):
+                raise FitError(f"r0 {self.r0!r} is not one of: auto, measured, fit, or a number in [0, 1]")
+        elif not 0.0 <= float(self.r0) <= 1.0:
+            raise FitError(f"r0 must lie in [0, 1] (given {self.r0})")
+
+
+def fit_sigmoid(compute: Sequence[float] | np.ndarray, pass_rate: Sequence[float] | np.ndarray, *,
+                truncation: Sequence[float] | np.ndarray | None = None, settings: FitSettings | None = None,
+                **options: Any) -> SigmoidFit:
+    """Fit R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to evaluation points (paper eq. 1, A.5).
+
+    compute (n,): compute of each point on the settings' ``axis`` (GPU-hours, FLOPs, tokens
+    or steps), >= 0.  pass_rate (n,): mean@k in [0, 1].  truncation (n,): truncation rates,
+    flagged above the threshold.  ``options`` are the fields of :class:`FitSettings`
+    (``min_compute=1500``, ``bootstrap=0``, ...), set over ``settings`` when both are given.
+
+    The steps: the points sorted by compute and R0's mode (:func:`_r0_mode`), the window
+    (:func:`_window`), the least squares (:func:`_solve`), the residual noise
+    (:func:`_noise`), the flags of the point estimate (:func:`_point_flags`) and the
+    bootstrap intervals with their flags (:func:`_intervals`).
+
+    Returns a :class:`SigmoidFit`.  Raises :class:`FitError` on malformed input or settings,
+    or when the window holds too few points; TypeError on an unknown option.
     """
     x, y = _as_arrays(compute, pass_rate)
     order = np.argsort(x, kind="stable")   # blocks of the bootstrap follow compute
     x, y = x[order], y[order]
-    if method not in ("vp", "grid"):
-        raise FitError(f"fit method {method!r} is not one of: vp, grid")
-    if not 0.0 < level < 1.0:
-        raise FitError(f"interval level must lie strictly between 0 and 1 (given {level})")
-    if bootstrap < 0:
-        raise FitError(f"bootstrap must be >= 0 (given {bootstrap})")
-    if bootstrap_kind not in KINDS:
-        raise FitError(f"bootstrap kind {bootstrap_kind!r} is not one of: {', '.join(KINDS)}")
-    if r0_se is not None and not r0_se > 0:
-        raise FitError(f"r0_se must be > 0 (given {r0_se})")
-    bounds = bounds or Bounds()
-    zero = x == 0
+    s = replace(settings, **options) if settings is not None else FitSettings(**options)
+    mode, R0 = _r0_mode(s.r0, x == 0)
+    win = _window(x, y, truncation, order, mode, R0, s)
+    theta, free, active, grid_values, w = _solve(win, s)
+    resid, rho, inflate, dof, noise_sd = _noise(theta, free, win, s.dependence)
+    flags = _point_flags(theta, free, active, win.lo, win.hi, win.xw, win.yw, win.trunc, s.truncation_threshold,
+                         grid_values)
+    intervals, samples = _intervals(theta, free, win, resid, w, inflate, s, flags)
+    return SigmoidFit(
+        A=float(theta[_A]), B=float(theta[_B]), C_mid=float(math.exp(theta[_U])),
+        R0=float(theta[_R0]), r0_fitted=mode == "fit", r0_measured=mode == "measured",
+        window=(float(win.xw.min()), win.cmax),
+        n_points=int(win.xw.size), rmse=float(np.sqrt(np.mean(resid[win.n0:]**2))), method=s.method,
+        axis=s.axis, flags=tuple(flags), intervals=intervals, level=s.level,
+        a_fixed=s.fixed_A is not None, n_bootstrap=int(s.bootstrap), samples=samples,
+        residuals=resid[win.n0:], noise_sd=noise_sd, dof=dof, autocorr=rho,
+    )
+
+
+def _r0_mode(r0, zero: np.ndarray) -> tuple[str, float | None]:
+    """How R0 is found: ("measured", None) from the points at compute 0 (``zero``, (n,) bool),
+    ("fit", None) from the curve, or ("given", R0)."""
     if isinstance(r0, str):
-        if r0 not in ("auto", "measured", "fit"):
-            raise FitError(f"r0 {r0!r} is not one of: auto, measured, fit, or a number in [0, 1]")
         if r0 == "measured" and not zero.any():
             raise FitError("r0 = 'measured' needs an evaluation at compute 0; none given "
                            "(use r0 = 'fit')")
-        mode = "measured" if (r0 == "auto" and zero.any()) or r0 == "measured" else "fit"
-        R0 = None
-    else:
-        if not 0.0 <= float(r0) <= 1.0:
-            raise FitError(f"r0 must lie in [0, 1] (given {r0})")
-        mode, R0 = "given", float(r0)
-    win = (x >= min_compute) & (x > 0)
+        return ("measured" if (r0 == "auto" and zero.any()) or r0 == "measured" else "fit"), None
+    return "given", float(r0)
+
+
+@dataclass(frozen=True)
+class _Window:
+    """The points a fit solves for.  xw, yw (m,): the window (compute > 0, >= min_compute);
+    n0: observations of R0 (points at compute 0, when R0 is measured); logc, yf (n0 + m,):
+    log compute (the R0 observations far below the window) and pass rate of every
+    observation; lo, hi (4,): bounds of (A, log C_mid, B, R0); cmax: the window's last
+    compute; R0: a given R0, else None; trunc (n,) truncation rates in compute order, or None."""
+
+    xw: np.ndarray
+    yw: np.ndarray
+    n0: int
+    logc: np.ndarray
+    yf: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    cmax: float
+    R0: float | None
+    trunc: np.ndarray | None
+
+
+def _window(x: np.ndarray, y: np.ndarray, truncation, order: np.ndarray, mode: str, R0: float | None,
+            s: FitSettings) -> _Window:
+    """The fit window of the sorted points ``x``, ``y`` (n,), its observations and bounds.
+
+    Raises:
+        FitError: too few points for the parameters, a fixed A outside its bounds, bounds
+            out of order, or truncation rates not one per point.
+    """
+    bounds = s.bounds or Bounds()
+    zero = x == 0
+    win = (x >= s.min_compute) & (x > 0)
     xw, yw = x[win], y[win]
     n0 = int(zero.sum()) if mode == "measured" else 0
-    n_free = 2 + (fixed_A is None) + (R0 is None)
+    n_free = 2 + (s.fixed_A is None) + (R0 is None)
     if xw.size + n0 < n_free + 1 or xw.size < 2:
-        where = "compute > 0" if min_compute <= 0 else f"compute >= {min_compute:g}"
+        where = "compute > 0" if s.min_compute <= 0 else f"compute >= {s.min_compute:g}"
         raise FitError(f"the fit window ({where}) holds {xw.size} point{'' if xw.size == 1 else 's'}; "
                        f"at least {n_free + 1 - n0} are needed to fit {n_free} parameters"
                        + (f" (the {n0} at compute 0 give{'s' if n0 == 1 else ''} R0)" if n0 else ""))
-    if fixed_A is not None and not bounds.A[0] <= fixed_A <= bounds.A[1]:
-        raise FitError(f"fixed A = {fixed_A} lies outside the A bounds {bounds.A}")
+    if s.fixed_A is not None and not bounds.A[0] <= s.fixed_A <= bounds.A[1]:
+        raise FitError(f"fixed A = {s.fixed_A} lies outside the A bounds {bounds.A}")
     cmax = float(xw.max())
     cb = bounds.C_mid or (cmax * 1e-4, cmax * 1e2)
     if not 0 < cb[0] < cb[1] or not bounds.B[0] > 0:
@@ -282,71 +351,77 @@ def fit_sigmoid(
     trunc = None if truncation is None else np.asarray(truncation, dtype=float).ravel()
     if trunc is not None and trunc.size != x.size:
         raise FitError(f"truncation has {trunc.size} values but compute has {x.size}")
-    if trunc is not None:
-        trunc = trunc[order]
-    w = np.ones(yf.size)
+    return _Window(xw, yw, n0, logc, yf, lo, hi, cmax, R0, None if trunc is None else trunc[order])
 
-    grid_values = None
+
+def _solve(win: _Window, s: FitSettings):
+    """The least squares of :data:`FitSettings.method` over the window: (theta (4,), free (4,)
+    bool, active (4,) bool, the grid's values or None, weights (n0 + m,)).  With a known
+    ``r0_se``, the R0 observations are reweighted by (window noise / their standard error)^2
+    until the weight settles (the window noise depends on the fit it weights)."""
+    w = np.ones(win.yf.size)
+
     def solve(w):
-        if method == "vp":
-            return (*_fit_vp(logc, yf, R0, fixed_A, lo, hi, w), None)
-        return _fit_grid(xw, logc, yf, R0, fixed_A, lo, hi, grid, axis, w)
+        if s.method == "vp":
+            return (*_fit_vp(win.logc, win.yf, win.R0, s.fixed_A, win.lo, win.hi, w), None)
+        return _fit_grid(win.xw, win.logc, win.yf, win.R0, s.fixed_A, win.lo, win.hi, s.grid, s.axis, w)
 
     theta, free, active, grid_values = solve(w)
-    for _ in range(4 if n0 and r0_se is not None else 0):
-        # Reweight the R0 observations by (window noise / their standard error)^2 until
-        # the weight settles (the window noise depends on the fit it weights).
-        rw = yw - _model(theta, logc[n0:])
-        sigma2 = float(np.sum(rw**2)) / max(xw.size - int(free.sum()), 1)
-        w0 = min(max(sigma2 / r0_se**2, 1e-6), 1e6)
+    n0 = win.n0
+    for _ in range(4 if n0 and s.r0_se is not None else 0):
+        rw = win.yw - _model(theta, win.logc[n0:])
+        sigma2 = float(np.sum(rw**2)) / max(win.xw.size - int(free.sum()), 1)
+        w0 = min(max(sigma2 / s.r0_se**2, 1e-6), 1e6)
         if abs(w0 - w[0]) <= 0.01 * w[0]:
             break
         w[:n0] = w0
         theta, free, active, grid_values = solve(w)
-    if fixed_A is not None:
-        theta[_A], free[_A] = fixed_A, False
-    if R0 is not None:
-        theta[_R0] = R0
-    resid = yf - _model(theta, logc)
-    n_fit = int(free.sum())
-    rho, inflate = ar1_inflation(resid[n0:]) if dependence else (0.0, 1.0)
-    dof = max(xw.size - n_fit, 1)
-    noise_sd = math.sqrt(float(np.sum(resid[n0:] ** 2)) / dof) * inflate
-    flags = _point_flags(theta, free, active, lo, hi, xw, yw, trunc, truncation_threshold,
-                         grid_values)
+    if s.fixed_A is not None:
+        theta[_A], free[_A] = s.fixed_A, False
+    if win.R0 is not None:
+        theta[_R0] = win.R0
+    return theta, free, active, grid_values, w
 
+
+def _noise(theta: np.ndarray, free: np.ndarray, win: _Window, dependence: bool):
+    """(residuals (n0 + m,), lag-1 autocorrelation, sd inflation, degrees of freedom, noise
+    sd of one evaluation point) of the fitted curve (:func:`ar1_inflation` with ``dependence``)."""
+    resid = win.yf - _model(theta, win.logc)
+    rho, inflate = ar1_inflation(resid[win.n0:]) if dependence else (0.0, 1.0)
+    dof = max(win.xw.size - int(free.sum()), 1)
+    noise_sd = math.sqrt(float(np.sum(resid[win.n0:] ** 2)) / dof) * inflate
+    return resid, rho, inflate, dof, noise_sd
+
+
+def _intervals(theta: np.ndarray, free: np.ndarray, win: _Window, resid: np.ndarray, w: np.ndarray,
+               inflate: float, s: FitSettings, flags: list[Flag]):
+    """Bootstrap intervals of the free parameters at ``s.level`` (none without bootstrap):
+    ({name: (lo, hi)}, draws (bootstrap, 4) by name or None).  Appends to ``flags`` the
+    intervals cut by a bound and a C_mid interval that reaches past the last point."""
+    if not s.bootstrap:
+        return {}, None
     intervals: dict[str, tuple[float, float]] = {}
-    samples = None
-    if bootstrap:
-        draws = bootstrap_draws(theta, free, logc, yf, resid, n0, lo, hi, bootstrap, seed,
-                                bootstrap_kind, weights=None if np.all(w == 1) else w,
-                                r0_se=r0_se, block=block, inflate=inflate)
-        samples = _to_named(draws)
-        point = _to_named(theta)
-        q = (1 - level) / 2
-        for i in np.flatnonzero(free):
-            a, b = np.quantile(samples[:, i], [q, 1 - q])
-            intervals[PARAM_NAMES[i]] = (float(min(a, point[i])), float(max(b, point[i])))
-        for i in np.flatnonzero(free):
-            tol = 1e-3 * (hi[i] - lo[i])
-            share = float(np.mean((draws[:, i] - lo[i] <= tol) | (hi[i] - draws[:, i] <= tol)))
-            if share > 1 - level:
-                flags.append(Flag("interval_on_bound",
-                                  f"{share:.0%} of bootstrap refits put {PARAM_NAMES[i]} on a "
-                                  "bound: its interval is cut by the bound and too narrow",
-                                  PARAM_NAMES[i]))
-        c_hi = intervals["C_mid"][1]
-        if c_hi > cmax and not any(f.code == "ceiling_not_identified" for f in flags):
-            flags.append(Flag("ceiling_not_identified",
-                              f"the {level:.0%} interval of C_mid reaches {c_hi:.4g}, past the last "
-                              f"point ({cmax:.4g}): the midpoint, hence the ceiling, is not pinned down"))
-
-    return SigmoidFit(
-        A=float(theta[_A]), B=float(theta[_B]), C_mid=float(math.exp(theta[_U])),
-        R0=float(theta[_R0]), r0_fitted=mode == "fit", r0_measured=mode == "measured",
-        window=(float(xw.min()), cmax),
-        n_points=int(xw.size), rmse=float(np.sqrt(np.mean(resid[n0:]**2))), method=method,
-        axis=axis, flags=tuple(flags), intervals=intervals, level=level,
-        a_fixed=fixed_A is not None, n_bootstrap=int(bootstrap), samples=samples,
-        residuals=resid[n0:], noise_sd=noise_sd, dof=dof, autocorr=rho,
-    )
+    draws = bootstrap_draws(theta, free, win.logc, win.yf, resid, win.n0, win.lo, win.hi, s.bootstrap, s.seed,
+                            s.bootstrap_kind, weights=None if np.all(w == 1) else w,
+                            r0_se=s.r0_se, block=s.block, inflate=inflate)
+    samples = _to_named(draws)
+    point = _to_named(theta)
+    q = (1 - s.level) / 2
+    for i in np.flatnonzero(free):
+        a, b = np.quantile(samples[:, i], [q, 1 - q])
+        intervals[PARAM_NAMES[i]] = (float(min(a, point[i])), float(max(b, point[i])))
+    lo, hi = win.lo, win.hi
+    for i in np.flatnonzero(free):
+        tol = 1e-3 * (hi[i] - lo[i])
+        share = float(np.mean((draws[:, i] - lo[i] <= tol) | (hi[i] - draws[:, i] <= tol)))
+        if share > 1 - s.level:
+            flags.append(Flag("interval_on_bound",
+                              f"{share:.0%} of bootstrap refits put {PARAM_NAMES[i]} on a "
+                              "bound: its interval is cut by the bound and too narrow",
+                              PARAM_NAMES[i]))
+    c_hi = intervals["C_mid"][1]
+    if c_hi > win.cmax and not any(f.code == "ceiling_not_identified" for f in flags):
+        flags.append(Flag("ceiling_not_identified",
+                          f"the {s.level:.0%} interval of C_mid reaches {c_hi:.4g}, past the last "
+                          f"point ({win.cmax:.4g}): the midpoint, hence the ceiling, is not pinned down"))
+    return intervals, samples

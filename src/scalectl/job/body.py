@@ -16,8 +16,13 @@ background process and every task of a Slurm job.  The job body alone
 * writes the run's status in the store: running, then completed, failed (with
   the error), cancelled, or what the launcher says an exception means
   (``timed_out``, ``pending`` when requeued);
-* stores the evaluation points (:class:`StoreSink`) and sends them, with each
-  step's metrics, to the recipe's ``[logging]`` trackers (:mod:`scalectl.job.trackers`).
+* stores the evaluation points and sends them, with each step's metrics, to the
+  recipe's ``[logging]`` trackers (:mod:`scalectl.job.trackers`).
+
+It writes points and statuses into the store itself only on the store's own host with the
+store on a local file system; anywhere else (another node, a store on NFS) into the run's
+journal, which the commands take into the store (:mod:`scalectl.job.journal`); its log says
+which and why.
 
 A simulated run (``model.path = "simulated:..."``, :mod:`scalectl.curve.simulated`)
 stores points drawn from a given curve instead of training.
@@ -29,13 +34,12 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import traceback
-from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from scalectl.points import EvalPoint
 from scalectl.recipe.schema import Recipe
 from scalectl.job.lock import run_folder_lock
 from scalectl.rl.transport.board import LOG_ENV, TaskLost
@@ -47,6 +51,7 @@ from scalectl.rl.run import job_task, run_training
 from scalectl.rl.schedule.modes import schedule_for
 from scalectl.curve.simulated import run_simulated
 from scalectl.store.database import Store
+from scalectl.job.journal import JobStore, StoreSink  # noqa: F401  (StoreSink: the direct sink, importable here)
 from scalectl.job.trackers import run_key, tracking
 
 JOB_FILE = "job.json"
@@ -56,38 +61,24 @@ StopStatus = Callable[[BaseException], "tuple[str, str] | None"]
 
 
 def write_job_file(run_dir: Path, *, db: str, run_id: int, recipe: dict) -> Path:
-    """Write ``RUN_DIR/job.json`` (atomically)."""
+    """Write ``RUN_DIR/job.json`` (atomically), with this host as the store's host
+    (``store_host``: a job elsewhere journals its run, :mod:`scalectl.job.journal`)."""
     run_dir = Path(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     tmp = run_dir / (JOB_FILE + ".tmp")
-    tmp.write_text(json.dumps({"db": str(Path(db).resolve()), "run_id": run_id, "recipe": recipe}, indent=2))
+    tmp.write_text(json.dumps({"db": str(Path(db).resolve()), "run_id": run_id, "store_host": socket.gethostname(),
+                               "recipe": recipe}, indent=2))
     tmp.replace(run_dir / JOB_FILE)
     return run_dir / JOB_FILE
 
 
 def read_job_file(run_dir: Path) -> dict:
-    """``RUN_DIR/job.json`` as a dict (db, run_id, recipe)."""
+    """``RUN_DIR/job.json`` as a dict (db, run_id, store_host, recipe)."""
     return json.loads((Path(run_dir) / JOB_FILE).read_text())
 
 
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
-
-
-@dataclass(frozen=True)
-class StoreSink:
-    """The training loop's sink for evaluation points: the store at ``db``, run ``run_id``.
-
-    Picklable (a path and an id), so that a trainer process of its own can store
-    its points; each point is written in its own transaction before the loop goes on.
-    """
-
-    db: str
-    run_id: int
-
-    def __call__(self, point: EvalPoint) -> None:
-        with Store.open(self.db) as store:
-            store.add_point(self.run_id, point)
 
 
 def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | None = None,
@@ -143,47 +134,47 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
         reporter.log(f"the training loop runs on task 0; task {task.rank} has nothing to do")
         return None
     resume = latest_checkpoint(run_dir) is not None
+    out = JobStore(job, run_dir)           # the store itself, or the run's journal (another host, NFS)
     if task is not None and task.world_size > 1 and (task.role == "generator" or task.role_rank > 0):
         # a generator or a follower trainer: the first trainer rank records the run, unless it is gone
-        train, held_out = load_prompt_sets(recipe)
+        train, held_out = load_prompt_sets(recipe, log=reporter.log)
         try:
-            return run_training(recipe, run_dir, schedule=schedule, sink=StoreSink(job["db"], run_id),
+            return run_training(recipe, run_dir, schedule=schedule, sink=out.sink,
                                 train_problems=train, eval_problems=held_out, reporter=reporter, resume=resume,
                                 task=task)
         except TaskLost as exc:
             if exc.leader:
-                _record(job, status="failed", ended=_now(), error="".join(traceback.format_exception_only(exc)).strip())
+                out.update_run(status="failed", ended=_now(), error="".join(traceback.format_exception_only(exc)).strip())
             raise
-    with Store.open(job["db"]) as store:
-        store.update_run(run_id, status="running", started=_now(), error=None)
+    reporter.log(out.describe())
+    out.update_run(status="running", started=_now(), error=None)
     try:
-        if simulated:
+        if simulated and out.mode == "journal":
+            summary = run_simulated(recipe, out, run_id)
+        elif simulated:
             with Store.open(job["db"]) as store:
                 summary = run_simulated(recipe, store, run_id)
         else:
             train, held_out = load_prompt_sets(recipe, log=reporter.log)
             with tracking(recipe, run_dir, reporter, name=run_dir.name, resume=resume,
                           key=run_key(run_dir.name, job["db"], run_id)) as tracked:   # [logging] backends
-                summary = run_training(recipe, run_dir, schedule=schedule, sink=StoreSink(job["db"], run_id),
+                summary = run_training(recipe, run_dir, schedule=schedule, sink=out.sink,
                                        train_problems=train, eval_problems=held_out, reporter=tracked,
                                        resume=resume, task=task)
     except BaseException as exc:
         explained = stop_status(exc) if stop_status else None
         if explained is not None:
             status, error = explained
-            _record(job, status=status, error=error, ended=None if status == "pending" else _now())
+            out.update_run(status=status, error=error, ended=None if status == "pending" else _now())
         elif isinstance(exc, KeyboardInterrupt):
-            _record(job, status="cancelled", ended=_now(), error="interrupted (resume with --resume)")
+            out.update_run(status="cancelled", ended=_now(), error="interrupted (resume with --resume)")
         else:
-            _record(job, status="failed", ended=_now(), error="".join(traceback.format_exception_only(exc)).strip())
+            out.update_run(status="failed", ended=_now(), error="".join(traceback.format_exception_only(exc)).strip())
         raise
+    out.update_run(status="completed", ended=_now(), error=None)   # clears what a launcher may have guessed
     if simulated:
-        with Store.open(job["db"]) as store:
-            store.update_run(run_id, status="completed", ended=_now())
         return summary
-    with Store.open(job["db"]) as store:
-        store.update_run(run_id, status="completed", ended=_now())
-        points = store.points(run_id)
+    points = out.points()
     first, last = (points[0]["pass_rate"], points[-1]["pass_rate"]) if points else (None, None)
     return {"steps": summary["steps"], "first_pass_rate": first, "last_pass_rate": last,
             **{k: v for k, v in summary.items() if k != "steps"}}
@@ -191,10 +182,5 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
 
 def record_status(run_dir: str | Path, status: str, error: str | None = None) -> None:
     """Record a status for a job that ended before :func:`run_job` started (e.g. cancelled
-    while waiting for a local slot)."""
-    _record(read_job_file(run_dir), status=status, error=error, ended=_now())
-
-
-def _record(job: dict, **fields) -> None:
-    with Store.open(job["db"]) as store:
-        store.update_run(job["run_id"], **fields)
+    while waiting for a local slot): in the store or the run's journal, as the job would."""
+    JobStore(read_job_file(run_dir), run_dir).update_run(status=status, error=error, ended=_now())

@@ -1,10 +1,18 @@
-"""Creating runs, and finding a stored run that already trains a given recipe.
+"""Creating, starting and resuming runs, and finding a stored run that already trains a given recipe.
 
 A run is a row in the store plus a run folder holding ``job.json`` (the store
 path, the run id and the normalised recipe): everything a launcher needs to
-train it, here or on a Slurm node.  ``scalectl run`` and ``scalectl ablate``
-create runs through :func:`create_run`, hand them to a launcher with
-:func:`submit`, and stop them with :func:`cancel`.
+train it, here or on a Slurm node.  ``scalectl run`` is :func:`start` (a new
+run: load and check the recipe, create the run, submit it or train it here),
+:func:`resume` (continue a stopped run, or extend a completed one with a raised
+budget) and :func:`dry_run`; ``scalectl ablate`` creates runs through
+:func:`create_run`, hands them to a launcher with :func:`submit`, and stops them
+with :func:`cancel`.
+
+The store is never imported here: functions take an open store, or ``stores``, a
+callable that opens it (``stores(create=False)`` returns the store as a context
+manager, e.g. ``functools.partial(Store.open, "scalectl.db")``), called each time
+the store is needed so that no connection stays open while a run trains.
 
 Two runs with the same recipe content hash and seed train the same thing
 (:attr:`scalectl.recipe.schema.Recipe.content_hash` leaves out the name, seed,
@@ -14,13 +22,21 @@ of training it again: :func:`find_existing` picks the best one.
 
 from __future__ import annotations
 
+import contextlib
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any, Callable, ContextManager, Sequence
 
 from scalectl.errors import UserError
 from scalectl.names import check_name
 
 #: What to do with a planned run, given the store.
 REUSE, ATTACH, RESUME, NEW = "reuse", "attach", "resume", "new"
+#: What became of a run that :func:`start` or :func:`resume` handed on.
+SUBMITTED, COMPLETED, STOPPED, FAILED = "submitted", "completed", "stopped", "failed"
+
+#: Opens the store: ``stores(create=False)`` is a context manager holding it.
+Stores = Callable[..., ContextManager[Any]]
 
 
 def unique_name(store, base: str, runs_dir: str | Path | None = None) -> str:
@@ -242,3 +258,322 @@ def find_existing(store, recipe_hash: str, seed: int, prefer: str | None = None,
         if found:
             return action, found[0]
     return None
+
+
+# --------------------------------------------------------------------------- scalectl run
+
+
+def _quiet(message: str) -> None:
+    pass
+
+
+@dataclass(frozen=True)
+class Started:
+    """What :func:`start` or :func:`resume` did with a run.
+
+    Attributes:
+        run_id, name, run_dir: the run's row and its (absolute) folder.
+        launcher: where it went (``local``, ``slurm``).
+        recipe: its :class:`scalectl.recipe.schema.Recipe` (a resumed run's with its raised budget).
+        outcome: :data:`SUBMITTED` (a background or Slurm job: ``job``), :data:`COMPLETED`
+            (trained in this process: ``summary``, the training summary of
+            :func:`scalectl.job.body.run_job`), :data:`STOPPED` (Ctrl-C while training here: the
+            run is checkpointed and marked cancelled) or :data:`FAILED` (marked failed:
+            ``error``, the traceback in ``error_log``).
+    """
+
+    run_id: int
+    name: str
+    run_dir: Path
+    launcher: str
+    recipe: Any
+    outcome: str
+    job: Any = None
+    summary: dict | None = None
+    error: str | None = None
+    error_log: Path | None = None
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What :func:`dry_run` found: the run that :func:`start` would create, its layout
+    (:func:`scalectl.job.layout.check_layout`) and what its launcher would submit
+    (:class:`scalectl.launch.base.DryRun`)."""
+
+    recipe: Any
+    launcher: str
+    name: str
+    run_dir: Path
+    layout: Any
+    described: Any
+
+    def to_dict(self) -> dict:
+        """JSON-ready: recipe, hash, launcher, run name and folder, layout (lines, memory,
+        weight sync) and the launcher's own data (Slurm: parameters and sbatch script)."""
+        layout = self.layout
+        data: dict = {"recipe": self.recipe.to_dict(), "hash": self.recipe.content_hash, "launcher": self.launcher,
+                      "run_name": self.name, "run_dir": str(self.run_dir),
+                      "layout": {"lines": layout.lines,
+                                 "memory": asdict(layout.memory) | {"total": layout.memory.total}
+                                 if layout.memory else None,
+                                 "weight_sync": asdict(layout.weight_sync) if layout.weight_sync else None}}
+        return data | self.described.data
+
+
+def check_launcher(kind: str | None) -> None:
+    """Refuse a launcher name (``--launcher``) that is not registered; None passes.
+
+    Raises:
+        UserError: naming the launchers there are.
+    """
+    from scalectl.launch.registry import LAUNCHER_TYPES
+
+    if kind is not None and kind not in LAUNCHER_TYPES:
+        raise UserError(f"--launcher {kind!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
+
+
+def budget_text(budget) -> str:
+    """``steps=400``, ``gpu_hours=16000`` or both: the limits a run's budget sets."""
+    parts = [f"{key}={value:g}" for key, value in (("steps", budget.steps), ("gpu_hours", budget.gpu_hours))
+             if value is not None]
+    return " ".join(parts) or "none"
+
+
+def plan_lines(recipe, setup_path, launcher: str | None = None) -> list[str]:
+    """A short human summary of what a run will do (``launcher``: the one it is sent to, when
+    ``--launcher`` overrides the recipe's)."""
+    r = recipe
+    return [
+        f"recipe {r.name} (hash {r.content_hash}, seed {r.seed}) on setup {setup_path}",
+        f"  loss {r.loss.type} (clip_low {r.loss.clip_low}, clip_high {r.loss.clip_high}, "
+        f"{r.loss.aggregation} aggregation), advantage normalization {r.advantage.normalization}, "
+        f"LM head {r.precision.lm_head}",
+        f"  async {r.async_.mode} k={r.async_.k}; filters: zero_variance={r.filter.zero_variance} "
+        f"dynamic_sampling={r.filter.dynamic_sampling} retire_solved={r.filter.retire_solved}"
+        f"@{r.filter.retire_threshold}; length control {r.length.control}",
+        f"  batch {r.batch.prompts_per_step} prompts x {r.batch.generations_per_prompt} generations, "
+        f"max_new_tokens {r.length.max_new_tokens}, lr {r.optim.lr} (warm-up {r.optim.warmup_steps})",
+        f"  model {r.model.path} ({r.model.dtype}), data {r.data.source}, eval every {r.eval.every_steps} "
+        f"steps on {r.eval.prompts} prompts x {r.eval.samples_per_prompt}",
+        f"  hardware {r.hardware.name}: {r.hardware.generators} generator(s) + {r.hardware.trainers} "
+        f"trainer(s), launcher {launcher or r.launcher.type}, budget {budget_text(r.budget)}",
+    ]
+
+
+def _check_layout(recipe, kind: str, describe: bool, log: Callable[[str], None]):
+    """Refuse a layout the job would refuse at start (:mod:`scalectl.job.layout`); with
+    ``describe``, log the role map, the memory estimate and the weight-sync plan.
+
+    Raises:
+        UserError: every problem found, one per line.
+    """
+    from scalectl.job.layout import check_layout, parameter_count
+
+    needs_params = describe or recipe.hardware.memory_gb is not None
+    layout = check_layout(recipe, parameter_count(recipe.model) if needs_params else None, kind)
+    if describe:
+        for line in layout.lines:
+            log(line)
+    if layout.problems:
+        raise UserError("the run cannot start as set up:\n  " + "\n  ".join(layout.problems))
+    return layout
+
+
+def _prepare(recipe_file, setup, overrides: Sequence[str], launcher: str | None, describe: bool,
+             log: Callable[[str], None]):
+    """Load the recipe (with its setup and ``--set`` overrides), check its trackers' libraries
+    and its layout, and log its plan: (recipe, launcher name, layout)."""
+    from scalectl.job.trackers import check_installed
+    from scalectl.recipe.load import find_default_setup, load
+
+    check_launcher(launcher)
+    setup_path = setup or find_default_setup(recipe_file)
+    recipe = load(recipe_file, setup_path, list(overrides))
+    check_installed(recipe.logging)
+    kind = launcher or recipe.launcher.type
+    for line in plan_lines(recipe, setup_path, kind):
+        log(line)
+    return recipe, kind, _check_layout(recipe, kind, describe, log)
+
+
+def dry_run(recipe_file, *, setup=None, overrides: Sequence[str] = (), name: str | None = None,
+            runs_dir: str | Path = "runs", launcher: str | None = None, detach: bool = False,
+            log: Callable[[str], None] = _quiet) -> Planned:
+    """What :func:`start` would create and submit, touching neither the store nor a run folder.
+
+    Logs the plan and the layout (role map, memory, weight sync).
+
+    Raises:
+        UserError: an unknown launcher, a recipe that does not load, a tracker library
+            missing, a layout the job would refuse, or an unsafe run name.
+    """
+    from scalectl.launch.registry import get_launcher
+
+    recipe, kind, layout = _prepare(recipe_file, setup, overrides, launcher, True, log)
+    run_name = check_name(name or f"{recipe.name}-s{recipe.seed}")
+    run_dir = (Path(runs_dir) / run_name).resolve()
+    described = get_launcher(kind).dry_run(recipe, run_name, run_dir, detach=detach)
+    return Planned(recipe, kind, run_name, run_dir, layout, described)
+
+
+def start(stores: Stores, recipe_file, *, setup=None, overrides: Sequence[str] = (), name: str | None = None,
+          runs_dir: str | Path = "runs", launcher: str | None = None, detach: bool = False, reporter=None,
+          log: Callable[[str], None] = _quiet) -> Started:
+    """Train a recipe as a new run: load and check it, create the run, then submit it or
+    train it in this process.
+
+    Args:
+        stores: opens the store (the module's docstring); the store is created if missing.
+        recipe_file: a recipe file or preset name; ``setup`` likewise (default: the
+            recipe's folder's ``tiny-cpu``); ``overrides``: ``KEY=VALUE`` (``--set``).
+        name: the run's name (default ``RECIPE-sSEED``, numbered past names taken).
+        launcher: ``local`` or ``slurm`` (default the recipe's ``launcher.type``).
+        detach: a local run in a background process; a launcher that cannot train here
+            (Slurm) always submits.
+        reporter: training progress in this process (:class:`scalectl.rl.loop.Reporter`).
+        log: progress messages (the plan, a stored run of the same recipe and seed, the
+            run's name and folder).
+
+    Returns:
+        A :class:`Started`; a run trained here returns when it ends (Ctrl-C stops it at a
+        checkpoint: :data:`STOPPED`; an error marks it failed: :data:`FAILED`).
+
+    Raises:
+        UserError: an unknown launcher, a recipe that does not load, a tracker library
+            missing, a layout the job would refuse, a name taken or unsafe, a run folder
+            that cannot be written (nothing is then stored).
+    """
+    from scalectl.launch.base import RunSpec
+
+    recipe, kind, _ = _prepare(recipe_file, setup, overrides, launcher, False, log)
+    with stores(create=True) as store:
+        _note_same_run(store, recipe, log)
+        run_name = check_name(name) if name else check_name(
+            unique_name(store, f"{recipe.name}-s{recipe.seed}", runs_dir), "run name (from the recipe's name)")
+        run_id, run_dir = create_run(store, recipe, run_name, runs_dir, launcher=kind)
+    log(f"run {run_name} (id {run_id}), folder {run_dir}")
+    return _hand_on(stores, RunSpec(run_id, run_name, run_dir, recipe), kind, detach, reporter)
+
+
+def resume(stores: Stores, ref: str, *, overrides: Sequence[str] = (), launcher: str | None = None,
+           detach: bool = False, reporter=None, log: Callable[[str], None] = _quiet,
+           hold: contextlib.ExitStack | None = None) -> Started:
+    """Continue run ``ref`` (name or id) from its last checkpoint, or extend a completed one.
+
+    A completed run continues only with a raised budget (``overrides`` such as
+    ``budget.steps=N`` above the steps it trained): from its final checkpoint, keeping
+    every point it has.  The run folder's lock (:func:`scalectl.job.lock.run_folder_lock`)
+    is held from before its files are read until the call returns, or, given ``hold``,
+    until that stack closes.  Other arguments as :func:`start`.
+
+    Raises:
+        UserError: an unknown launcher, no such run or no run folder, the folder held by
+            another process, a run whose job is alive, a completed run without a raised
+            budget, an override of anything but the budget, or a budget already spent.
+    """
+    from scalectl.launch.base import RunSpec
+
+    check_launcher(launcher)
+    with contextlib.ExitStack() as own:
+        info, recipe = _prepare_resume(stores, ref, list(overrides), own if hold is None else hold, log)
+        run_dir = Path(info["run_dir"])
+        kind = launcher or info.get("launcher") or recipe.launcher.type
+        log(f"resuming run {info['name']} from {run_dir}")
+        return _hand_on(stores, RunSpec(info["id"], info["name"], run_dir, recipe), kind, detach, reporter)
+
+
+def _note_same_run(store, recipe, log: Callable[[str], None]) -> None:
+    """Say so when the store holds a run of the same recipe content and seed: `run` trains a
+    new one regardless (`ablate` would reuse or resume it)."""
+    found = find_existing(store, recipe.content_hash, recipe.seed)
+    if found is None:
+        return
+    action, row = found
+    pts = store.points(row["id"])
+    at = f" at step {pts[-1]['step']}" if pts else ""
+    if action == RESUME:
+        what = f"stopped ({row['status']}){at}; `scalectl run --resume {row['name']}` continues it"
+    elif action == ATTACH:
+        what = f"is {row['status']}{at}"
+    else:
+        what = f"completed{at}; `scalectl ablate` would reuse it"
+    log(f"note: run {row['name']} has this recipe and seed and {what}; training a new run")
+
+
+def _prepare_resume(stores: Stores, ref: str, overrides: list[str], held: contextlib.ExitStack,
+                    log: Callable[[str], None]):
+    """Check that run ``ref`` may be resumed, holding its folder's lock (in ``held``) from
+    before its files are read; apply ``--set budget.*`` overrides.  Returns (the run's row,
+    its recipe with the overrides); raises as :func:`resume`."""
+    from scalectl.job.body import read_job_file, write_job_file
+    from scalectl.job.lock import run_folder_lock
+    from scalectl.recipe.load import resumed_recipe
+
+    with stores(create=False) as store:
+        info = store.get_run(ref)
+    if not has_job_file(info):
+        raise UserError(f"run {ref!r} has no run folder to resume from")
+    run_dir, name = Path(info["run_dir"]), info["name"]
+    held.enter_context(run_folder_lock(run_dir, name))
+    with stores(create=False) as store:
+        info, old = resumable(store, info["id"])                # read again, under the lock
+        points = store.points(info["id"])
+        recipe = resumed_recipe(old, overrides)
+        _check_budget(name, info["status"], recipe.budget, points, bool(overrides))
+        if recipe != old:
+            job = read_job_file(run_dir)
+            write_job_file(run_dir, db=job["db"], run_id=job["run_id"], recipe=recipe.to_dict())
+            store.update_run(info["id"], recipe=recipe.to_dict(), recipe_hash=recipe.content_hash)
+            log(f"run {name}: budget {budget_text(recipe.budget)} (was {budget_text(old.budget)})")
+    return info, recipe
+
+
+def _check_budget(name: str, status: str, b, points: list[dict], overridden: bool) -> None:
+    """Refuse to resume a completed run without a raised budget, or with a budget (``b``)
+    its points have already spent."""
+    done_steps = points[-1]["step"] if points else 0
+    done_hours = (points[-1].get("gpu_hours") or 0.0) if points else 0.0
+    if status == "completed" and not overridden:
+        reached = (f"budget.steps = {b.steps}" if b.steps is not None and done_steps >= b.steps
+                   else f"budget.gpu_hours = {b.gpu_hours}")
+        raise UserError(f"run {name} is completed ({reached} reached); to extend it, raise the budget: "
+                        f"scalectl run --resume {name} --set budget.steps=N (N > {done_steps})")
+    if b.steps is not None and b.steps <= done_steps:
+        raise UserError(f"--set budget.steps: budget.steps = {b.steps} must be above the {done_steps} "
+                        f"steps run {name} has trained")
+    if b.gpu_hours is not None and b.gpu_hours <= done_hours:
+        raise UserError(f"--set budget.gpu_hours: budget.gpu_hours = {b.gpu_hours} must be above the "
+                        f"{done_hours:.4g} GPU-hours run {name} has used")
+
+
+def _hand_on(stores: Stores, spec, kind: str, detach: bool, reporter) -> Started:
+    """Submit the run to its launcher (``detach``, or a launcher that cannot train here), else
+    train it in this process as its foreground job (:func:`start_here`)."""
+    from scalectl.launch.registry import get_launcher
+
+    run = dict(run_id=spec.run_id, name=spec.name, run_dir=Path(spec.run_dir), launcher=kind, recipe=spec.recipe)
+    if detach or not get_launcher(kind).runs_here:
+        with stores(create=False) as store:
+            job = submit(store, [spec], kind)[0]
+        return Started(**run, outcome=SUBMITTED, job=job)
+    with stores(create=False) as store:
+        start_here(store, spec.run_id, spec.run_dir, kind)
+    return Started(**run, **_train_here(Path(spec.run_dir), reporter))
+
+
+def _train_here(run_dir: Path, reporter) -> dict:
+    """Run the job body in this process: the outcome, and the summary or the error (its
+    traceback written to ``RUN_DIR/error.log``; the job body marks the run failed)."""
+    from scalectl.job.body import run_job
+
+    try:
+        return {"outcome": COMPLETED, "summary": run_job(run_dir, reporter=reporter)}
+    except KeyboardInterrupt:
+        return {"outcome": STOPPED}
+    except UserError:
+        raise
+    except Exception as exc:  # the run is marked failed in the store; the traceback goes to its folder
+        import traceback
+
+        (run_dir / "error.log").write_text(traceback.format_exc())
+        return {"outcome": FAILED, "error": str(exc) or type(exc).__name__, "error_log": run_dir / "error.log"}

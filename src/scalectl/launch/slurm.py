@@ -40,6 +40,10 @@ from scalectl.launch.base import (
 )
 from scalectl.names import check_name
 
+#: The folder every task of a job sees, where task 0 publishes its rendezvous port: the job's
+#: submitit folder (read by :func:`scalectl.rl.transport.roles.detect`, which names it the same).
+RENDEZVOUS_ENV = "SCALECTL_RENDEZVOUS_DIR"
+
 #: Slurm job states (``squeue``/``sacct`` words) -> store states.
 SLURM_STATES = {
     "PENDING": "pending", "REQUEUED": "pending", "REQUEUE_HOLD": "pending", "REQUEUE_FED": "pending",
@@ -177,12 +181,15 @@ def sbatch_script(recipe, job_name: str, folder: str | Path) -> str:
 # --------------------------------------------------------------------------- job states
 
 
-def _run(cmd: list[str], timeout: float = 15.0) -> subprocess.CompletedProcess:
+def _run(cmd: list[str], timeout: float = 15.0, conf: str | None = None) -> subprocess.CompletedProcess:
+    """Run a Slurm command; ``conf``: the cluster's ``slurm.conf`` (``$SLURM_CONF``) the job was
+    submitted with, so that a job is asked about on its own cluster."""
     if shutil.which(cmd[0]) is None:
         raise UserError(f"`{cmd[0]}` not found: the slurm launcher needs Slurm's commands on PATH "
                         "(scripts/slurm-local.sh start sets up a one-node cluster on this machine)")
+    env = dict(os.environ, SLURM_CONF=conf) if conf else None
     try:
-        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     except subprocess.TimeoutExpired:
         return subprocess.CompletedProcess(cmd, 124, "", f"{cmd[0]} timed out after {timeout:.0f} s")
 
@@ -196,9 +203,10 @@ def _fields(line: str) -> dict:
     return out
 
 
-def query_state(job_id: str) -> JobState:
+def query_state(job_id: str, conf: str | None = None) -> JobState:
     """The state of Slurm job ``job_id`` (``123`` or ``123_4``): the controller
-    first, accounting (``sacct``) for jobs the controller has forgotten.
+    first, accounting (``sacct``) for jobs the controller has forgotten; ``conf``: the
+    ``slurm.conf`` of the job's cluster (default ``$SLURM_CONF``, else Slurm's own).
 
     Returns:
         :class:`JobState` with state None when neither knows the job.
@@ -206,7 +214,7 @@ def query_state(job_id: str) -> JobState:
     Raises:
         UserError: Slurm's commands are not installed.
     """
-    proc = _run(["scontrol", "show", "job", "-o", str(job_id)])
+    proc = _run(["scontrol", "show", "job", "-o", str(job_id)], conf=conf)
     if proc.returncode == 0 and proc.stdout.strip():
         lines = proc.stdout.strip().splitlines()
         info = next((f for f in map(_fields, lines)
@@ -216,7 +224,7 @@ def query_state(job_id: str) -> JobState:
         reason = info.get("Reason", "None")
         raw = word + (f" ({reason})" if reason not in ("None", "") else "")
         return JobState(map_state(word), raw, int(info.get("Restarts", 0) or 0))
-    acct = _run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "JobID,State"])
+    acct = _run(["sacct", "-j", str(job_id), "-X", "-n", "-P", "-o", "JobID,State"], conf=conf)
     if acct.returncode == 0:
         for line in acct.stdout.strip().splitlines():
             jid, _, word = line.partition("|")
@@ -259,13 +267,16 @@ class SlurmRunJob:
         reporter = LogReporter(sys.stdout)
         env = os.environ
         try:                         # this task's log, which the job's other tasks name if it dies
-            task_log = str(submitit.JobEnvironment().paths.stdout)
+            paths = submitit.JobEnvironment().paths
+            task_log = str(paths.stdout)
+            env.setdefault(RENDEZVOUS_ENV, str(paths.folder))   # where task 0 publishes its port
         except (RuntimeError, KeyError):   # not inside a submitit job (called directly)
             task_log = None
         job_id = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if env.get("SLURM_ARRAY_JOB_ID")
                   else env.get("SLURM_JOB_ID"))
         reporter.log(f"Slurm job {job_id} task {env.get('SLURM_PROCID', '0')}/{env.get('SLURM_NTASKS', '1')} "
-                     f"on {os.uname().nodename}, restart {env.get('SLURM_RESTART_COUNT', '0')}")
+                     f"on {os.uname().nodename} (node {env.get('SLURM_NODEID', '0')} of "
+                     f"{env.get('SLURM_JOB_NODELIST', '?')}), restart {env.get('SLURM_RESTART_COUNT', '0')}")
         return run_job(run_dir, reporter=reporter, stop_status=self.stop_status, task_log=task_log)
 
     def checkpoint(self, run_dir: str):
@@ -349,14 +360,13 @@ class SlurmLauncher(Launcher):
 
     @staticmethod
     def _record(job, run_dir: Path, folder: Path, params: dict) -> JobHandle:
-        tasks = job_tasks(params)
         handle = JobHandle("slurm", str(job.job_id), str(run_dir), str(job.paths.stdout),
-                           info={"folder": str(folder), "tasks": tasks})
+                           info=_job_info(folder, params))
         record_job(run_dir, handle)
         return handle
 
     def state(self, job: JobHandle) -> JobState:
-        return query_state(job.job_id)
+        return query_state(job.job_id, job.info.get("slurm_conf"))
 
     def cancel(self, job: JobHandle, grace_s: float = 90.0) -> None:
         """Stop a job as Ctrl-C stops a local run: a queued job is removed; a running one gets
@@ -372,14 +382,14 @@ class SlurmLauncher(Launcher):
         self._scancel(job, "--signal=INT", "--state=RUNNING")
         deadline = time.monotonic() + grace_s
         while time.monotonic() < deadline:
-            if query_state(job.job_id).state not in ("running", "active"):
+            if query_state(job.job_id, job.info.get("slurm_conf")).state not in ("running", "active"):
                 return
             time.sleep(0.5)
         self._scancel(job)
 
     @staticmethod
     def _scancel(job: JobHandle, *args: str) -> None:
-        proc = _run(["scancel", *args, str(job.job_id)])
+        proc = _run(["scancel", *args, str(job.job_id)], conf=job.info.get("slurm_conf"))
         if proc.returncode != 0 and "already completed" not in proc.stderr and "Invalid job id" not in proc.stderr:
             raise UserError(f"scancel {job.job_id} failed: {proc.stderr.strip()}")
 
@@ -395,8 +405,35 @@ class SlurmLauncher(Launcher):
 # --------------------------------------------------------------------------- any function as a job
 
 
+def _job_info(folder: Path, params: dict) -> dict:
+    """A job handle's ``info``: its submitit folder, its task count, and the ``slurm.conf`` of
+    the cluster it went to when ``$SLURM_CONF`` names one (asked again for its state)."""
+    info = {"folder": str(folder), "tasks": job_tasks(params)}
+    if os.environ.get("SLURM_CONF"):
+        info["slurm_conf"] = str(Path(os.environ["SLURM_CONF"]).resolve())
+    return info
+
+
 class JobFailed(RuntimeError):
     """A Slurm job ended without a result: its state and the tail of its log."""
+
+
+class InJob:
+    """``fn`` as a Slurm job runs it: with ``$SCALECTL_RENDEZVOUS_DIR`` set to the job's
+    submitit folder (seen by every task), where task 0 publishes its rendezvous port
+    (:func:`scalectl.rl.transport.roles.rendezvous_store`)."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def __call__(self, *args, **kwargs):
+        import submitit
+
+        try:
+            os.environ.setdefault(RENDEZVOUS_ENV, str(submitit.JobEnvironment().paths.folder))
+        except (RuntimeError, KeyError):   # not inside a submitit job
+            pass
+        return self.fn(*args, **kwargs)
 
 
 def submit_function(fn, *args, folder: str | Path, params: dict, **kwargs) -> JobHandle:
@@ -412,10 +449,8 @@ def submit_function(fn, *args, folder: str | Path, params: dict, **kwargs) -> Jo
     """
     folder = Path(folder).resolve()
     executor = SlurmLauncher()._executor(folder, params)
-    job = executor.submit(fn, *args, **kwargs)
-    tasks = job_tasks(params)
-    return JobHandle("slurm", str(job.job_id), str(folder), str(job.paths.stdout),
-                     info={"folder": str(folder), "tasks": tasks})
+    job = executor.submit(InJob(fn), *args, **kwargs)
+    return JobHandle("slurm", str(job.job_id), str(folder), str(job.paths.stdout), info=_job_info(folder, params))
 
 
 def wait(job: JobHandle, timeout_s: float, poll_s: float = 0.5) -> list:
@@ -432,7 +467,7 @@ def wait(job: JobHandle, timeout_s: float, poll_s: float = 0.5) -> list:
     deadline = time.monotonic() + timeout_s
     seen = JobState(None)
     while time.monotonic() < deadline:
-        seen = query_state(job.job_id)
+        seen = query_state(job.job_id, job.info.get("slurm_conf"))
         if seen.state in TERMINAL:
             break
         time.sleep(poll_s)

@@ -105,6 +105,7 @@ def build_policy(recipe, reporter: Reporter, *, engine: bool = True) -> Policy:
                             temperature=SamplingParams.for_training(recipe).temperature,
                             micro_batch_size=recipe.batch.micro_batch_size,
                             zero_stage=recipe.hardware.zero_stage, dtype=recipe.model.dtype)
+    reporter.log(f"training pass: {trainer.packing.reason}")
     from scalectl.rl.train.data_parallel import TrainerRanks
 
     engine = make_engine(recipe, trainer.model, tokenizer) if engine else NoRolloutEngine()

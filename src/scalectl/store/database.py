@@ -4,7 +4,9 @@ Created, migrated and written through sqlite-utils; read through the standard
 library's ``sqlite3`` (importing sqlite-utils costs a fifth of a second, which
 read-only commands such as ``scalectl runs`` do not pay), and evaluation points
 are inserted with one prepared ``executemany`` per call.  WAL journal and a busy timeout let several jobs
-write to one file at once; every write is one transaction, so a writer killed
+on this host write to one file at once (jobs on other hosts, or beside a store on a network file
+system, append to run journals instead, which the commands take in: :mod:`scalectl.store.journal`);
+every write is one transaction, so a writer killed
 mid-way leaves the file readable and holding none of its partial work.  One
 point per (run, step): a point sent again for the same step replaces the old
 one, never duplicates it.
@@ -35,6 +37,9 @@ Tables (schema version :data:`SCHEMA_VERSION`, migrations in :data:`MIGRATIONS`)
   with its interval, flags (JSON), action (stop, extend, seed, hold), verdict,
   reason, next_budget, next_seeds, spent_hours (device-hours spent by the
   ablation up to this stage), fit (JSON), created.
+* ``journal_offsets`` (version 3): run_id, file (a journal file's name in the run's
+  ``journal/`` folder), offset (bytes taken in so far): how far each run journal has been
+  ingested (:mod:`scalectl.store.journal`).
 """
 
 from __future__ import annotations
@@ -56,7 +61,7 @@ from scalectl.points import POINT_FIELDS, EvalPoint
 if TYPE_CHECKING:
     import sqlite_utils
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 DEFAULT_DB = "scalectl.db"
 RUN_STATES = ("created", "pending", "running", "completed", "failed", "cancelled", "timed_out")
 
@@ -102,10 +107,15 @@ def _migrate_2(db: "sqlite_utils.Database") -> None:
     db["ablation_stages"].create(STAGE_COLUMNS, pk=("ablation", "stage", "variant"))
 
 
+def _migrate_3(db: "sqlite_utils.Database") -> None:
+    db["journal_offsets"].create({"run_id": int, "file": str, "offset": int}, pk=("run_id", "file"),
+                                 foreign_keys=[("run_id", "runs", "id")])
+
+
 #: Migration i+1 brings a store from schema version i to i+1.
-MIGRATIONS = [_migrate_1, _migrate_2]
+MIGRATIONS = [_migrate_1, _migrate_2, _migrate_3]
 #: The tables a scalectl store holds (another program's SQLite file holds others).
-TABLES = frozenset({"runs", "eval_points", "fits", "ablation_stages"})
+TABLES = frozenset({"runs", "eval_points", "fits", "ablation_stages", "journal_offsets"})
 
 _READONLY = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH")
 _DAMAGED = ("SQLITE_CORRUPT",)

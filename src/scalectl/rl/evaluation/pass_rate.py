@@ -2,8 +2,8 @@
 
 docs/method.md, section 5: every N steps (and before the first step, which gives
 R0) sample k completions for each held-out prompt with the current weights,
-score each, and store the mean as the pass rate, with the per-prompt correct
-counts so that unbiased pass@k (Chen et al. 2021, arXiv 2107.03374, eq. 1)
+score each with the run's reward (:mod:`scalectl.rl.reward.scoring`: its ``correct``),
+and store the mean as the pass rate, with the per-prompt correct counts so that unbiased pass@k (Chen et al. 2021, arXiv 2107.03374, eq. 1)
 can be computed later for any k <= samples.
 """
 
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from math import comb
 
-from scalectl.rl.reward.checker import check
 
 
 #: Prompts per engine call of an evaluation (bounds memory); a chunk starting at prompt ``lo``
@@ -24,9 +23,11 @@ def evaluation_chunks(n_prompts: int, chunk_prompts: int = CHUNK_PROMPTS) -> lis
     return [range(lo, min(lo + chunk_prompts, n_prompts)) for lo in range(0, n_prompts, chunk_prompts)]
 
 
-def evaluate_chunk(engine, problems: list, chunk: range, params, *, samples_per_prompt: int, seed: int) -> dict:
+def evaluate_chunk(engine, problems: list, chunk: range, params, *, samples_per_prompt: int, seed: int,
+                   score) -> dict:
     """Sample and score one chunk of the held-out prompts (k completions each, seed ``seed +
-    chunk.start``): the part of :func:`evaluate` one engine call makes, anywhere.
+    chunk.start``; ``score`` as in :func:`evaluate`): the part of :func:`evaluate` one engine
+    call makes, anywhere.
 
     Returns:
         ``start`` (the chunk's first prompt), ``correct_counts`` (one per prompt), ``truncated``,
@@ -38,7 +39,7 @@ def evaluate_chunk(engine, problems: list, chunk: range, params, *, samples_per_
     part = [problems[i] for i in chunk]
     groups = engine.generate([p.prompt for p in part], samples_per_prompt, params, seed=seed + chunk.start)
     for prob, comps in zip(part, groups):
-        counts.append(sum(check(c.text, prob.answer) for c in comps))
+        counts.append(sum(score(c.text, prob).correct for c in comps))
         truncated += sum(c.finish_reason == "length" for c in comps)
         length_sum += sum(len(c.token_ids) for c in comps)
         total += len(comps)
@@ -77,7 +78,7 @@ def combine_chunks(parts: list[dict], samples_per_prompt: int) -> dict:
     }
 
 
-def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: int,
+def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: int, score,
              chunk_prompts: int = CHUNK_PROMPTS) -> dict:
     """Sample and score k completions per held-out prompt.
 
@@ -89,13 +90,20 @@ def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: i
             completion that hits ``params.max_new_tokens`` counts as truncated.
         samples_per_prompt: k.
         seed: sampling seed (the same per step, so reruns are comparable).
+        score: ``score(completion_text, problem)`` -> :class:`~scalectl.rl.reward.score.Score`,
+            the run's reward (:func:`scalectl.rl.reward.scoring.scorer_for`); a completion is
+            counted correct when its ``Score.correct`` is true.
         chunk_prompts: prompts per engine call (bounds memory).
 
     Returns:
         pass_rate (mean@k), samples_per_prompt, correct_counts (list, one per
         prompt), truncation_rate, mean_length (tokens).
+
+    Raises:
+        RewardFunctionError: the run's reward function failed on a completion.
     """
-    parts = [evaluate_chunk(engine, problems, chunk, params, samples_per_prompt=samples_per_prompt, seed=seed)
+    parts = [evaluate_chunk(engine, problems, chunk, params, samples_per_prompt=samples_per_prompt, seed=seed,
+                            score=score)
              for chunk in evaluation_chunks(len(problems), chunk_prompts)]
     return combine_chunks(parts, samples_per_prompt)
 

@@ -47,10 +47,12 @@ def assign_chunks(n_prompts: int, evaluators: list[int]) -> dict[int, list[range
 
 
 def evaluate_share(engine, problems: list, chunks: list[range], params, *, samples_per_prompt: int,
-                   seed: int) -> list[dict]:
+                   seed: int, score) -> list[dict]:
     """A generator's part of one evaluation: :func:`~scalectl.rl.evaluation.pass_rate.evaluate_chunk`
-    of each of its ``chunks`` with the engine's current weights (held for the evaluation)."""
-    return [evaluate_chunk(engine, problems, chunk, params, samples_per_prompt=samples_per_prompt, seed=seed)
+    of each of its ``chunks`` with the engine's current weights (held for the evaluation), scored
+    by ``score`` (the run's reward, :func:`scalectl.rl.reward.scoring.scorer_for`)."""
+    return [evaluate_chunk(engine, problems, chunk, params, samples_per_prompt=samples_per_prompt, seed=seed,
+                           score=score)
             for chunk in chunks]
 
 

@@ -7,6 +7,8 @@
   (no download).  Saved with ``save_pretrained`` it loads as any checkpoint
   (transformers ``AutoModelForCausalLM``, vLLM).
 * :func:`load_policy` / :func:`save_policy`: checkpoint folders in the ``save_pretrained`` layout.
+* :func:`stop_token_ids`: the ids that end a completion in both rollout engines (the
+  tokenizer's EOS and the EOS ids of the model's generation config, :func:`generation_config_of`).
 * :func:`n_params`: the N of the FLOPs accounting (2N per generated token,
   6N per trained token; Kaplan et al. 2020, arXiv 2001.08361, Sec. 2.1).
 
@@ -144,6 +146,62 @@ def eos_token_id(tokenizer) -> int:
     if tokenizer.eos_token_id is None:
         raise ValueError("the tokenizer needs an eos token (it ends completions)")
     return int(tokenizer.eos_token_id)
+
+
+def generation_config_of(source):
+    """The generation config of a model, or of a checkpoint folder.
+
+    Args:
+        source: a transformers model (its ``generation_config``: what ``from_pretrained``
+            read from ``generation_config.json``, else what it derived from the model's
+            config), or a folder in the ``save_pretrained`` layout (its
+            ``generation_config.json``, else the config derived from its ``config.json``).
+
+    Returns:
+        A transformers ``GenerationConfig``, or None (a folder with neither file, an object
+        without one).
+    """
+    if not isinstance(source, (str, Path)):
+        return getattr(source, "generation_config", None)
+    from transformers import AutoConfig, GenerationConfig
+
+    path = Path(source)
+    if (path / "generation_config.json").is_file():
+        return GenerationConfig.from_pretrained(path)
+    if (path / "config.json").is_file():
+        return GenerationConfig.from_model_config(AutoConfig.from_pretrained(path))
+    return None
+
+
+def stop_token_ids(tokenizer, generation_config=None) -> list[int]:
+    """THE ids that end a completion (``finish_reason = "stop"``), in both rollout engines:
+    the tokenizer's EOS and every EOS id of the model's generation config.
+
+    Chat models often list several there (an end-of-turn token beside the EOS, e.g.
+    ``[151645, 151643]``); ``model.generate`` and vLLM stop on each of them, and so must the
+    engines, or a completion runs past its own end of turn to the length limit.  The CPU
+    engine stops on them (:class:`scalectl.rl.rollout.cpu.CPURolloutEngine`), the vLLM engine
+    passes them as ``SamplingParams.stop_token_ids`` (:mod:`scalectl.rl.rollout.vllm`).
+
+    Args:
+        tokenizer: a transformers tokenizer.
+        generation_config: the model's (:func:`generation_config_of`), or None.
+
+    Returns:
+        The ids, ascending, without repeats.
+
+    Raises:
+        ValueError: neither the tokenizer nor the generation config names an EOS.
+    """
+    ids = set()
+    if tokenizer.eos_token_id is not None:
+        ids.add(int(tokenizer.eos_token_id))
+    eos = getattr(generation_config, "eos_token_id", None)
+    if eos is not None:
+        ids.update(int(t) for t in ([eos] if isinstance(eos, int) else eos))
+    if not ids:
+        raise ValueError("the tokenizer needs an eos token (it ends completions)")
+    return sorted(ids)
 
 
 def build_tiny_model(seed: int = 0, vocab_size: int | None = None, **overrides):

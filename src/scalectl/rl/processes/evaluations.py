@@ -39,6 +39,7 @@ from pathlib import Path
 from scalectl.points import EvalPoint
 from scalectl.rl.evaluation.during_training import eval_seed
 from scalectl.rl.evaluation.shares import PointParts, assign_chunks, evaluate_share
+from scalectl.rl.reward.scoring import scorer_for
 from scalectl.rl.rollout.sampling import SamplingParams
 from scalectl.rl.transport.stream import BYE, STOP, PeerLost, end_weights, push_weights, send_object, weight_layout
 
@@ -255,7 +256,8 @@ def serve_evaluation(recipe, engine, slot, problems: list, rank: int, evaluators
         slot.release()
         return True
     parts = evaluate_share(engine, problems, chunks, SamplingParams.for_evaluation(recipe),
-                           samples_per_prompt=recipe.eval.samples_per_prompt, seed=eval_seed(recipe))
+                           samples_per_prompt=recipe.eval.samples_per_prompt, seed=eval_seed(recipe),
+                           score=scorer_for(recipe))
     for w in send_object(channel.groups["rollouts"], (EVAL, step, parts), trainer):
         w.wait()
     slot.release()

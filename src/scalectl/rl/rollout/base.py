@@ -15,15 +15,15 @@ from typing import Literal
 from scalectl.rl.rollout.sampling import Interrupt, SamplingParams
 
 FinishReason = Literal["stop", "length"]
-__all__ = ["Completion", "FinishReason", "Interrupt", "RolloutEngine", "SamplingParams"]
+__all__ = ["Completion", "FinishReason", "Interrupt", "RolloutEngine", "SamplingParams", "check_prompt_lengths"]
 
 
 @dataclass
 class Completion:
     """One sampled completion of one prompt.
 
-    Fields (T = len(token_ids), the completion length in tokens, EOS included when
-    the completion stopped):
+    Fields (T = len(token_ids), the completion length in tokens, the stop id included
+    when the completion stopped):
 
     - ``prompt_index``: index of the prompt in the ``prompts`` list given to ``generate``.
     - ``prompt_ids``: the prompt's token ids (:func:`scalectl.rl.policy.model.encode_prompt`: BOS first
@@ -35,8 +35,9 @@ class Completion:
     - ``versions`` (T): policy version that produced each token.
     - ``loss_mask`` (T): 1 for sampled tokens, 0 for forced tokens (the interruption
       phrase), which the trainer must exclude from the loss.
-    - ``finish_reason``: ``"stop"`` (EOS sampled) or ``"length"`` (``max_new_tokens`` hit:
-      truncated).
+    - ``finish_reason``: ``"stop"`` (a stop id sampled: the tokenizer's EOS or an EOS id
+      of the model's generation config, :func:`scalectl.rl.policy.model.stop_token_ids`) or
+      ``"length"`` (``max_new_tokens`` hit: truncated).
     - ``text``: the decoded completion (special tokens removed, forced phrase included).
     - ``interrupted``: whether the interruption phrase was appended.
     """
@@ -65,6 +66,29 @@ class Completion:
     def truncated(self) -> bool:
         """True when the completion hit ``max_new_tokens`` (counts in the truncation rate)."""
         return self.finish_reason == "length"
+
+
+def check_prompt_lengths(encoded: list[list[int]], max_prompt_tokens: int | None) -> None:
+    """Refuse prompts longer than ``length.max_prompt_tokens``: both engines' rule.
+
+    The prompt sets drop such prompts (:mod:`scalectl.rl.data.splits`, every source) and a
+    completion is promised ``max_new_tokens`` tokens after a prompt of up to
+    ``max_prompt_tokens`` (the vLLM engine's ``max_model_len`` is their sum), so a longer
+    prompt would get a shorter completion, counted as truncation.
+
+    Args:
+        encoded: each prompt's token ids (:func:`scalectl.rl.policy.model.encode_prompts`).
+        max_prompt_tokens: the limit (tokens); None: no limit.
+
+    Raises:
+        ValueError: a prompt longer than the limit (its index, length and the limit).
+    """
+    if max_prompt_tokens is None:
+        return
+    for i, ids in enumerate(encoded):
+        if len(ids) > max_prompt_tokens:
+            raise ValueError(f"prompt {i} has {len(ids)} tokens, more than length.max_prompt_tokens = "
+                             f"{max_prompt_tokens} (the prompt sets drop such prompts)")
 
 
 class RolloutEngine(ABC):

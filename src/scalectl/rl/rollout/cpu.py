@@ -31,9 +31,9 @@ from pathlib import Path
 import torch
 
 from scalectl.rl.rollout.length import interrupt_lengths
-from scalectl.rl.policy.model import encode_prompts, eos_token_id, load_policy, pad_token_id
+from scalectl.rl.policy.model import encode_prompts, generation_config_of, load_policy, pad_token_id, stop_token_ids
 from scalectl.rl.policy.logprobs import next_token_logprobs, position_ids_from_mask
-from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams
+from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams, check_prompt_lengths
 
 
 class CPURolloutEngine(RolloutEngine):
@@ -41,19 +41,24 @@ class CPURolloutEngine(RolloutEngine):
 
     Args:
         model: a causal LM with ``.model`` and ``.lm_head`` (e.g. ``Qwen2ForCausalLM``).
-        tokenizer: its tokenizer (needs an EOS; padding uses :func:`~scalectl.rl.policy.model.pad_token_id`,
-            which may equal the EOS).
+        tokenizer: its tokenizer (padding uses :func:`~scalectl.rl.policy.model.pad_token_id`,
+            which may equal the EOS).  A completion stops at any of
+            :func:`~scalectl.rl.policy.model.stop_token_ids` (the tokenizer's EOS and the EOS
+            ids of the model's generation config), as in the vLLM engine.
         head_fp32: LM head and log-softmax in float32 (``precision.lm_head = "fp32"``).
         max_batch: most rows (completions) decoded together; larger batches are split.
         version: policy version of the initial weights.
         poll_weights: called with no argument before every forward pass, outside the
             engine's lock; it may call :meth:`update_weights` (in-flight weight updates:
             tokens sampled after it carry the new version).
+        max_prompt_tokens: longest prompt accepted (``length.max_prompt_tokens``; None: any),
+            as in the vLLM engine (:func:`~scalectl.rl.rollout.base.check_prompt_lengths`).
     """
 
     def __init__(self, model, tokenizer, *, head_fp32: bool = True, max_batch: int = 512, version: int = 0,
-                 poll_weights=None):
-        self.pad_id, self.eos_id = pad_token_id(tokenizer), eos_token_id(tokenizer)
+                 poll_weights=None, max_prompt_tokens: int | None = None):
+        self.pad_id = pad_token_id(tokenizer)
+        self.stop_ids = stop_token_ids(tokenizer, generation_config_of(model))
         if max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
         self.model = model.eval()
@@ -63,6 +68,7 @@ class CPURolloutEngine(RolloutEngine):
         self._version = version
         self._lock = threading.Lock()
         self.poll_weights = poll_weights
+        self.max_prompt_tokens = max_prompt_tokens
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: str = "fp32", **kwargs) -> "CPURolloutEngine":
@@ -90,10 +96,12 @@ class CPURolloutEngine(RolloutEngine):
         nucleus but still records the full-softmax log-probs.
 
         Raises:
-            ValueError: n < 1, a prompt or an interruption phrase that encodes to no token.
+            ValueError: n < 1, a prompt or an interruption phrase that encodes to no token, a
+                prompt longer than ``max_prompt_tokens``.
         """
         phrase_ids = self.check_request(n, params)
         encoded = encode_prompts(self.tokenizer, prompts)
+        check_prompt_lengths(encoded, self.max_prompt_tokens)
         rows = [(i, ids) for i, ids in enumerate(encoded) for _ in range(n)]
         gen = torch.Generator().manual_seed(int(seed))
         out: list[list[Completion]] = [[] for _ in prompts]
@@ -111,7 +119,7 @@ class CPURolloutEngine(RolloutEngine):
 
         max_new_tokens, temperature, top_p, interrupt = (params.max_new_tokens, params.temperature, params.top_p,
                                                          params.interrupt)
-        pad, eos = self.pad_id, self.eos_id
+        pad, stops = self.pad_id, torch.tensor(self.stop_ids, dtype=torch.long)
         B, P = len(rows), max(len(ids) for _, ids in rows)
         input_ids = torch.full((B, P), pad, dtype=torch.long)
         mask = torch.zeros((B, P), dtype=torch.long)
@@ -167,7 +175,7 @@ class CPURolloutEngine(RolloutEngine):
                 if t + 1 >= k:
                     seen_phrase |= (tokens[:, t + 1 - k:t + 1] == phrase).all(-1)
             length += active.long()
-            newly_stopped = active & (tok == eos) & ~forcing
+            newly_stopped = active & torch.isin(tok, stops) & ~forcing
             stopped |= newly_stopped
             done |= newly_stopped
             if bool(done.all()) or t == max_new_tokens - 1:

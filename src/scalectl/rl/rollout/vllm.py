@@ -19,6 +19,9 @@ it (``LLMEngine.step``), each request's output kept by vLLM until it ends
   never renormalised by top-p) when the temperature is 1, and
   ``processed_logprobs`` (after temperature; top-p must then be 1) otherwise,
   see :func:`logprobs_mode_for`;
+* a completion stops at any of the CPU engine's stop ids (the tokenizer's EOS and
+  the EOS ids of the model's generation config, :func:`scalectl.rl.policy.model.stop_token_ids`),
+  passed to every request as ``stop_token_ids``;
 * the LM head runs in float32 when ``precision.lm_head = "fp32"`` (ScaleRL,
   arXiv 2510.13786, Sec. 3.2): through vLLM's own ``head_dtype`` override
   (``hf_overrides={"head_dtype": "float32"}``, vLLM PR #48390) where the
@@ -61,8 +64,8 @@ import torch
 
 from scalectl.errors import UserError
 from scalectl.rl.rollout.length import interrupt_lengths
-from scalectl.rl.policy.model import checkpoint_state, encode_prompts, eos_token_id, meta_model
-from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams
+from scalectl.rl.policy.model import checkpoint_state, encode_prompts, generation_config_of, meta_model, stop_token_ids
+from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams, check_prompt_lengths
 
 VLLM_MISSING = (
     "hardware.rollout_engine = 'vllm' needs the vllm package, which is not installed here. "
@@ -126,6 +129,17 @@ def request_seed(seed: int, row: int, phase: int) -> int:
     """The sampling seed of one request: completion ``row`` of a ``generate`` call with
     ``seed``, ``phase`` 0 (up to the interruption) or 1 (the continuation); < 2**31."""
     return int(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, row, phase]).generate_state(1)[0] >> 1)
+
+
+def request_params(max_tokens: int, seed: int, sample: dict, stop_ids: list[int], *,
+                   prompt_logprobs: bool = False) -> dict:
+    """The keyword arguments of vLLM's ``SamplingParams`` for one request (besides its
+    output kind): one completion of at most ``max_tokens`` tokens, with its own seed, ending
+    at any of ``stop_ids`` (:func:`scalectl.rl.policy.model.stop_token_ids`, the CPU engine's
+    stop set), no detokenising, prompt log-probs only when asked, and ``sample``'s settings
+    (temperature, top_p, logprobs)."""
+    return dict(n=1, max_tokens=max_tokens, seed=seed, detokenize=False, stop_token_ids=list(stop_ids),
+                prompt_logprobs=0 if prompt_logprobs else None, **sample)
 
 
 def contains(seq: list[int], sub: list[int]) -> bool:
@@ -228,8 +242,14 @@ class VLLMRolloutEngine(RolloutEngine):
             ``logprobs`` hold the sampled tokens' logits.
         seed: vLLM's global seed (each request also gets its own, :func:`request_seed`).
         max_model_len: longest prompt + completion (tokens); default the model's.
+        max_prompt_tokens: longest prompt accepted (``length.max_prompt_tokens``; None: any), as
+            in the CPU engine (:func:`~scalectl.rl.rollout.base.check_prompt_lengths`); with
+            ``max_model_len`` at least ``max_prompt_tokens + max_new_tokens`` every accepted
+            prompt gets its whole completion budget (:func:`max_model_len_for`).
         source_model: the trainer's model; ``update_weights(None, v)`` then pulls its
-            ``state_dict`` (one process holding both).
+            ``state_dict`` (one process holding both).  Completions stop at any id of
+            :func:`scalectl.rl.policy.model.stop_token_ids` of the tokenizer and the generation
+            config of ``source_model`` (else of ``model_path``), as in the CPU engine.
         enable_prefix_caching: reuse KV blocks of shared prefixes (the G completions
             of a prompt, continuations after interruption); reset after weight updates.
         version: policy version of the initial weights.
@@ -248,7 +268,8 @@ class VLLMRolloutEngine(RolloutEngine):
     def __init__(self, model_path: str | Path, tokenizer=None, *, dtype: str = "bf16", head_fp32: bool = True,
                  head_fp32_via: str = "auto", sampling: SamplingParams | None = None, seed: int = 0,
                  max_model_len: int | None = None, source_model=None, enable_prefix_caching: bool = True,
-                 version: int = 0, poll_weights=None, logprobs_mode: str | None = None, **llm_kwargs):
+                 version: int = 0, poll_weights=None, logprobs_mode: str | None = None,
+                 max_prompt_tokens: int | None = None, **llm_kwargs):
         if dtype not in _DTYPES:
             raise ValueError(f"model.dtype = {dtype!r} is not one of: {', '.join(_DTYPES)}")
         if head_fp32_via not in ("auto", "head_dtype", "patch"):
@@ -274,8 +295,11 @@ class VLLMRolloutEngine(RolloutEngine):
             from transformers import AutoTokenizer
 
             tokenizer = AutoTokenizer.from_pretrained(model_path)
-        eos_token_id(tokenizer)          # ValueError without one
+        # ValueError without an EOS; the stop set of the CPU engine, from the same generation config
+        self.stop_ids = stop_token_ids(tokenizer, generation_config_of(
+            source_model if source_model is not None else model_path))
         self.tokenizer = tokenizer
+        self.max_prompt_tokens = max_prompt_tokens
         self.source_model = source_model
         self.dtype = dtype
         self.head_fp32 = head_fp32
@@ -416,12 +440,14 @@ class VLLMRolloutEngine(RolloutEngine):
         The forced tokens' log-probs come from vLLM's prompt log-probs, at temperature 1.
 
         Raises:
-            ValueError: n < 1, a prompt or an interruption phrase that encodes to no token, or a
-                request vLLM ends otherwise than by EOS or length.
+            ValueError: n < 1, a prompt or an interruption phrase that encodes to no token, a
+                prompt longer than ``max_prompt_tokens``, or a request vLLM ends otherwise than
+                by a stop id or length.
         """
         phrase_ids = self.check_request(n, params)
         max_new_tokens, interrupt = params.max_new_tokens, params.interrupt
         encoded = encode_prompts(self.tokenizer, prompts)
+        check_prompt_lengths(encoded, self.max_prompt_tokens)
         rows = [_Row(i, ids) for i, ids in enumerate(encoded) for _ in range(n)]
         gen = torch.Generator().manual_seed(int(seed))
         at = interrupt_lengths(len(rows), interrupt[0], interrupt[1], gen).tolist() if interrupt else None
@@ -471,9 +497,8 @@ class VLLMRolloutEngine(RolloutEngine):
         from vllm.sampling_params import RequestOutputKind
 
         params = self._vllm.SamplingParams(
-            n=1, max_tokens=max_tokens, seed=seed, detokenize=False,
-            prompt_logprobs=0 if prompt_logprobs else None,
-            output_kind=RequestOutputKind.FINAL_ONLY, **sample)
+            output_kind=RequestOutputKind.FINAL_ONLY,
+            **request_params(max_tokens, seed, sample, self.stop_ids, prompt_logprobs=prompt_logprobs))
         self._requests += 1
         rid = f"scalectl-{self._requests}"
         with self._lock:
@@ -576,9 +601,33 @@ def save_for_vllm(model, tokenizer, path: Path) -> None:
 
     path.mkdir(parents=True, exist_ok=True)
     model.config.save_pretrained(path)
+    if getattr(model, "generation_config", None) is not None:      # its EOS ids: the stop set
+        model.generation_config.save_pretrained(path)
     save_file({k: v.detach().cpu().contiguous().clone() for k, v in model.state_dict().items()},
               str(path / "model.safetensors"), metadata={"format": "pt"})
     tokenizer.save_pretrained(path)
+
+
+def max_model_len_for(length, context: int | None) -> int:
+    """vLLM's ``max_model_len`` for a recipe's ``length`` section: the longest prompt the
+    prompt sets keep plus the whole completion budget, ``max_prompt_tokens + max_new_tokens``
+    (an interruption's continuation stays within it: prompt + tokens so far + phrase + the
+    rest of the budget).  Never cut to the model's context: a shorter ``max_model_len``
+    would end completions of long prompts before ``max_new_tokens``, counted as truncation.
+
+    Args:
+        length: a :class:`~scalectl.recipe.schema.Length` section.
+        context: the model's context (``max_position_embeddings``, tokens), or None.
+
+    Raises:
+        UserError: the sum is longer than the model's context.
+    """
+    longest = length.max_prompt_tokens + length.max_new_tokens
+    if context is not None and longest > context:
+        raise UserError(f"length.max_prompt_tokens + length.max_new_tokens = {length.max_prompt_tokens} + "
+                        f"{length.max_new_tokens} = {longest} tokens is longer than the model's context "
+                        f"({context} tokens, max_position_embeddings): lower one of them")
+    return longest
 
 
 def engine_from_recipe(recipe, model, tokenizer, *, model_path: str | Path | None = None) -> VLLMRolloutEngine:
@@ -588,15 +637,18 @@ def engine_from_recipe(recipe, model, tokenizer, *, model_path: str | Path | Non
     folder ``model`` was loaded from (``name_or_path``; the warm start of ``builtin:tiny``),
     else the trainer's ``model`` saved to a temporary folder; ``update_weights(None, v)``
     then copies the trainer's weights (``source_model=model``).  The recipe gives the
-    dtype, the LM-head precision, the sampling temperature/top-p and the longest
-    sequence (``length.max_prompt_tokens + length.max_new_tokens`` plus the
-    interruption phrase, capped by the model's context); ``hardware`` gives the tensor-parallel
-    size (``gpus_per_generator``), ``max_num_seqs`` and, on CUDA, ``gpu_memory_utilization``.
+    dtype, the LM-head precision, the sampling temperature/top-p, the longest prompt
+    (``length.max_prompt_tokens``) and the longest sequence (:func:`max_model_len_for`);
+    ``hardware`` gives the tensor-parallel size (``gpus_per_generator``), ``max_num_seqs``
+    and, on CUDA, ``gpu_memory_utilization``.
 
     Raises:
         VLLMNotInstalled: vllm is not installed.
+        UserError: ``length.max_prompt_tokens + length.max_new_tokens`` exceeds the model's context.
     """
     import_vllm()
+    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+    max_model_len = max_model_len_for(recipe.length, context)
     path = model_path
     if path is None:
         path = recipe.model.path if Path(recipe.model.path).is_dir() else None
@@ -606,9 +658,6 @@ def engine_from_recipe(recipe, model, tokenizer, *, model_path: str | Path | Non
     if path is None:
         path = Path(tempfile.mkdtemp(prefix="scalectl-vllm-")) / "policy"
         save_for_vllm(model, tokenizer, path)
-    length = recipe.length
-    longest = length.max_prompt_tokens + length.max_new_tokens
-    context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
     hw = recipe.hardware
     parallel = dict(tensor_parallel_size=hw.gpus_per_generator, max_num_seqs=hw.max_num_seqs)
     if hw.device == "cuda":
@@ -616,4 +665,5 @@ def engine_from_recipe(recipe, model, tokenizer, *, model_path: str | Path | Non
     return VLLMRolloutEngine(
         path, tokenizer, dtype=recipe.model.dtype, head_fp32=recipe.precision.lm_head == "fp32",
         sampling=SamplingParams.for_training(recipe), seed=recipe.seed,
-        max_model_len=min(longest, context) if context else longest, source_model=model, **parallel)
+        max_model_len=max_model_len, source_model=model,
+        max_prompt_tokens=recipe.length.max_prompt_tokens, **parallel)

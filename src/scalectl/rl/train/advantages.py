@@ -35,6 +35,24 @@ def group_mean_std(values: torch.Tensor, group_ids: torch.Tensor) -> tuple[torch
     return mean[inv], var.sqrt()[inv]
 
 
+def constant_groups(values: torch.Tensor, group_ids: torch.Tensor) -> torch.Tensor:
+    """Whether each row's group has one distinct value (its max equals its min).
+
+    Args:
+        values: (N,) float.
+        group_ids: (N,) long.
+
+    Returns:
+        (N,) bool, broadcast back to the rows.
+    """
+    _, inv = torch.unique(group_ids, return_inverse=True)
+    n_groups = int(inv.max()) + 1 if inv.numel() else 0
+    empty = torch.zeros(n_groups, dtype=values.dtype, device=values.device)
+    top = empty.scatter_reduce(0, inv, values, reduce="amax", include_self=False)
+    bottom = empty.scatter_reduce(0, inv, values, reduce="amin", include_self=False)
+    return (top == bottom)[inv]
+
+
 def group_advantages(
     rewards: torch.Tensor,
     group_ids: torch.Tensor,
@@ -54,7 +72,11 @@ def group_advantages(
     a group of G = 2 with rewards (-1, +1) has std 1 and advantages (-1, +1).
     The batch std is taken over the centred a_j, so differences between the
     groups' mean rewards do not enter it. A group whose rewards are all equal
-    (or of one completion) gets advantage 0 under every normalization.
+    (or of one completion) gets advantage exactly 0 under every normalization,
+    whatever the reward value: its centred rewards are set to 0 rather than
+    computed, since the float32 mean of n equal values need not equal them (16
+    rewards of 0.8 leave a residue of ~6e-8, which divided by its own std + eps
+    was an advantage of -0.1065).
 
     Args:
         rewards: (N,) reward of each completion (ints are cast to float32).
@@ -79,7 +101,7 @@ def group_advantages(
         )
     r = rewards.detach().float() if not rewards.is_floating_point() else rewards.detach()
     mean, std = group_mean_std(r, group_ids)
-    a = r - mean
+    a = torch.where(constant_groups(r, group_ids), torch.zeros_like(r), r - mean)
     if normalization == "prompt":
         return a / (std + eps)
     if normalization == "batch":

@@ -21,6 +21,17 @@ only the (query, key) pairs of one sequence, causal in their positions.  Checked
 tiny Qwen2 model with eager attention (``tests/test_packing.py``: the mask is block
 diagonal, and packed log-probs equal the padded ones).
 
+The mask isolates sequences only in the layers that read it.  Linear-attention (Qwen3.5,
+Qwen3-Next gated delta rule), short-convolution (LFM2) and state-space (Mamba) layers
+read neither the mask nor the positions: their state runs along the whole row, from one
+sequence into the next (measured on tiny hybrid models, ``tests/test_packing.py``: the
+mean log-prob of a sequence packed after others moved by 0.08-1.5 nats when their tokens
+changed).  Packing is therefore used only where every
+layer is known to isolate sequences (:func:`packing_support`, an allowlist of
+architectures and layer types, each checked in ``tests/test_packing.py``); any other model
+trains on the padded rows.
+
+* :func:`packing_support`: whether a model's every layer isolates packed sequences, and why.
 * :func:`sequence_spans`: each row's run of real columns.
 * :func:`place`: first-fit decreasing placement of lengths into rows.
 * :func:`pack`: a micro-batch's packed rows, positions and the index that gathers, for each
@@ -33,6 +44,64 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
+
+
+#: Architectures (``config.model_type``) whose every token-mixing layer is softmax attention
+#: with the mask transformers derives from ``position_ids``: packed log-probs equal those of
+#: each sequence alone (``tests/test_packing.py`` checks each one, tiny, built from its config).
+ISOLATING_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+#: Entries of ``config.layer_types`` that isolate packed sequences (the mask reaches them).
+ISOLATING_LAYER_TYPES = ("full_attention", "sliding_attention")
+#: Attention implementations checked to build the block-diagonal mask from the positions.
+ISOLATING_ATTENTION = ("eager", "sdpa")
+
+
+@dataclass(frozen=True)
+class PackingSupport:
+    """Whether a model's training pass may pack sequences several to a row.
+
+    Attributes:
+        packs: every layer isolates packed sequences (:func:`packing_support`).
+        reason: one line saying why, for the run log.
+    """
+
+    packs: bool
+    reason: str
+
+
+def packing_support(config) -> PackingSupport:
+    """Whether every layer of a model with this (transformers) config isolates the sequences
+    packed in one row: an allowlist, not a denylist.
+
+    Packs only when ``config.model_type`` is one of :data:`ISOLATING_MODEL_TYPES`, every
+    entry of ``config.layer_types`` (where the config has them) is one of
+    :data:`ISOLATING_LAYER_TYPES`, and the attention implementation is one of
+    :data:`ISOLATING_ATTENTION`.  Anything else (a hybrid model with linear-attention,
+    convolution or state-space layers, an architecture not checked here) trains on the
+    padded rows, whose results do not depend on the other sequences of the batch.
+
+    Args:
+        config: a transformers ``PretrainedConfig`` (``model.config``).
+
+    Returns:
+        A :class:`PackingSupport`.
+    """
+    model_type = getattr(config, "model_type", None)
+    if model_type not in ISOLATING_MODEL_TYPES:
+        kinds = sorted(set(getattr(config, "layer_types", None) or ()) - set(ISOLATING_LAYER_TYPES))
+        layers = f" (its layers include {', '.join(kinds)})" if kinds else ""
+        return PackingSupport(False, f"padded rows: model type {model_type!r}{layers} is not among those whose every "
+                                     f"layer is checked to isolate packed sequences ({', '.join(ISOLATING_MODEL_TYPES)})")
+    kinds = sorted(set(getattr(config, "layer_types", None) or ()) - set(ISOLATING_LAYER_TYPES))
+    if kinds:
+        return PackingSupport(False, f"padded rows: model type {model_type!r} has {', '.join(kinds)} layers, "
+                                     "which carry state from one packed sequence to the next")
+    impl = getattr(config, "_attn_implementation", None)
+    if impl not in ISOLATING_ATTENTION:
+        return PackingSupport(False, f"padded rows: attention implementation {impl!r} is not among those checked "
+                                     f"to isolate packed sequences ({', '.join(ISOLATING_ATTENTION)})")
+    return PackingSupport(True, f"packed rows where they take fewer rows: every layer of model type {model_type!r} "
+                                f"is attention ({impl}) that isolates sequences by their positions")
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,12 @@ rate is the one the optimiser applied, read before the scheduler advances.
 No compute goes to padding where it can be avoided: completions with advantage 0
 and all-padding columns are cut (:func:`gradient_rows`), and each micro-batch's
 remaining sequences are packed several to a row (:mod:`scalectl.rl.train.packing`,
-``pack=True``) when that takes fewer rows; the log-probs come back in the padded
-(N, T) layout either way, so the loss code is the same on both paths.
+``pack=True``) when that takes fewer rows and every layer of the model isolates the
+sequences of a packed row (:func:`scalectl.rl.train.packing.packing_support`: not so for
+linear-attention, convolution and state-space layers, whose state runs along the row; such
+models train on the padded rows, and :attr:`PolicyTrainer.packing` says which and why); the
+log-probs come back in the padded (N, T) layout either way, so the loss code is the same on
+both paths.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ import torch
 
 from scalectl.rl.train.losses import aggregation_weights, get_policy_loss
 from scalectl.rl.policy.logprobs import packed_token_logprobs, route_head_through_module, token_logprobs
-from scalectl.rl.train.packing import pack as pack_rows
+from scalectl.rl.train.packing import PackingSupport, packing_support, pack as pack_rows
 
 
 def init_distributed_env() -> None:
@@ -209,7 +213,12 @@ class PolicyTrainer:
         micro_batch_size: completions per forward/backward.
         zero_stage: DeepSpeed ZeRO stage (0-3).
         pack: pack each micro-batch's sequences several to a row (:mod:`scalectl.rl.train.packing`)
-            when that takes fewer rows; False: always the padded rows.
+            when that takes fewer rows and every layer of ``model`` isolates packed sequences
+            (:func:`scalectl.rl.train.packing.packing_support`); False: always the padded rows.
+
+    Attributes:
+        packing: a :class:`scalectl.rl.train.packing.PackingSupport`: whether this trainer packs,
+            and why (one line for the run log).
     """
 
     def __init__(self, model, *, loss, optim, head_fp32: bool, temperature: float,
@@ -223,7 +232,8 @@ class PolicyTrainer:
         self.head_fp32 = head_fp32
         self.temperature = temperature
         self.micro_batch_size = micro_batch_size
-        self.pack = pack
+        self.packing = packing_support(model.config) if pack else PackingSupport(False, "padded rows: packing is off")
+        self.pack = self.packing.packs
         route_head_through_module(model)     # ZeRO-3 gathers the head's weight only in a module call
         optimizer = torch.optim.AdamW(model.parameters(), lr=optim.lr, betas=(optim.beta1, optim.beta2),
                                       eps=optim.eps, weight_decay=optim.weight_decay)
@@ -336,7 +346,8 @@ class PolicyTrainer:
 
     def _forward(self, input_ids, attention_mask, start: int):
         """One micro-batch's forward through the engine: (logp (n, T), entropy (n, T), cells
-        computed), packed when :attr:`pack` is on and packing takes fewer rows, else padded."""
+        computed), packed when the model allows it (:attr:`packing`) and packing takes fewer
+        rows, else padded."""
         if self.pack:
             packed = pack_rows(input_ids, attention_mask, start, input_ids.shape[1] - 1 - start)
             if packed.rows < input_ids.shape[0]:

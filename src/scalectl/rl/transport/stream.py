@@ -52,6 +52,7 @@ import torch.distributed as dist
 
 from scalectl.rl.transport.board import Board, PeerLost
 from scalectl.rl.transport.broadcast import StatelessGroup, WeightReceiver, broadcast_weights
+from scalectl.rl.transport.roles import rendezvous_store
 from scalectl.rl.transport.weight_sync import BUCKET_BYTES
 
 FLOWS = ("rollouts", "control")
@@ -159,8 +160,7 @@ class Channel:
             workers_join: this generator's engine workers join its weights' group (they hold
                 its seats); the task itself does not.
         """
-        store = dist.TCPStore(task.master_addr, task.master_port, task.world_size, task.rank == 0,
-                              timeout=timedelta(seconds=timeout_s))
+        store = rendezvous_store(task, timeout_s)
         board = Board(store, task)       # before the groups: once they are built, every task has its card
         groups = {name: dist.ProcessGroupGloo(dist.PrefixStore(f"scalectl/{name}", store), task.rank,
                                               task.world_size, timedelta(seconds=idle_timeout_s))

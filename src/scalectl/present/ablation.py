@@ -1,0 +1,141 @@
+"""What ``scalectl ablate`` and ``scalectl report`` show: the plan, the runs while they train,
+the verdicts against the base, and the power plan of ``--plan``.
+
+Functions of the objects :mod:`scalectl.ablation` returns (read by attribute, so that this
+module needs none of it) and of rich consoles.
+"""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from scalectl.display import format_estimate, format_number
+
+
+def print_plan(console: Console, prepared) -> None:
+    """The plan of an ablation (:class:`scalectl.ablation.campaign.Prepared`): the base, each
+    variant's changes, each run and what becomes of it (new, resume, reuse, attach), and the
+    steps and device-hours still to train."""
+    plan, actions, cost, counts = prepared.plan, prepared.actions, prepared.cost, prepared.counts()
+    s = plan.spec
+    console.print(f"[bold]ablation {s.name}[/bold] ({s.kind}): base {s.base or '-'} on setup {plan.setup}, "
+                  f"{len(plan.variants[0].seeds)} seed(s) per variant, margin {s.margin:g}", soft_wrap=True)
+    if s.overrides:
+        console.print("  on every run: " + ", ".join(s.overrides), soft_wrap=True)
+    for note in plan.notes:
+        console.print(f"  note: {note}", soft_wrap=True)
+    width = max(len(v.name) for v in plan.variants)
+    for v in plan.variants:
+        changes = ["(baseline)"] if v.is_base else [str(c) for c in v.changes]
+        console.print(f"[bold]{escape(v.name):<{width}}[/bold]  {escape(changes[0])}", soft_wrap=True)
+        for c in changes[1:]:
+            console.print(f"{'':<{width}}  {c}", soft_wrap=True, markup=False)
+        for r in (x for x in plan.runs if x.variant == v.name):
+            console.print(f"{'':<{width}}    run {r.name} [{r.recipe_hash}]: {_action(r.name, actions)}",
+                          soft_wrap=True, markup=False)
+    console.print(_cost_line(plan, cost, counts), soft_wrap=True)
+
+
+def _action(name: str, actions: dict) -> str:
+    action, row = actions.get(name, ("new", None))
+    if row is None:
+        return action
+    return (f"{action} ({row['status']}" + (f", step {row['last_step']}" if row.get("last_step") else "")
+            + ")" + ("" if row["name"] == name else f": stored as {row['name']}"))
+
+
+def _cost_line(plan, cost: dict, counts: dict) -> str:
+    steps_per = {r.recipe.budget.steps for r in plan.runs}
+    train = counts.get("new", 0) + counts.get("resume", 0)
+    line = (f"{len(plan.runs)} runs: {counts.get('new', 0)} new, {counts.get('resume', 0)} to resume, "
+            f"{counts.get('reuse', 0)} reused, {counts.get('attach', 0)} already running; "
+            f"budget {'/'.join(str(x) for x in sorted(steps_per, key=str))} steps per run; "
+            f"to train: {cost['steps']:,} steps ({train} runs)")
+    if cost["device_hours"] is not None:
+        line += (f", about {cost['device_hours']:.4g} device-hours at {cost['rate']:.3g} per step "
+                 f"({cost['rate_source']})")
+    elif train:
+        line += ("; no cost rate: none measured in this store for this hardware, model and batch "
+                 "(set device_hours_per_step in the ablation file or --rate)")
+    return line
+
+
+def runs_table(rows: list[dict]) -> Table:
+    """The ablation's runs while they train (rows of :meth:`scalectl.ablation.campaign.Watch.rows`)."""
+    table = Table(title="ablation runs")
+    for col in ("variant", "run", "status", "step", "compute", "pass rate", "fitted A"):
+        table.add_column(col, justify="right" if col in ("step", "compute", "pass rate", "fitted A") else "left")
+    for r in rows:
+        step = "-" if r["step"] is None else f"{r['step']}/{r['budget'] or '?'}"
+        table.add_row(r["variant"], r["name"], r["status"], step,
+                      *(format_number(r[k], decimals=True) for k in ("compute", "pass_rate", "A")))
+    return table
+
+
+def run_line(r: dict) -> str:
+    """One run of the ablation as a line (off a terminal)."""
+    step, rate, a = (format_number(r[k], decimals=True) for k in ("step", "pass_rate", "A"))
+    return f"{r['name']}: {r['status']}, step {step}, pass rate {rate}, fitted A {a}"
+
+
+def run_key(r: dict) -> tuple:
+    """A run's identity and the state whose change prints a line: (name, (status, step))."""
+    return r["name"], (r["status"], r["step"])
+
+
+def print_failures(console: Console, rows: list[dict]) -> None:
+    """A line for each run that ended other than completed, with the first line of its error."""
+    for r in rows:
+        if r["status"] != "completed":
+            first = (r["error"] or "").splitlines()[0] if r["error"] else ""
+            console.print(f"[red]{escape(r['name'])}[/red] ended {r['status']}: {escape(first)}", markup=True)
+
+
+def verdict_table(result) -> Table:
+    """Every variant of an :class:`scalectl.ablation.analysis.AblationResult` against its
+    baseline: A with its interval, B, C_mid, dA with its interval, the verdict."""
+    table = Table(title=f"{result.name}: variants against {result.baseline} (margin {result.margin:g})")
+    for col in ("variant", "A", "B", "C_mid", "dA", "verdict"):
+        table.add_column(col, justify="left" if col in ("variant", "verdict") else "right")
+    for v in result.variants:
+        if v.curve is None:
+            table.add_row(v.name, "-", "-", "-", "-", f"not fitted: {v.error}")
+            continue
+        f = v.curve.fit
+        row = result.comparison.row(v.name) if result.comparison else None
+        if row is None or row.verdict == "baseline":
+            d, verdict = "-", "-" if row is None else "baseline"
+        else:
+            lo, hi = row.delta_A_interval
+            d, verdict = f"{row.delta_A:+.3f} [{lo:+.3f}, {hi:+.3f}]", row.verdict
+        table.add_row(v.name, format_estimate(f.A, f.interval("A")), f"{f.B:.2f}", f"{f.C_mid:.4g}", d, verdict)
+    return table
+
+
+def staged_line(staged) -> str:
+    """What an adaptive ablation (:class:`scalectl.ablation.until_decided.Staged`) is about to do."""
+    plan, limits = staged.plan, staged.limits
+    return (f"adaptive ablation {plan.spec.name}: {len(plan.variants)} arms (baseline: {plan.baseline}), first stage "
+            f"{staged.initial} steps x1 seed; at most {limits.max_budget} steps and {limits.max_seeds} seeds per variant"
+            + (f", {staged.total_budget:g} device-hours in all" if staged.total_budget else "")
+            + f"; margin {limits.margin:g}, launcher {staged.kind}")
+
+
+def print_power(out: Console, err: Console, p: dict, name: str) -> None:
+    """The power plan of ``ablate --plan`` (:func:`scalectl.ablation.staged.power_plan`), its warning on ``err``."""
+    cost = "no cost rate (--rate)" if p["device_hours"] is None else f"about {p['device_hours']:.4g} device-hours"
+    out.print(f"power plan for {name} from {p['source']}:", soft_wrap=True, highlight=False)
+    if p.get("warning"):
+        err.print(f"[yellow]warning:[/yellow] {p['warning']}", soft_wrap=True, highlight=False)
+    out.print(f"  budget {p['budget_steps']} steps per run (reaches {p['reach']:.1f} x C_mid), "
+              f"{p['seeds']} seed(s) per arm, {p['arms']} arms: {cost}"
+              + (f" (capped by --max-budget/--max-seeds: resolving the margin needs {p['budget_uncapped']} steps "
+                 f"x {p['seeds_uncapped']} seeds)" if p["capped"] else ""), soft_wrap=True, highlight=False)
+    out.print(f"  dA half-width with these seeds {p['half_width']:.4f} (target <= margin/2 = {p['margin'] / 2:.4f}); "
+              f"sd of A per run: fit {p['s_fit']:.4f}, seed-to-seed {p['s_seed']:.4f}", soft_wrap=True,
+              highlight=False)
+    if p["worst_case_hours"] is not None:
+        out.print(f"  --until-decided spends at most {p['worst_case_hours']:.4g} device-hours "
+                  "(every arm to --max-budget with --max-seeds); usually far less", soft_wrap=True, highlight=False)
