@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
 
+from scalectl.commands.bounds import number
 from scalectl.commands.common import (
     AxisOption,
     BootstrapOption,
@@ -40,9 +42,11 @@ from scalectl.science.fits import (
 @user_errors
 def extrapolate(
     run: Annotated[str, typer.Argument(help="Run name or id.")],
-    until: Annotated[float | None, typer.Option("--until", help="Fit up to this compute.")] = None,
+    until: Annotated[float | None, typer.Option(
+        "--until", callback=number(0.0, lo_open=True), help="Fit up to this compute (> 0).")] = None,
     fraction: Annotated[float | None, typer.Option(
-        "--fraction", help="Fit up to this fraction of the run's last compute (paper: 0.5).")] = None,
+        "--fraction", callback=number(0.0, 1.0, lo_open=True),
+        help="Fit up to this fraction of the run's last compute, in (0, 1] (paper: 0.5).")] = None,
     axis: AxisOption = None,
     min_compute: MinComputeOption = None,
     method: MethodOption = "vp",
@@ -50,7 +54,7 @@ def extrapolate(
     bootstrap: BootstrapOption = 1000,
     seed: SeedOption = 0,
     drift_sd: Annotated[float, typer.Option(
-        "--drift-sd", help="Sd of a run's drift from its curve past the fitted points, added to "
+        "--drift-sd", callback=number(0.0, 1.0, note="a pass-rate sd"), help="Sd of a run's drift from its curve past the fitted points, added to "
                            "the prediction band (default 0.01: half the paper's seed margin).")] = 0.01,
     plot: PlotOption = None,
     db: DbOption = None,
@@ -82,7 +86,7 @@ def extrapolate(
         sens = window_sensitivity(x, y, min_compute=min_compute, **kw)
     except FitError as exc:
         raise UserError(f"run {info['name']!r}: {exc}: the part before the cut is too short to fit; "
-                        "give a larger --fraction or --until, or extend the run") from None
+                        + _shortest_cut(x, y, kw, trunc, drift_sd)) from None
     except ValueError as exc:
         raise UserError(f"run {info['name']!r}: {exc}") from None
     written = None
@@ -103,6 +107,25 @@ def extrapolate(
     out.print(sensitivity_table(sens, out.width))
     if written:
         err.print(f"wrote {written}")
+
+
+def _shortest_cut(x, y, kw: dict, trunc, drift_sd: float) -> str:
+    """What a run too short for the cut can do: the smallest --fraction (at one of its points)
+    whose prefix can be fitted with a point left to predict, or that it must be extended."""
+    from scalectl.curve import FitError
+    from scalectl.science.extrapolate import extrapolate as extrap
+
+    quick = dict(kw, bootstrap=0)
+    for cut in sorted(set(float(c) for c in x if c > 0))[:-1]:        # the last point must stay held out
+        fraction = cut / float(max(x))
+        try:
+            extrap(x, y, until=cut, truncation=trunc, drift_sd=drift_sd, **quick)
+        except (FitError, ValueError):
+            continue
+        return (f"this run ({len(x)} points) can be fitted from --fraction {math.ceil(fraction * 100) / 100:g} "
+                f"(--until {cut:g}: {int((x <= cut).sum())} points fitted, {int((x > cut).sum())} held out); "
+                "or extend the run")
+    return f"no cut of this run ({len(x)} points) leaves enough points to fit and one to predict: extend the run"
 
 
 def register(app: typer.Typer) -> None:

@@ -12,6 +12,7 @@ from scalectl.commands.common import (
     BootstrapOption,
     DbOption,
     JsonOption,
+    LevelOption,
     MarginOption,
     MethodOption,
     MinComputeOption,
@@ -28,8 +29,6 @@ from scalectl.commands.common import (
 from scalectl.defaults import MARGIN
 from scalectl.present.tables import fit_table
 from scalectl.science.fits import FitOptions, fit_run
-
-LevelOption = Annotated[float, typer.Option("--level", help="Interval level.")]
 
 
 @user_errors
@@ -51,7 +50,7 @@ def fit(
     json_: JsonOption = False,
 ) -> None:
     """Fit R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to each run and store the fits."""
-    from scalectl.curve import advise, seed_spread
+    from scalectl.curve import advise, seed_spread, step_rate
 
     opts = FitOptions(axis, min_compute, method, r0, bootstrap, level, seed)
     results, curves = [], {}
@@ -59,7 +58,8 @@ def fit(
         for ref in runs:
             run = store.get_run(ref)
             curve, cached, key = fit_run(store, run, opts, refit=refit)
-            advice = advise(curve.fit, margin) if curve.fit.interval("A") else None
+            rate = step_rate(store.points(run["id"]), curve.fit.axis, source=run["name"])
+            advice = advise(curve.fit, margin, rate=rate) if curve.fit.interval("A") else None
             results.append((run, curve.fit, cached, key, advice))
             curves[run["name"]] = curve
     written = None
@@ -76,7 +76,8 @@ def fit(
         print_json({
             "fits": [{"run": r["name"], "run_id": r["id"], "key": k, "cached": c, "fit": f.to_dict(),
                       "advice": None if a is None else {"action": a.action, "message": a.message,
-                                                        "seeds_needed": a.seeds_needed}}
+                                                        "seeds_needed": a.seeds_needed, "steps": a.steps,
+                                                        "device_hours": a.device_hours, "seconds": a.seconds}}
                      for r, f, c, k, a in results],
             "seed_spread": {h: {n: vars(s) for n, s in sp.items()} for h, sp in spreads.items()},
             "plot": written,

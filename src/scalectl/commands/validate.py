@@ -27,7 +27,9 @@ def validate(
     Also checks that model.path and data.source name what exists here (a
     checkpoint folder, a data file, a known builtin:, synthetic: or hf: source).
     Without --setup each recipe is checked alone, while `scalectl run` merges the
-    default setup under it: give that setup to see the hash a run will have.
+    default setup under it: give that setup to see the hash a run will have.  A key
+    the recipe sets wins over the setup's, --set over both; each value that replaced
+    another layer's is printed as `# override: KEY = NEW from FILE overrides OLD from FILE`.
     With --explain KEY, print what KEY means instead (with recipe files: its value in each).
     """
     import tomli_w
@@ -43,29 +45,73 @@ def validate(
     for path in files:
         try:
             notes: list[str] = []
-            recipe = load(path, setup, set_, check_files=True, notes=notes)
+            overridden: list = []
+            recipe = load(path, setup, set_, check_files=True, notes=notes, overridden=overridden)
         except UserError as exc:
             problems.append(str(exc))
             continue
         results.append({"file": str(path), "hash": recipe.content_hash, "recipe": recipe.to_dict(),
-                        "taken": notes})
+                        "taken": notes, "overridden": [o.to_dict() for o in overridden],
+                        "overridden_lines": [str(o) for o in overridden],
+                        **(_as_run(path, set_, recipe.to_dict()) if setup is None else {})})
     if json_:
+        for r in results:
+            r.pop("overridden_lines")
         print_json(results if not problems else {"ok": results, "errors": problems})
     else:
         for r in results:
-            out.print(f"[bold]# {escape(r['file'])}[/bold]  hash {r['hash']}")
+            out.print(f"[bold]# {escape(r['file'])}[/bold]  hash {r['hash']}"
+                      + (" (the recipe alone)" if "run_hash" in r else ""))
+            if "run_hash" in r:
+                out.print(_as_run_line(r), markup=False, soft_wrap=True, highlight=False)
             for note in r["taken"]:
                 out.print(f"# taken: {note}", markup=False, soft_wrap=True)
+            for line in r.pop("overridden_lines"):
+                out.print(f"# override: {line}", markup=False, soft_wrap=True)
             data = {k: v for k, v in r["recipe"].items()}
             out.print(tomli_w.dumps(_drop_none(data)), markup=False)
     if problems:
         raise UserError("\n".join(problems))
     err.print(f"{len(results)} file(s) valid")
     if setup is None and results:
-        from scalectl.recipe.load import find_default_setup
+        err.print("checked without a setup: the values printed are the recipe's own; `scalectl run` merges "
+                  "the default setup under each recipe (the '# a run' line): pass it with --setup to see "
+                  "what a run trains", markup=False)
 
-        err.print(f"checked without a setup; `scalectl run` merges {find_default_setup(files[0])} under each "
-                  "recipe (another hash): pass it with --setup to see what a run trains", markup=False)
+
+def _as_run(path: Path, overrides: list[str], alone: dict) -> dict:
+    """What ``scalectl run`` makes of a recipe checked alone: the default setup merged under it.
+
+    Returns ``{"run_setup": path, "run_hash": hash, "run_changes": [[key, alone, run], ...]}``
+    (the hash ``scalectl recipes`` lists for a preset; the dotted keys whose values the
+    setup changes), or ``{}`` when the merge is refused (``run`` would say why).
+    """
+    from scalectl.recipe.load import find_default_setup, load
+
+    default = find_default_setup(path)
+    try:
+        merged = load(path, default, overrides)
+    except UserError:
+        return {}
+    was, now = dict(_flat(alone)), dict(_flat(merged.to_dict()))
+    changes = [[k, was.get(k), now.get(k)] for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]
+    return {"run_setup": str(default), "run_hash": merged.content_hash, "run_changes": changes}
+
+
+def _as_run_line(r: dict) -> str:
+    """One comment line: the hash a run of the recipe has and what its default setup changes."""
+    shown = ", ".join(f"{k} {was!r} -> {now!r}" for k, was, now in r["run_changes"])
+    return (f"# a run (`scalectl run`, the hash `scalectl recipes` lists): hash {r['run_hash']} on the default "
+            f"setup {r['run_setup']}, which changes {len(r['run_changes'])} value(s): {shown or 'none'}")
+
+
+def _flat(d: dict, prefix: str = ""):
+    """``(dotted key, value)`` for every leaf of a nested dict."""
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _flat(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
 
 
 def _explain(key: str, files: list[Path], setup: Path | None, overrides: list[str], json_: bool) -> None:
@@ -77,8 +123,9 @@ def _explain(key: str, files: list[Path], setup: Path | None, overrides: list[st
     values = []
     for path in files:
         origin: dict[str, str] = {}
-        data = load(path, setup, overrides, origins=origin).to_dict()
-        values.append((str(path), recipe_values(doc, data, origin)))
+        overridden: list = []
+        data = load(path, setup, overrides, origins=origin, overridden=overridden).to_dict()
+        values.append((str(path), recipe_values(doc, data, origin, overridden)))
     if json_:
         print_json({**doc.to_dict(), "values": [{"file": f, "key": k, "value": v, "from": w}
                                                 for f, found in values for k, v, w in found]})
