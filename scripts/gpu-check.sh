@@ -2,7 +2,11 @@
 # The GPU check, for the day a GPU is lent (under 8 minutes on one GPU):
 # a DeepSpeed trainer step on CUDA (bf16, NCCL, world size 1), the CPU engine's
 # code path generating on CUDA with the fp32 LM head, log-prob agreement between
-# them, tokens/s and step time (scripts/gpu_check.py says what each line means).
+# them, tokens/s and step time; held-out evaluation as the generators sample it for
+# the trainer (every completion from the point's version); a tiny mixture of experts
+# through a DeepSpeed ZeRO-3 step, its experts pushed to the CPU engine, and the
+# trainer's memory estimate against torch.cuda.max_memory_allocated
+# (scripts/gpu_check.py says what each line means).
 #
 #   scripts/gpu-check.sh            # on a GPU machine; PYTHON=... to choose the interpreter
 #   scripts/gpu-check.sh --cpu      # DEGRADED: the same code on the CPU (fp32, gloo)

@@ -263,3 +263,30 @@ def test_detached_training_cancelled_then_resumed(tmp_path, policy):
     assert f"resumed from step-{stopped_at:06d}" in Path(resumed["log"]).read_text()
     points = json.loads(run_cli("show", "bg", "--json", db=db, check=True).stdout)["points"]
     assert [p["step"] for p in points] == list(range(0, end + 1, 2))
+
+
+def test_detect_numbers_the_gpu_tasks_of_tensor_parallel_generators():
+    """One Slurm task per GPU: 2 generators of 4 GPUs + 2 trainers are 10 tasks; generator g's
+    first task (0, 4) is its process (ranks 0, 1 of the run's 4 processes, 4 GPUs from its local
+    rank on), its other tasks only hold GPUs, and the trainers' tasks (8, 9) are processes 2, 3."""
+    from scalectl.rl.transport.roles import GPU_ONLY, first_gpu, pin_gpus
+
+    def task(rank):
+        env = {"SLURM_PROCID": str(rank), "SLURM_NTASKS": "10", "SLURM_LOCALID": str(rank % 8),
+               "SLURM_JOB_NODELIST": "gpu[01-02]", "SLURM_JOB_ID": "7"}
+        return detect(2, 2, env, gpus_per_generator=4)
+
+    got = [task(r) for r in range(10)]
+    assert [(t.role, t.rank, t.world_size, t.role_rank, t.gpus) for t in got] == [
+        ("generator", 0, 4, 0, 4), (GPU_ONLY, 1, 10, 0, 1), (GPU_ONLY, 2, 10, 0, 1), (GPU_ONLY, 3, 10, 0, 1),
+        ("generator", 1, 4, 1, 4), (GPU_ONLY, 5, 10, 1, 1), (GPU_ONLY, 6, 10, 1, 1), (GPU_ONLY, 7, 10, 1, 1),
+        ("trainer", 2, 4, 0, 1), ("trainer", 3, 4, 1, 1)]
+    assert [t.local_rank for t in got] == [0, 1, 2, 3, 4, 5, 6, 7, 0, 1] and got[0].master_addr == "gpu01"
+    # processes spawned on one machine are numbered by process; their first GPUs skip the generators' others
+    spawned = detect(2, 2, local_task_env(1, 4, port=1), gpus_per_generator=4)
+    assert (spawned.role, spawned.rank, spawned.gpus) == ("generator", 1, 4)
+    assert [first_gpu(r, 2, 4) for r in range(4)] == [0, 4, 8, 9]
+    env = {"CUDA_VISIBLE_DEVICES": "3,4,5,6,7,8,9,10"}
+    assert pin_gpus(got[4], env) == "7,8,9,10" == env["CUDA_VISIBLE_DEVICES"]
+    with pytest.raises(UserError, match="needs GPUs 4..7 of its node, which has 2"):
+        pin_gpus(got[4], {"CUDA_VISIBLE_DEVICES": "0,1"})

@@ -1,8 +1,9 @@
 """One rank of the ZeRO-3 weight-push check (run by tests/test_broadcast.py).
 
-``python tests/zero3_push_worker.py RANK PORT WEIGHTS_PORT OUT``: ranks 0 and 1 are two trainer
+``python tests/zero3_push_worker.py RANK PORT WEIGHTS_PORT OUT [MODEL]``: ranks 0 and 1 are two trainer
 ranks (gloo, the default group), rank 2 a generator. For ZeRO stage 0 and then 3, the trainers
-build the tiny model (seed 0), take one optimiser step on the same groups (rank 0 leading through
+build the tiny model (seed 0; MODEL ``moe``: the tiny mixture of experts,
+:func:`scalectl.rl.policy.model.build_tiny_moe`), take one optimiser step on the same groups (rank 0 leading through
 :class:`scalectl.rl.train.data_parallel.TrainerRanks`, rank 1 following), and rank 0 pushes its weights
 to the generator over a weights group of two (the generator 0, the leader 1) with
 :func:`scalectl.rl.transport.stream.push_weights` inside :meth:`TrainerRanks.gathered` (versions 1 and 2),
@@ -28,16 +29,18 @@ class Recorder:
         self.versions[version] = {k: v.clone() for k, v in state_dict.items()}
 
 
-def main(rank: int, port: int, weights_port: int, out: str) -> None:
+def main(rank: int, port: int, weights_port: int, out: str, kind: str = "tiny") -> None:
     torch.set_num_threads(1)
     from scalectl.rl.transport.broadcast import StatelessGroup
-    from scalectl.rl.policy.model import build_tiny_model
+    from scalectl.rl.policy.model import build_tiny_model, build_tiny_moe
     from scalectl.rl.transport.stream import WeightSlot, end_weights, push_weights, weight_layout
+
+    build = build_tiny_moe if kind == "moe" else build_tiny_model
 
     if rank == 2:
         group = StatelessGroup("127.0.0.1", weights_port, 0, 2, timeout_s=300)
         engine = Recorder()
-        slot = WeightSlot(group, 1, engine, weight_layout(build_tiny_model(seed=5)))
+        slot = WeightSlot(group, 1, engine, weight_layout(build(seed=5)))
         slot.drain()
         torch.save({"versions": engine.versions, "ended": slot.ended, "loads": slot.loads}, f"{out}.{rank}.pt")
         return
@@ -63,7 +66,7 @@ def main(rank: int, port: int, weights_port: int, out: str) -> None:
     group = StatelessGroup("127.0.0.1", weights_port, 1, 2, timeout_s=300) if rank == 0 else None
     pushed = {}
     for version, stage in ((1, 0), (2, 3)):
-        trainer = PolicyTrainer(build_tiny_model(seed=0), loss=Loss(type="cispo", aggregation="prompt"),
+        trainer = PolicyTrainer(build(seed=0), loss=Loss(type="cispo", aggregation="prompt"),
                                 optim=Optim(lr=1e-3, warmup_steps=0, weight_decay=0.0, grad_clip=None),
                                 head_fp32=True, temperature=1.0, micro_batch_size=64, zero_stage=stage)
         if rank == 1:
@@ -88,4 +91,4 @@ def main(rank: int, port: int, weights_port: int, out: str) -> None:
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4])
+    main(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], *sys.argv[5:])

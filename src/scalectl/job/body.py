@@ -46,6 +46,7 @@ from typing import Callable
 from scalectl.recipe.schema import Recipe
 from scalectl.job.lock import run_folder_lock
 from scalectl.rl.transport.board import JOB_ENDING, LOG_ENV
+from scalectl.rl.transport.roles import GPU_ONLY
 from scalectl.rl.checkpoint import latest_checkpoint
 from scalectl.rl.data.splits import load_prompt_sets
 from scalectl.rl.loop import Reporter
@@ -136,6 +137,10 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
     schedule = schedule_for(recipe.async_)      # the job's async mode, passed down from here
     task = None if simulated else job_task(recipe, schedule)
     hw = recipe.hardware
+    if task is not None and task.role == GPU_ONLY:      # a GPU of a tensor-parallel generator
+        reporter.log(f"task {task.rank} holds a GPU of generator {task.role_rank}, whose first task's vLLM "
+                     "engine uses it; nothing to run here")
+        return None
     if task is not None and task.world_size > 1 and task.rank != 0 \
             and not schedule.in_processes(hw.generators, hw.trainers):
         reporter.log(f"the training loop runs on task 0; task {task.rank} has nothing to do")

@@ -4,7 +4,8 @@ The dry run (and ``scalectl run`` before it creates a run) refuses what the
 job would refuse at start, or what would leave devices idle while billed:
 
 * task counts that do not add up: a Slurm job of ``nodes x tasks_per_node``
-  tasks must hold exactly ``hardware.generators + hardware.trainers`` tasks;
+  tasks must hold one task per GPU, ``hardware.generators x gpus_per_generator
+  + trainers`` (a tensor-parallel generator's GPUs on one node);
 * generator or trainer counts the async mode cannot use: a step's prompts must
   split into whole groups across the trainers, and the mode says which
   generator counts it accepts
@@ -13,14 +14,18 @@ job would refuse at start, or what would leave devices idle while billed:
   across the generators, else some would sit idle; in ``pipeline``, the
   (k + 1) P prompts kept requested must be at least one per generator);
 * GPUs per task: on CUDA every task needs a GPU of its own;
-* a trainer whose parameters, gradients and optimiser states do not fit the
-  device's memory at the chosen ZeRO stage (:func:`trainer_memory`), or a
-  generator that cannot hold the weights;
+* a trainer whose parameters, gradients and optimiser states, plus the activations
+  of one micro-batch, do not fit the device's memory at the chosen ZeRO stage
+  (:func:`trainer_memory`, :func:`scalectl.job.memory.activation_bytes`), or a
+  vLLM generator whose KV cache cannot hold one step's share of completions at
+  ``hardware.gpu_memory_utilization`` (:func:`scalectl.job.memory.generator_memory_plan`);
+* a dedicated evaluation generator where there is no second generator.
 
 It also describes the layout: the role of every task on every node
-(:func:`role_map`) and the weight-sync plan (:mod:`scalectl.rl.transport.weight_sync`).
-Pure functions on plain numbers and a :class:`scalectl.recipe.schema.Recipe`;
-:func:`parameter_count` alone imports transformers (lazily).
+(:func:`role_map`), where evaluation samples, the memory plans and the weight-sync
+plan (:mod:`scalectl.rl.transport.weight_sync`).  Pure functions on plain numbers and a
+:class:`scalectl.recipe.schema.Recipe`; :func:`parameter_count` alone imports
+transformers (lazily).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from scalectl.display import bytes_text, count_text
+from scalectl.job.memory import (Geometry, GeneratorMemoryPlan, activation_bytes, completions_in_flight,
+                                 generator_memory_plan, head_bytes, step_share)
 from scalectl.recipe.async_modes import async_mode
 from scalectl.rl.transport.weight_sync import WeightSyncPlan, weight_sync_plan
 
@@ -42,14 +49,15 @@ ADAM_BYTES = {"bf16": (2, 2, 12), "fp32": (4, 4, 8)}
 
 @dataclass(frozen=True)
 class Slot:
-    """One task of a job: where it runs and what it does.
+    """One task of a job (one GPU): where it runs and what it does.
 
     Attributes:
         node: node index in the allocation (0-based).
         local_rank: task index on that node (its GPU).
         rank: global rank.
-        role: ``generator`` or ``trainer``.
-        role_rank: rank among the tasks of that role.
+        role: ``generator``, ``evaluator`` (a generator kept for held-out evaluation) or ``trainer``.
+        role_rank: rank among the generators (the evaluator counts as the last) or the trainers;
+            the ``gpus_per_generator`` tasks of one generator share it.
     """
 
     node: int
@@ -65,38 +73,51 @@ def spread(tasks: int, nodes: int) -> list[int]:
     return [tasks // nodes + (1 if i < tasks % nodes else 0) for i in range(nodes)]
 
 
-def role_map(generators: int, trainers: int, tasks_per_node: int, *, generator_nodes: int = 0,
-             trainer_nodes: int = 0) -> list[Slot]:
-    """Every task's node and role; the first ``generators`` ranks generate, the rest train (as
-    :func:`scalectl.rl.transport.roles.assign_role`).
+def role_map(generators: int, trainers: int, tasks_per_node: int, gpus_per_generator: int = 1,
+             evaluator: bool = False, *, generator_nodes: int = 0, trainer_nodes: int = 0) -> list[Slot]:
+    """Every task's node and role, one task per GPU; the first ``generators x gpus_per_generator``
+    ranks are the generators' GPUs (generator g holds ranks g T .. g T + T - 1), the rest train
+    (as :func:`scalectl.rl.transport.roles.assign_role`).
 
     Shared nodes (``generator_nodes`` = 0): ranks fill node 0 first, ``tasks_per_node`` each.
     Placement by role (``generator_nodes`` and ``trainer_nodes`` > 0, the setup's
     ``launcher.slurm.generator_nodes``): nodes ``0 .. generator_nodes-1`` hold the generators,
     the next ``trainer_nodes`` the trainers, each role spread over its nodes by :func:`spread`
-    (``tasks_per_node`` is then the most a node holds, not checked here).
+    (``tasks_per_node`` is then the most a node holds, not checked here); one GPU per generator.
+
+    Args:
+        evaluator: the last generator is the dedicated evaluation generator.
 
     Raises:
         ValueError: a count below 1, or fewer tasks of a role than its nodes.
     """
-    if generators < 1 or trainers < 1 or tasks_per_node < 1:
-        raise ValueError("generators, trainers and tasks_per_node must be >= 1")
+    if min(generators, trainers, tasks_per_node, gpus_per_generator) < 1:
+        raise ValueError("generators, trainers, tasks_per_node and gpus_per_generator must be >= 1")
+    t = gpus_per_generator
     if generator_nodes <= 0:
-        return [Slot(rank // tasks_per_node, rank % tasks_per_node, rank, *_role(rank, generators))
-                for rank in range(generators + trainers)]
+        return [Slot(rank // tasks_per_node, rank % tasks_per_node, rank, *_role(rank, generators, t, evaluator))
+                for rank in range(generators * t + trainers)]
+    if t != 1:
+        raise ValueError("placement by role takes one GPU per generator (gpus_per_generator = 1)")
     if trainer_nodes < 1 or generators < generator_nodes or trainers < trainer_nodes:
         raise ValueError("placement by role needs >= 1 node per role and >= 1 task per node")
     slots, rank = [], 0
     for first, counts in ((0, spread(generators, generator_nodes)), (generator_nodes, spread(trainers, trainer_nodes))):
         for i, count in enumerate(counts):
             for local in range(count):
-                slots.append(Slot(first + i, local, rank, *_role(rank, generators)))
+                slots.append(Slot(first + i, local, rank, *_role(rank, generators, 1, evaluator)))
                 rank += 1
     return slots
 
 
-def _role(rank: int, generators: int) -> tuple[str, int]:
-    return ("generator", rank) if rank < generators else ("trainer", rank - generators)
+def _role(rank: int, generators: int, gpus_per_generator: int = 1, evaluator: bool = False) -> tuple[str, int]:
+    """(role, role rank) of ``rank``: generator g holds ranks g T .. g T + T - 1 (T GPUs each),
+    the last of them the evaluator with ``evaluator``; the ranks after them train."""
+    t = gpus_per_generator
+    if rank < generators * t:
+        g = rank // t
+        return ("evaluator" if evaluator and g == generators - 1 else "generator"), g
+    return "trainer", rank - generators * t
 
 
 def _ranks(ranks) -> str:
@@ -109,16 +130,19 @@ def _span(values: list[int]) -> str:
     return str(values[0]) if len(values) == 1 else f"{values[0]}-{values[-1]}"
 
 
-def role_map_lines(slots: list[Slot]) -> list[str]:
-    """One line per node: ``node 8: ranks 64-71 -> trainers 0-7``."""
+def role_map_lines(slots: list[Slot], gpus_per_generator: int = 1) -> list[str]:
+    """One line per node: ``node 8: ranks 64-71 -> trainers 0-7``; with tensor-parallel
+    generators, ``node 0: ranks 0-7 -> generators 0-1 (4 GPUs each)``."""
+    each = f" ({gpus_per_generator} GPUs each)" if gpus_per_generator > 1 else ""
     lines = []
     for node in sorted({s.node for s in slots}):
         on = [s for s in slots if s.node == node]
         parts = []
-        for role in ("generator", "trainer"):
-            of = [s for s in on if s.role == role]
+        for role, label in (("generator", "generators"), ("evaluator", "evaluation generator"),
+                            ("trainer", "trainers")):
+            of = sorted({s.role_rank for s in on if s.role == role})
             if of:
-                parts.append(f"{role}s {_span([s.role_rank for s in of])}")
+                parts.append(f"{label} {_span(of)}{each if role != 'trainer' else ''}")
         lines.append(f"node {node}: ranks {_span([s.rank for s in on])} -> {', '.join(parts)}")
     return lines
 
@@ -284,21 +308,112 @@ def _placed_by_role(recipe, single: bool, problems: list[str], lines: list[str])
                                           else "the job's other nodes"))
 
 
+def model_geometry(model) -> Geometry | None:
+    """The architecture's :class:`~scalectl.job.memory.Geometry` (layers, KV heads, head dim,
+    hidden size, vocabulary): from ``model.path``'s ``config.json`` (``builtin:tiny``: its
+    config), else from ``model.config``; None when neither says (or says too little)."""
+    path = model.path
+    config_file = Path(path) / "config.json"
+    if path.startswith("builtin:"):
+        from scalectl.rl.policy.model import TINY_CONFIG, build_tokenizer
+
+        config = {**TINY_CONFIG, "vocab_size": len(build_tokenizer())}
+    elif config_file.is_file():
+        config = json.loads(config_file.read_text())
+    else:
+        config = dict(model.config)
+    try:
+        return Geometry.from_config(config) if config else None
+    except (KeyError, TypeError, ZeroDivisionError):
+        return None
+
+
+@dataclass(frozen=True)
+class TrainerActivations:
+    """A trainer's activations for one micro-batch (bytes), beside its ZeRO states.
+
+    Attributes:
+        layers: the transformer layers' (:func:`scalectl.job.memory.activation_bytes`).
+        head: the LM head's logits (:func:`scalectl.job.memory.head_bytes`).
+        without_checkpointing, with_checkpointing: ``layers`` either way, for the line.
+        checkpointing: ``hardware.gradient_checkpointing``.
+        tokens: the micro-batch's tokens (micro_batch_size x the longest sequence).
+    """
+
+    layers: float
+    head: float
+    without_checkpointing: float
+    with_checkpointing: float
+    checkpointing: bool
+    tokens: int
+
+    @property
+    def total(self) -> float:
+        return self.layers + self.head
+
+    def line(self, states: float) -> str:
+        other = self.without_checkpointing if self.checkpointing else self.with_checkpointing
+        return (f"trainer activations (micro-batch of {self.tokens:,} tokens, gradient checkpointing "
+                f"{'on' if self.checkpointing else 'off'}): {bytes_text(self.layers)} + LM head "
+                f"{bytes_text(self.head)} ({'off' if self.checkpointing else 'on'}: {bytes_text(other)} "
+                f"+ {bytes_text(self.head)}); with the ZeRO states {bytes_text(states + self.total)} per trainer")
+
+
+def trainer_activations(recipe, geometry: Geometry) -> TrainerActivations:
+    """The activations of ``recipe``'s trainer micro-batch: ``batch.micro_batch_size``
+    sequences of ``length.max_prompt_tokens + length.max_new_tokens`` tokens."""
+    longest = recipe.length.max_prompt_tokens + recipe.length.max_new_tokens
+    mb = recipe.batch.micro_batch_size
+    kw = dict(micro_batch=mb, seq_len=longest, hidden=geometry.hidden, layers=geometry.layers,
+              dtype_bytes=ADAM_BYTES[recipe.model.dtype][0])
+    off, on = activation_bytes(checkpointing=False, **kw), activation_bytes(checkpointing=True, **kw)
+    ckpt = recipe.hardware.gradient_checkpointing
+    return TrainerActivations(on if ckpt else off, head_bytes(mb, longest, max(geometry.vocab, 1)), off, on, ckpt,
+                              mb * longest)
+
+
+def generator_plan(recipe, params: int, geometry: Geometry) -> GeneratorMemoryPlan:
+    """The memory plan of one of ``recipe``'s training generators (vLLM): weights and the KV cache
+    of the completions it decodes at once against ``hardware.gpu_memory_utilization`` x
+    ``hardware.memory_gb`` (:func:`scalectl.job.memory.generator_memory_plan`)."""
+    hw, mode = recipe.hardware, async_mode(recipe.async_)
+    gens = training_generators(recipe)
+    P, G = recipe.batch.prompts_per_step, recipe.batch.generations_per_prompt
+    return generator_memory_plan(
+        params=params, geometry=geometry, dtype=recipe.model.dtype, memory_gb=hw.memory_gb,
+        utilization=hw.gpu_memory_utilization, tensor_parallel=hw.gpus_per_generator,
+        longest=recipe.length.max_prompt_tokens + recipe.length.max_new_tokens,
+        in_flight=completions_in_flight(mode.name, mode.k, P, G, gens), step_share=step_share(P, G, gens),
+        max_num_seqs=hw.max_num_seqs)
+
+
+def training_generators(recipe) -> int:
+    """Generators that sample training rollouts: all of them, but the last when it is kept for
+    evaluation (``hardware.evaluation = dedicated`` in a run in processes)."""
+    hw = recipe.hardware
+    in_processes = async_mode(recipe.async_).in_processes(hw.generators, hw.trainers)
+    return hw.generators - (hw.evaluation_place(in_processes) == "dedicated")
+
+
 @dataclass(frozen=True)
 class LayoutReport:
     """What the dry run prints and what it refuses.
 
     Attributes:
-        lines: role map, memory estimate and weight-sync plan, ready to print.
+        lines: role map, memory estimates and weight-sync plan, ready to print.
         problems: reasons the run cannot start (empty when it can).
-        memory: the trainer estimate, when the parameter count is known.
+        memory: the trainer's ZeRO states, when the parameter count is known.
         weight_sync: the plan, when the parameter count is known and there are generators.
+        activations: the trainer's activations, when the architecture is known.
+        generators: a vLLM generator's memory plan, when the architecture and ``hardware.memory_gb`` are known.
     """
 
     lines: list[str]
     problems: list[str]
     memory: MemoryEstimate | None
     weight_sync: WeightSyncPlan | None
+    activations: TrainerActivations | None = None
+    generators: GeneratorMemoryPlan | None = None
 
 
 def check_layout(recipe, params: int | None, launcher: str | None = None) -> LayoutReport:
@@ -315,69 +430,146 @@ def check_layout(recipe, params: int | None, launcher: str | None = None) -> Lay
     """
     hw, mode = recipe.hardware, async_mode(recipe.async_)
     kind = launcher or recipe.launcher.type
-    slurm = recipe.launcher.slurm
-    gens, trains = hw.generators, hw.trainers
-    problems: list[str] = []
-    lines: list[str] = []
-
-    single = not mode.in_processes(gens, trains)
-    tasks = gens + trains
-    if kind == "slurm" and slurm.generator_nodes > 0:
-        _placed_by_role(recipe, single, problems, lines)
-    elif kind == "slurm":
-        job_tasks = slurm.nodes * slurm.tasks_per_node
-        if single and job_tasks != 1:
-            problems.append(f"async.mode = {mode.name} with {gens} generator + {trains} trainer runs in one "
-                            f"process: launcher.slurm.nodes x tasks_per_node = {slurm.nodes} x {slurm.tasks_per_node} "
-                            f"= {job_tasks} tasks would leave {job_tasks - 1} idle (use 1 x 1)")
-        elif not single and job_tasks not in (1, tasks):
-            problems.append(f"launcher.slurm.nodes x tasks_per_node = {slurm.nodes} x {slurm.tasks_per_node} "
-                            f"= {job_tasks} tasks, but hardware.generators + trainers = {gens} + {trains} "
-                            f"= {tasks} (one task per device)")
-        if slurm.generator_nodelist or slurm.trainer_nodelist:
-            problems.append("launcher.slurm.generator_nodelist and trainer_nodelist place the roles on nodes of "
-                            "their own: set launcher.slurm.generator_nodes too")
-        # one GPU per process: the tasks of a node, or every process spawned by a one-task job
-        per_node = 1 if single else (tasks if job_tasks == 1 else slurm.tasks_per_node)
-        _gpus_per_node(recipe, per_node, problems)
-        if single or job_tasks == 1:
-            lines.append("role map: one task on node 0" + (" (generates and trains)" if single else
-                         f", spawning {gens} generator(s) and {trains} trainer(s)"))
-        else:
-            lines.append("role map (one task per device):")
-            lines += ["  " + line for line in role_map_lines(role_map(gens, trains, slurm.tasks_per_node))]
-    elif single:
-        lines.append("role map: one process generates and trains")
-    else:
-        lines.append(f"role map (processes on this machine): {_ranks(range(gens))} generator(s), "
-                     f"{_ranks(range(gens, tasks))} trainer(s)")
-
+    lines, problems = _placement(recipe, kind)
     prompts = recipe.batch.prompts_per_step
-    if prompts % trains:
+    if prompts % hw.trainers:
         problems.append(f"batch.prompts_per_step = {prompts} does not split into whole groups across "
-                        f"hardware.trainers = {trains} (use a multiple of {trains})")
-    problems += mode.layout_problems(gens, trains, prompts)
-
-    memory = plan = None
+                        f"hardware.trainers = {hw.trainers} (use a multiple of {hw.trainers})")
+    problems += mode.layout_problems(training_generators(recipe), hw.trainers, prompts)
+    problems += _evaluation(recipe, lines)
+    memory = plan = activations = generators = None
     if params is None:
         lines.append("trainer memory: not estimated (set model.params, or point model.path at a "
                      "checkpoint folder with a config.json)")
+        return LayoutReport(lines, problems, None, None)
+    geometry = model_geometry(recipe.model)
+    memory = trainer_memory(params, hw.zero_stage, hw.trainers, recipe.model.dtype)
+    lines.append(memory.line() if geometry is None else memory.line().replace(" (activations not included)", ""))
+    if geometry is not None:
+        activations = trainer_activations(recipe, geometry)
+        lines.append(activations.line(memory.total))
+    if hw.memory_gb is None:
+        lines.append("  (hardware.memory_gb not set: not compared with the device's memory)")
     else:
-        memory = trainer_memory(params, hw.zero_stage, trains, recipe.model.dtype)
-        lines.append(memory.line())
-        if hw.memory_gb is not None:
-            cap = hw.memory_gb * 1e9
-            if memory.total > cap:
-                problems.append(f"a trainer needs {memory.total / 1e9:.1f} GB for parameters, gradients and "
-                                f"optimiser states at hardware.zero_stage = {hw.zero_stage} with {trains} "
-                                f"trainer(s), more than hardware.memory_gb = {hw.memory_gb:g} (raise "
-                                "zero_stage or trainers)")
-            weights = memory.params * ADAM_BYTES[recipe.model.dtype][0]
-            if weights > cap:
+        problems += _trainer_fits(recipe, memory, activations)
+        if hw.rollout_engine == "vllm" and geometry is not None:
+            generators = generator_plan(recipe, params, geometry)
+            lines.append(generators.line())
+            problems += _generators_fit(recipe, generators)
+        else:
+            weights = params * ADAM_BYTES[recipe.model.dtype][0] / hw.gpus_per_generator
+            if geometry is None:
+                lines.append("generator memory: KV cache not estimated (point model.path at a checkpoint "
+                             "folder with a config.json, or set model.config)")
+            if weights > hw.memory_gb * 1e9:
                 problems.append(f"a generator needs {weights / 1e9:.1f} GB for the weights alone, more than "
                                 f"hardware.memory_gb = {hw.memory_gb:g}")
+    plan = weight_sync_plan(params, recipe.model.dtype, hw.generators)
+    lines.append(plan.line())
+    return LayoutReport(lines, problems, memory, plan, activations, generators)
+
+
+def _placement(recipe, kind: str) -> tuple[list[str], list[str]]:
+    """The role map, and what keeps the tasks from matching the devices: one task per GPU in a
+    Slurm job (a generator's GPUs on one node), a GPU for every process."""
+    hw, mode, slurm = recipe.hardware, async_mode(recipe.async_), recipe.launcher.slurm
+    gens, trains, t = hw.generators, hw.trainers, hw.gpus_per_generator
+    lines: list[str] = []
+    problems: list[str] = []
+    single = not mode.in_processes(gens, trains)
+    gpus = gens * t + trains
+    evaluator = hw.evaluation_place(not single) == "dedicated"
+    counted = (f"hardware.generators + trainers = {gens} + {trains} = {gpus}" if t == 1 else
+               f"hardware.generators x gpus_per_generator + trainers = {gens} x {t} + {trains} = {gpus}")
+    if kind != "slurm":
+        if single:
+            lines.append("role map: one process generates and trains")
         else:
-            lines.append("  (hardware.memory_gb not set: not compared with the device's memory)")
-        plan = weight_sync_plan(params, recipe.model.dtype, gens)
-        lines.append(plan.line())
-    return LayoutReport(lines, problems, memory, plan)
+            lines.append(f"role map (processes on this machine): {_ranks(range(gens))} generator(s)"
+                         + (f" of {t} GPUs each" if t > 1 else "") + f", {_ranks(range(gens, gens + trains))} "
+                         f"trainer(s)" + (f"; generator {gens - 1} evaluates" if evaluator else ""))
+        return lines, problems
+    if slurm.generator_nodes > 0:
+        if t > 1:
+            problems.append(f"launcher.slurm.generator_nodes = {slurm.generator_nodes} places one GPU per generator: "
+                            f"hardware.gpus_per_generator = {t} needs generator_nodes = 0")
+        else:
+            _placed_by_role(recipe, single, problems, lines)
+        return lines, problems
+    if slurm.generator_nodelist or slurm.trainer_nodelist:
+        problems.append("launcher.slurm.generator_nodelist and trainer_nodelist place the roles on nodes of "
+                        "their own: set launcher.slurm.generator_nodes too")
+    job_tasks = slurm.nodes * slurm.tasks_per_node
+    if single and job_tasks != 1:
+        problems.append(f"async.mode = {mode.name} with {gens} generator + {trains} trainer runs in one "
+                        f"process: launcher.slurm.nodes x tasks_per_node = {slurm.nodes} x {slurm.tasks_per_node} "
+                        f"= {job_tasks} tasks would leave {job_tasks - 1} idle (use 1 x 1)")
+    elif not single and job_tasks not in (1, gpus):
+        problems.append(f"launcher.slurm.nodes x tasks_per_node = {slurm.nodes} x {slurm.tasks_per_node} "
+                        f"= {job_tasks} tasks, but {counted} (one task per {'device' if t == 1 else 'GPU'})")
+    if not single and job_tasks > 1 and slurm.tasks_per_node % t:
+        problems.append(f"launcher.slurm.tasks_per_node = {slurm.tasks_per_node} is not a multiple of "
+                        f"hardware.gpus_per_generator = {t}: a generator's GPUs must be on one node")
+    # one GPU per task: the tasks of a node, or every GPU of the processes a one-task job spawns
+    per_node = 1 if single else (gpus if job_tasks == 1 else slurm.tasks_per_node)
+    if hw.device == "cuda" and slurm.gpus_per_node < per_node:
+        problems.append(f"hardware.device = cuda needs one GPU per {'process' if t == 1 else 'task'}: "
+                        f"launcher.slurm.gpus_per_node = {slurm.gpus_per_node} < {per_node} "
+                        f"{'process(es)' if t == 1 else 'GPU(s)'} per node")
+    if single or job_tasks == 1:
+        lines.append("role map: one task on node 0" + (" (generates and trains)" if single else
+                     f", spawning {gens} generator(s) and {trains} trainer(s)"))
+    else:
+        lines.append("role map (one task per GPU):" if t > 1 else "role map (one task per device):")
+        lines += ["  " + line for line in role_map_lines(role_map(gens, trains, slurm.tasks_per_node, t, evaluator), t)]
+    return lines, problems
+
+
+def _evaluation(recipe, lines: list[str]) -> list[str]:
+    """The evaluation's line (where it samples), and why it cannot sample there."""
+    hw = recipe.hardware
+    in_processes = async_mode(recipe.async_).in_processes(hw.generators, hw.trainers)
+    place = hw.evaluation_place(in_processes)
+    n, k = recipe.eval.prompts, recipe.eval.samples_per_prompt
+    where = {"trainer": "on the first trainer rank" + (" (its own engine)" if in_processes else ""),
+             "generators": f"on the {training_generators(recipe)} generator(s), each a share",
+             "dedicated": f"on generator {hw.generators - 1} alone (it samples no training rollouts)"}[place]
+    lines.append(f"evaluation: {n} held-out prompt(s) x {k} {where}, from the weights of the point's version")
+    if hw.evaluation == "dedicated" and (not in_processes or hw.generators < 2):
+        return [f"hardware.evaluation = dedicated keeps the last generator for evaluation: it needs a run in "
+                f"processes with hardware.generators >= 2 (have {hw.generators} generator(s), async.mode = "
+                f"{recipe.async_.mode})"]
+    return []
+
+
+def _trainer_fits(recipe, memory: MemoryEstimate, activations: TrainerActivations | None) -> list[str]:
+    hw = recipe.hardware
+    cap = hw.memory_gb * 1e9
+    if memory.total > cap:
+        return [f"a trainer needs {memory.total / 1e9:.1f} GB for parameters, gradients and optimiser states "
+                f"at hardware.zero_stage = {hw.zero_stage} with {hw.trainers} trainer(s), more than "
+                f"hardware.memory_gb = {hw.memory_gb:g} (raise zero_stage or trainers)"]
+    if activations is not None and memory.total + activations.total > cap:
+        fix = ("lower batch.micro_batch_size" if hw.gradient_checkpointing else
+               "set hardware.gradient_checkpointing = true or lower batch.micro_batch_size")
+        return [f"a trainer needs {(memory.total + activations.total) / 1e9:.1f} GB: {memory.total / 1e9:.1f} GB "
+                f"of ZeRO states and {activations.total / 1e9:.1f} GB of activations for batch.micro_batch_size = "
+                f"{recipe.batch.micro_batch_size} sequences of up to {activations.tokens // recipe.batch.micro_batch_size:,} "
+                f"tokens, more than hardware.memory_gb = {hw.memory_gb:g} ({fix})"]
+    return []
+
+
+def _generators_fit(recipe, plan: GeneratorMemoryPlan) -> list[str]:
+    hw = recipe.hardware
+    if plan.kv_budget <= 0:
+        return [f"a generator GPU holds {plan.weights / 1e9:.1f} GB of weights, more than "
+                f"hardware.gpu_memory_utilization x memory_gb = {hw.gpu_memory_utilization:g} x {hw.memory_gb:g} "
+                f"= {plan.utilization * plan.gpu_bytes / 1e9:.1f} GB (raise gpu_memory_utilization or "
+                "gpus_per_generator)"]
+    if not plan.fits_step:
+        need = plan.step_share * plan.longest * plan.kv_per_token
+        return [f"a generator's KV cache holds {plan.tokens:,} tokens ({plan.kv_budget / 1e9:.1f} GB at "
+                f"hardware.gpu_memory_utilization = {hw.gpu_memory_utilization:g}), {plan.concurrent} "
+                f"completion(s) of {plan.longest:,} tokens, but one step's share is {plan.step_share} "
+                f"({need / 1e9:.1f} GB): raise gpu_memory_utilization, gpus_per_generator or generators"]
+    return []

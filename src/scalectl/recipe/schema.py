@@ -404,6 +404,11 @@ class Model(_Section):
         "Parameter count (for example 8e9), for the dry run when config.json cannot be read. The dry "
         "run estimates memory and the weight-sync plan from it. Unset: read from the checkpoint's "
         "config.json."))
+    config: dict[Line, int] = Field(default_factory=dict, max_length=64, description=(
+        "The architecture's config.json entries, for the dry run's memory plan. Used when model.path "
+        "has no config.json; Hugging Face names: num_hidden_layers, num_key_value_heads, head_dim, "
+        "hidden_size, num_attention_heads, vocab_size. Unset: read from the checkpoint; "
+        "describes the checkpoint, so not part of the content hash."))
 
 
 class Data(_Section):
@@ -465,11 +470,60 @@ class Hardware(_Section):
         "with the machine's compiler, cached in ~/.cache/scalectl/inductor; where none is found the "
         "step runs eagerly, with a warning. Same log-probs up to float rounding; speed only, not part "
         "of the content hash."))
+    gpus_per_generator: int = Field(default=1, ge=1, le=64, description=(
+        "GPUs of one generator: the tensor-parallel size of its vLLM engine. Its workers receive "
+        "the broadcast weights themselves. The run holds generators x gpus_per_generator + trainers "
+        "devices; above 1 needs rollout_engine = vllm (docs/launching.md, \"Scale\")."))
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1, description=(
+        "Share of each generator GPU's memory its vLLM engine takes for weights and KV cache. This is "
+        "vLLM's gpu_memory_utilization. The dry run checks that one step's completions fit; speed only, "
+        "not part of the content hash."))
+    max_num_seqs: int = Field(default=256, ge=1, le=65_536, description=(
+        "Most completions one vLLM generator decodes at once (vLLM's max_num_seqs). Speed only, not "
+        "part of the content hash."))
+    evaluation: Literal["auto", "trainer", "generators", "dedicated"] = Field(default="auto", description=(
+        "Where held-out evaluation samples. trainer: the first trainer rank's own engine; generators: "
+        "the generators, each a share of the prompts, from the weights of the point's version; "
+        "dedicated: the last generator, which then samples no training rollouts. auto: generators "
+        "in a run in processes with vLLM or on CUDA (trainers then hold no rollout engine), else "
+        "trainer. The points are the same; not part of the content hash (docs/launching.md, "
+        "\"Evaluation\")."))
+    gradient_checkpointing: bool = Field(default=False, description=(
+        "Recompute each transformer layer's activations in the backward pass instead of keeping them. "
+        "This is transformers' gradient checkpointing: about one layer's activations held instead of "
+        "all. The dry run's trainer memory counts it; the same gradients, so not part of the "
+        "content hash."))
+
+    @model_validator(mode="after")
+    def _tensor_parallel_needs_vllm(self) -> "Hardware":
+        if self.gpus_per_generator > 1 and self.rollout_engine != "vllm":
+            raise ValueError(f"gpus_per_generator = {self.gpus_per_generator} needs rollout_engine = 'vllm' "
+                             f"(a tensor-parallel generator is a vLLM engine), not {self.rollout_engine!r}")
+        return self
 
     @property
     def devices(self) -> int:
-        """Devices the run holds: GPU-hours = devices x wall-clock hours."""
-        return self.generators + self.trainers
+        """Devices the run holds: GPU-hours = devices x wall-clock hours; a generator holds
+        ``gpus_per_generator`` of them."""
+        return self.generators * self.gpus_per_generator + self.trainers
+
+    def evaluation_place(self, in_processes: bool) -> Literal["trainer", "generators", "dedicated"]:
+        """Where held-out evaluation samples (``evaluation``; ``auto`` resolved).
+
+        Args:
+            in_processes: the run's generators and trainers are processes of their own
+                (:meth:`scalectl.recipe.async_modes.AsyncMode.in_processes`).
+
+        Returns:
+            ``trainer`` in one process (it is the generator too) and for ``auto`` with the CPU
+            engine on CPUs; ``generators`` for ``auto`` with vLLM or CUDA in processes; else the
+            setting.
+        """
+        if not in_processes:
+            return "trainer"
+        if self.evaluation == "auto":
+            return "generators" if (self.rollout_engine == "vllm" or self.device == "cuda") else "trainer"
+        return self.evaluation
 
 
 class Slurm(_Section):
@@ -498,18 +552,18 @@ class Slurm(_Section):
     additional_parameters: dict[Line, Line] = Field(default_factory=dict, max_length=256, description=(
         "Further sbatch options, name = value (submitit's slurm_additional_parameters)."))
     generator_nodes: int = Field(default=0, ge=0, le=DEVICES_MAX, description=(
-        "Nodes of the job that run generators only; the job's other nodes run trainers only, so that "
-        "inference nodes and training nodes can be told apart. The generators are spread over their "
+        "Nodes of the job that run generators only; the job's other nodes run trainers only. Inference "
+        "nodes and training nodes can so be told apart. The generators are spread over their "
         "nodes and the trainers over theirs as evenly as they go (srun --distribution=arbitrary), at "
         "most tasks_per_node on a node. 0: the roles share nodes, ranks filling the nodes in order "
         "(docs/launching.md, \"Placement by role\")."))
     generator_nodelist: Line | None = Field(default=None, description=(
-        "Which hosts run the generators (a Slurm host list, e.g. inf[01-04]; as many hosts as "
-        "generator_nodes), asked for with sbatch --nodelist. Unset: the first generator_nodes nodes of "
+        "Which hosts run the generators, as a Slurm host list (e.g. inf[01-04]). As many hosts as "
+        "generator_nodes, asked for with sbatch --nodelist. Unset: the first generator_nodes nodes of "
         "the job (docs/launching.md, \"Placement by role\")."))
     trainer_nodelist: Line | None = Field(default=None, description=(
-        "Which hosts run the trainers (a Slurm host list, e.g. trn[01-02]; as many hosts as nodes - "
-        "generator_nodes), asked for with sbatch --nodelist. Unset: the job's nodes that do not "
+        "Which hosts run the trainers, as a Slurm host list (e.g. trn[01-02]). As many hosts as nodes - "
+        "generator_nodes, asked for with sbatch --nodelist. Unset: the job's nodes that do not "
         "generate (docs/launching.md, \"Placement by role\")."))
 
 
@@ -524,9 +578,9 @@ class Launcher(_Section):
     slurm: Slurm = Field(default=Slurm(), description=(
         "Slurm resources of each job, passed to submitit (launcher.type = slurm)."))
     stall_timeout_s: float | None = Field(default=None, ge=1, le=7 * 24 * 3600, description=(
-        "Seconds a generator may make no progress (no decoding step, no turn of its loop) while its "
-        "process and heartbeat live, as the first trainer rank waits on it for rollouts or for it to "
-        "take weights, before the run fails naming it, as a lost task does (docs/launching.md, \"A "
+        "Seconds a generator may make no progress before the run fails naming it, as for a lost task. "
+        "No progress: no decoding step, no turn of its loop, while its process and heartbeat live and "
+        "the first trainer rank waits on it for rollouts or for it to take weights (docs/launching.md, \"A "
         "task that hangs\"). Unset: 5 x the slowest step seen so far (from one batch to the next: "
         "generation, training, evaluation, checkpoint), at least 300 s."))
 
@@ -591,8 +645,14 @@ UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint", "loggi
 #: Keys added after recipe hashes were first stored, with the value that leaves a hash as it
 #: was: at that value the key is left out of the content hash, so that stored runs of a recipe
 #: are still recognised as its seeds; any other value changes the hash.
-HASH_NEUTRAL = {("model", "think_tags"): False, ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
+HASH_NEUTRAL = {("model", "think_tags"): False, ("hardware", "gpus_per_generator"): 1,
+                ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
                 ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0}
+#: Keys that change speed, memory or where work runs, never what is trained or measured (or
+#: that only describe the checkpoint for the dry run): excluded from the content hash.
+SPEED_ONLY_KEYS = (("hardware", "threads"), ("hardware", "compile"), ("hardware", "gpu_memory_utilization"),
+                   ("hardware", "max_num_seqs"), ("hardware", "evaluation"), ("hardware", "gradient_checkpointing"), ("eval", "background"),
+                   ("model", "config"))
 
 
 class Recipe(_Section):
@@ -662,6 +722,10 @@ class Recipe(_Section):
             raise ValueError("eval.background = 'on' needs hardware.rollout_engine = 'cpu' (a background "
                              "evaluation samples with a copy of the policy in a CPU engine); allowed with "
                              f"{self.hardware.rollout_engine!r}: auto, off")
+        if self.eval.background == "on" and self.hardware.evaluation in ("generators", "dedicated"):
+            raise ValueError(f"eval.background = 'on' overlaps an evaluation on the trainer, but "
+                             f"hardware.evaluation = {self.hardware.evaluation!r} evaluates on the generators; "
+                             "use eval.background = auto or off, or hardware.evaluation = trainer")
         return self
 
     def to_dict(self) -> dict:
@@ -671,12 +735,12 @@ class Recipe(_Section):
     @property
     def content_hash(self) -> str:
         """12 hex digits of SHA-256 over the normalised content, key order
-        independent; :data:`UNHASHED_KEYS`, ``hardware.threads``, ``hardware.compile`` and ``eval.background``
-        (speed only) excluded, and each key of :data:`HASH_NEUTRAL` at its neutral value (a section
-        left empty by them, as ``reward`` at its defaults, with it)."""
+        independent; :data:`UNHASHED_KEYS` and :data:`SPEED_ONLY_KEYS` excluded, and each key
+        of :data:`HASH_NEUTRAL` at its neutral value (a section left empty by them, as ``reward``
+        at its defaults, with it)."""
         data = {k: v for k, v in self.to_dict().items() if k not in UNHASHED_KEYS}
-        data["hardware"] = {k: v for k, v in data["hardware"].items() if k not in ("threads", "compile")}
-        data["eval"] = {k: v for k, v in data["eval"].items() if k != "background"}
+        for section, key in SPEED_ONLY_KEYS:
+            data[section].pop(key, None)
         for (section, key), neutral in HASH_NEUTRAL.items():
             if data[section].get(key, neutral) == neutral:
                 data[section].pop(key, None)

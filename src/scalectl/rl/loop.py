@@ -79,13 +79,27 @@ def load_model(recipe, reporter: Reporter):
     return load_policy(path, recipe.model.dtype)
 
 
-def build_policy(recipe, reporter: Reporter) -> Policy:
-    """Load (or build and warm-start) the model, and wrap it in an engine and a trainer."""
+def build_policy(recipe, reporter: Reporter, *, engine: bool = True) -> Policy:
+    """Load (or build and warm-start) the model, and wrap it in an engine and a trainer.
+
+    Args:
+        engine: False: the policy holds no rollout engine (a trainer process whose run evaluates
+            on the generators): :class:`~scalectl.rl.rollout.base.NoRolloutEngine` in its place.
+
+    With ``hardware.gradient_checkpointing`` the model recomputes each layer's activations in
+    the backward pass (transformers' non-reentrant checkpointing; the same gradients).
+    """
     from scalectl.rl.policy.model import n_params
     from scalectl.rl.rollout import make_engine
+    from scalectl.rl.rollout.base import NoRolloutEngine
     from scalectl.rl.train.trainer import PolicyTrainer
 
     model, tokenizer = load_model(recipe, reporter)
+    if recipe.hardware.gradient_checkpointing:   # named activation checkpointing from transformers 5.24
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     head_fp32 = recipe.precision.lm_head == "fp32"
     trainer = PolicyTrainer(model, loss=recipe.loss, optim=recipe.optim, head_fp32=head_fp32,
                             temperature=SamplingParams.for_training(recipe).temperature,
@@ -94,7 +108,7 @@ def build_policy(recipe, reporter: Reporter) -> Policy:
     reporter.log(f"training pass: {trainer.packing.reason}")
     from scalectl.rl.train.data_parallel import TrainerRanks
 
-    engine = make_engine(recipe, trainer.model, tokenizer)
+    engine = make_engine(recipe, trainer.model, tokenizer) if engine else NoRolloutEngine()
     ranks = TrainerRanks(trainer, recipe.advantage.normalization, pad_token_id(tokenizer))
     return Policy(trainer.model, tokenizer, engine, trainer, n_params(trainer.model), ranks)
 
@@ -244,11 +258,13 @@ def rollout_lines(recipe, policy: Policy, step: int, groups: list) -> list[dict]
             for (g, i, c), lp in zip(completions, train_lp)]
 
 
-def prepare(recipe, run_dir: Path, n_train: int, reporter: Reporter, resume: bool) -> tuple[Policy, LoopState]:
-    """The policy and loop state a run starts from: seeded, built, restored from the latest
-    checkpoint of ``run_dir`` when ``resume``, the engine at the trainer's version."""
+def prepare(recipe, run_dir: Path, n_train: int, reporter: Reporter, resume: bool, *,
+            engine: bool = True) -> tuple[Policy, LoopState]:
+    """The policy and loop state a run starts from: seeded, built (with a rollout engine unless
+    ``engine`` is False, :func:`build_policy`), restored from the latest checkpoint of ``run_dir``
+    when ``resume``, the engine at the trainer's version."""
     torch.manual_seed(recipe.seed)
-    policy = build_policy(recipe, reporter)
+    policy = build_policy(recipe, reporter, engine=engine)
     state = new_state(recipe, policy.n_params, n_train)
     if resume:
         restore_state(run_dir, policy.ranks, state, reporter)
@@ -351,7 +367,7 @@ class _Run:
 
 
 def train(recipe, policy: Policy, state: LoopState, source, *, schedule, run_dir: Path, eval_problems: list,
-          sink, reporter: Reporter, stop=None) -> dict:
+          sink, reporter: Reporter, stop=None, evaluations=None) -> dict:
     """The RL loop, the same for every async mode: train until the budget is spent.
 
     Each step takes the next batch from ``source`` (the schedule's
@@ -372,6 +388,10 @@ def train(recipe, policy: Policy, state: LoopState, source, *, schedule, run_dir
         sink: ``sink(point)`` receives each :class:`~scalectl.points.EvalPoint` (e.g. the store).
         reporter: progress.
         stop: a flag (``is_set()``) checked before each step; set, the loop stops as if interrupted.
+        evaluations: where the held-out evaluations run, when not here (e.g. on the generator
+            processes, :class:`scalectl.rl.evaluation.on_generators.GeneratorEvaluations`); the
+            same interface as :class:`~scalectl.rl.evaluation.during_training.Evaluations`.
+            None: :func:`evaluations_for`.
 
     Returns:
         steps, gpu_hours, flops, retired_prompts at the end.
@@ -380,7 +400,8 @@ def train(recipe, policy: Policy, state: LoopState, source, *, schedule, run_dir
         KeyboardInterrupt: after saving a checkpoint, when interrupted.
     """
     hw = recipe.hardware
-    evals = evaluations_for(recipe, policy, eval_problems, schedule.in_processes(hw.generators, hw.trainers))
+    evals = evaluations or evaluations_for(recipe, policy, eval_problems,
+                                           schedule.in_processes(hw.generators, hw.trainers))
     run = _Run(recipe, policy, state, source, run_dir, evals, sink, reporter)
     reporter.start(recipe.budget.steps, state.step)
     try:

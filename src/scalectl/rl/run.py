@@ -36,7 +36,8 @@ def job_task(recipe, schedule: Schedule) -> Task:
         UserError: the job's tasks do not match the recipe's hardware.
     """
     hw = recipe.hardware
-    return detect(hw.generators, hw.trainers, strict=schedule.in_processes(hw.generators, hw.trainers))
+    return detect(hw.generators, hw.trainers, strict=schedule.in_processes(hw.generators, hw.trainers),
+                  gpus_per_generator=hw.gpus_per_generator)
 
 
 def run_training(recipe, run_dir: Path, *, schedule: Schedule, sink, train_problems: list, eval_problems: list,

@@ -12,8 +12,74 @@ from __future__ import annotations
 from math import comb
 
 
+
+#: Prompts per engine call of an evaluation (bounds memory); a chunk starting at prompt ``lo``
+#: is sampled with seed ``seed + lo``, wherever it is sampled.
+CHUNK_PROMPTS = 64
+
+
+def evaluation_chunks(n_prompts: int, chunk_prompts: int = CHUNK_PROMPTS) -> list[range]:
+    """The held-out prompts' chunks, in order: ``range(lo, min(lo + chunk_prompts, n))``."""
+    return [range(lo, min(lo + chunk_prompts, n_prompts)) for lo in range(0, n_prompts, chunk_prompts)]
+
+
+def evaluate_chunk(engine, problems: list, chunk: range, params, *, samples_per_prompt: int, seed: int,
+                   score) -> dict:
+    """Sample and score one chunk of the held-out prompts (k completions each, seed ``seed +
+    chunk.start``; ``score`` as in :func:`evaluate`): the part of :func:`evaluate` one engine
+    call makes, anywhere.
+
+    Returns:
+        ``start`` (the chunk's first prompt), ``correct_counts`` (one per prompt), ``truncated``,
+        ``length_sum`` (tokens), ``completions``, and ``versions``: for every completion, in
+        order, the sorted policy versions of its tokens (one version when its weights never
+        changed while it was sampled; empty for a completion of no token).
+    """
+    counts, truncated, length_sum, total, versions = [], 0, 0, 0, []
+    part = [problems[i] for i in chunk]
+    groups = engine.generate([p.prompt for p in part], samples_per_prompt, params, seed=seed + chunk.start)
+    for prob, comps in zip(part, groups):
+        counts.append(sum(score(c.text, prob).correct for c in comps))
+        truncated += sum(c.finish_reason == "length" for c in comps)
+        length_sum += sum(len(c.token_ids) for c in comps)
+        total += len(comps)
+        versions += [sorted(set(c.versions)) for c in comps]
+    return {"start": chunk.start, "correct_counts": counts, "truncated": truncated, "length_sum": length_sum,
+            "completions": total, "versions": versions}
+
+
+def combine_chunks(parts: list[dict], samples_per_prompt: int) -> dict:
+    """The evaluation's result from its chunks' (:func:`evaluate_chunk`), taken in prompt order.
+
+    Returns:
+        pass_rate (mean@k), samples_per_prompt, correct_counts (list, one per prompt),
+        truncation_rate, mean_length (tokens): what :func:`evaluate` returns.
+
+    Raises:
+        ValueError: the chunks do not cover consecutive prompts from 0, or cover none.
+    """
+    parts = sorted(parts, key=lambda p: p["start"])
+    counts, truncated, length_sum, total = [], 0, 0, 0
+    for part in parts:
+        if part["start"] != len(counts):
+            raise ValueError(f"evaluation chunks: expected one starting at prompt {len(counts)}, got {part['start']}")
+        counts += part["correct_counts"]
+        truncated += part["truncated"]
+        length_sum += part["length_sum"]
+        total += part["completions"]
+    if total == 0:
+        raise ValueError("an evaluation of no completion")
+    return {
+        "pass_rate": sum(counts) / total,
+        "samples_per_prompt": samples_per_prompt,
+        "correct_counts": counts,
+        "truncation_rate": truncated / total,
+        "mean_length": length_sum / total,
+    }
+
+
 def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: int, score,
-             chunk_prompts: int = 64) -> dict:
+             chunk_prompts: int = CHUNK_PROMPTS) -> dict:
     """Sample and score k completions per held-out prompt.
 
     Args:
@@ -36,22 +102,10 @@ def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: i
     Raises:
         RewardFunctionError: the run's reward function failed on a completion.
     """
-    counts, truncated, length_sum, total = [], 0, 0, 0
-    for lo in range(0, len(problems), chunk_prompts):
-        chunk = problems[lo:lo + chunk_prompts]
-        groups = engine.generate([p.prompt for p in chunk], samples_per_prompt, params, seed=seed + lo)
-        for prob, comps in zip(chunk, groups):
-            counts.append(sum(score(c.text, prob).correct for c in comps))
-            truncated += sum(c.finish_reason == "length" for c in comps)
-            length_sum += sum(len(c.token_ids) for c in comps)
-            total += len(comps)
-    return {
-        "pass_rate": sum(counts) / total,
-        "samples_per_prompt": samples_per_prompt,
-        "correct_counts": counts,
-        "truncation_rate": truncated / total,
-        "mean_length": length_sum / total,
-    }
+    parts = [evaluate_chunk(engine, problems, chunk, params, samples_per_prompt=samples_per_prompt, seed=seed,
+                            score=score)
+             for chunk in evaluation_chunks(len(problems), chunk_prompts)]
+    return combine_chunks(parts, samples_per_prompt)
 
 
 def pass_at_k(correct_counts: list[int], n: int, k: int) -> float:

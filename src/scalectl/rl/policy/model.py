@@ -237,6 +237,76 @@ def build_tiny_model(seed: int = 0, vocab_size: int | None = None, **overrides):
     return model.eval()
 
 
+#: A tiny mixture-of-experts architecture (Qwen2-MoE): 2 layers of hidden 128, 4 attention heads of
+#: 32 (the CPU build of vLLM has kernels for head sizes of 32 and up) sharing 2 KV heads, and in
+#: every layer 4 routed experts (2 per token) of intermediate size 64 beside a shared expert of 128.
+TINY_MOE_CONFIG = dict(
+    hidden_size=128,
+    intermediate_size=256,
+    moe_intermediate_size=64,
+    shared_expert_intermediate_size=128,
+    num_experts=4,
+    num_experts_per_tok=2,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=256,
+    rope_theta=10000.0,
+    rms_norm_eps=1e-6,
+    initializer_range=0.02,
+)
+
+
+def build_tiny_moe(seed: int = 0, **overrides):
+    """A freshly initialised tiny mixture-of-experts causal LM (``Qwen2MoeForCausalLM``,
+    :data:`TINY_MOE_CONFIG` with ``overrides``), for :func:`build_tokenizer`'s vocabulary.
+    Saved with :func:`save_policy` it is a checkpoint folder like any other (``model.path``).
+
+    Returns:
+        The model in float32, eval mode, untied LM head, eager attention.
+    """
+    from transformers import Qwen2MoeConfig, Qwen2MoeForCausalLM
+
+    tok = build_tokenizer()
+    config = Qwen2MoeConfig(vocab_size=len(tok), tie_word_embeddings=False, pad_token_id=tok.pad_token_id,
+                            bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                            attn_implementation="eager", **{**TINY_MOE_CONFIG, **overrides})
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        model = Qwen2MoeForCausalLM(config)
+    return model.eval()
+
+
+def checkpoint_state(model, state: dict) -> dict:
+    """``state`` (some of ``model.state_dict()``'s (name, tensor) pairs) in the checkpoint's
+    names and layout, as ``save_pretrained`` writes them and other loaders (vLLM's
+    ``load_weights``) read them.
+
+    transformers 5 holds the experts of a mixture-of-experts layer fused (``mlp.experts.gate_up_proj``
+    of shape (E, 2 I, H)) where checkpoints keep one tensor per expert and projection
+    (``mlp.experts.3.gate_proj.weight``); transformers' own reverse conversion
+    (``core_model_loading.revert_weight_conversion``) maps one to the other, tensor by tensor.
+    Dense models, and versions without the conversion, come back as they are.
+
+    Args:
+        model: the transformers model (or one built like it on the meta device).
+    """
+    try:
+        from transformers.core_model_loading import revert_weight_conversion
+    except ImportError:
+        return dict(state)
+    return dict(revert_weight_conversion(model, dict(state)))
+
+
+def meta_model(config):
+    """A transformers causal LM of ``config`` on the meta device (no memory), e.g. for
+    :func:`checkpoint_state` where only the architecture is known."""
+    from transformers import AutoModelForCausalLM
+
+    with torch.device("meta"):
+        return AutoModelForCausalLM.from_config(config)
+
+
 @contextlib.contextmanager
 def _quiet_transformers():
     """No transformers progress bars ("Loading weights", "Writing model shards") on stderr."""

@@ -20,11 +20,14 @@ every trained token is at most k versions old.  The same processes run
 :class:`~scalectl.rl.schedule.feeder.RoundFeeder` as batch source: requests go out a
 round at a time, all sampled by the weights pushed before the round.
 
-Evaluation runs in the trainer on its current weights (exactly version v)
-while generators keep filling the stream; compute is the trainer's
-wall-clock outside evaluation and checkpoints, times the devices.  Processes:
-:mod:`scalectl.rl.processes.supervise` (local spawn and supervision); transport:
-:mod:`scalectl.rl.transport.stream`.
+Evaluation of version v samples where ``hardware.evaluation`` says
+(:meth:`scalectl.recipe.schema.Hardware.evaluation_place`): in the first trainer rank on
+its current weights (exactly version v) while generators keep filling the stream, or on
+the generators (all of them, or a dedicated one), which hold version v until their share
+is sampled (:mod:`scalectl.rl.processes.evaluations`); the trainer processes then hold no
+rollout engine.  Compute is the trainer's wall-clock outside evaluation and checkpoints,
+times the devices.  Processes: :mod:`scalectl.rl.processes.supervise` (local spawn and
+supervision); transport: :mod:`scalectl.rl.transport.stream`.
 """
 
 from __future__ import annotations
@@ -44,10 +47,12 @@ import torch
 from scalectl.recipe.schema import Hardware, Recipe
 from scalectl.rl.reward.scoring import scorer_for
 from scalectl.rl.rollout.groups import score_groups
+from scalectl.rl.processes.evaluations import (evaluation_tap, on_dedicated_generator, on_training_generators,
+                                               serve_evaluation)
 from scalectl.rl.processes.threads import set_cpu_threads
 from scalectl.rl.schedule.feeder import StreamLink
 from scalectl.rl.loop import Reporter, load_model, prepare, train
-from scalectl.rl.transport.roles import free_port, local_task_env
+from scalectl.rl.transport.roles import free_port, local_task_env, pin_gpus
 from scalectl.rl.rollout import make_engine
 from scalectl.rl.rollout.sampling import SamplingParams
 from scalectl.rl.transport.board import TaskLost
@@ -121,6 +126,43 @@ def first_trainer_rank(recipe, task) -> int:
     return recipe.hardware.generators if task.world_size > 1 else 0
 
 
+@dataclass(frozen=True)
+class Evaluators:
+    """Where a run in processes evaluates (:meth:`scalectl.recipe.schema.Hardware.evaluation_place`).
+
+    Attributes:
+        place: ``trainer``, ``generators`` or ``dedicated``.
+        ranks: the generator ranks that sample evaluations (none on the trainer).
+        dedicated: the dedicated evaluation generator's rank, or None.
+        training: the generator ranks that sample training rollouts.
+    """
+
+    place: str
+    ranks: tuple
+    dedicated: int | None
+    training: tuple
+
+    @classmethod
+    def of(cls, recipe) -> "Evaluators":
+        hw = recipe.hardware
+        place = hw.evaluation_place(True)
+        dedicated = hw.generators - 1 if place == "dedicated" else None
+        training = tuple(g for g in range(hw.generators) if g != dedicated)
+        ranks = {"trainer": (), "generators": training, "dedicated": (dedicated,)}[place]
+        return cls(place, ranks, dedicated, training)
+
+
+def connect(recipe, task) -> Channel:
+    """This task's :class:`~scalectl.rl.transport.stream.Channel`: a vLLM generator's engine workers
+    take its seats in the weights' group (one per GPU of the generator), a dedicated evaluation
+    generator has a weights' group of its own."""
+    hw = recipe.hardware
+    vllm = hw.rollout_engine == "vllm"
+    return Channel.connect(task, trainer=first_trainer_rank(recipe, task), device=hw.device,
+                           seats_per_generator=hw.gpus_per_generator if vllm else 1,
+                           workers_join=vllm and task.role == "generator", evaluator=Evaluators.of(recipe).dedicated)
+
+
 def join_trainers(task, channel, device: str, idle_timeout_s: float = 7 * 24 * 3600.0) -> None:
     """Make torch.distributed's default group the trainers alone: DeepSpeed takes it as its
     data-parallel world.  One trainer: a world of one (:func:`scalectl.rl.train.trainer.init_distributed_env`
@@ -167,15 +209,20 @@ def run_trainer(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -> 
     from scalectl.rl.transport.board import is_lost_peer
 
     recipe, run_dir = Recipe.model_validate(spec.recipe), Path(spec.run_dir)
-    channel = Channel.connect(task, trainer=first_trainer_rank(recipe, task), device=recipe.hardware.device)
+    evaluators = Evaluators.of(recipe)
+    channel = connect(recipe, task)
     channel.board.read_cards()              # every task's card, while the store's host is surely alive
     trainers = list(range(channel.trainer, task.world_size))
     join_trainers(task, channel, recipe.hardware.device)
+    # a rollout engine only where the leader evaluates with it; a follower then builds the leader's
+    # kind of engine only for vLLM, which forms its parallel groups over torch.distributed's default
+    # group (the trainers here), a collective every trainer rank joins
+    on_trainer = evaluators.place == "trainer"
+    if not on_trainer:
+        reporter.log(f"trainer rank {task.role_rank}: no rollout engine (evaluation on the generators)")
     if task.role_rank > 0:
         torch.manual_seed(recipe.seed)
-        # with its rollout engine, which it never uses: a vLLM engine builds its parallel groups over
-        # torch.distributed's default group (the trainers here), a collective every trainer rank joins
-        policy = build_policy(recipe, reporter)
+        policy = build_policy(recipe, reporter, engine=on_trainer and recipe.hardware.rollout_engine == "vllm")
         try:
             steps = follow(policy.trainer, recipe.advantage.normalization, pad_token_id(policy.tokenizer))
         except RuntimeError as exc:           # a trainer rank is gone: name it
@@ -185,17 +232,27 @@ def run_trainer(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -> 
             raise instead from exc
         reporter.log(f"trainer rank {task.role_rank} followed {steps} step(s)")
         return None
-    policy, state = prepare(recipe, run_dir, len(spec.train_problems), reporter, spec.resume)
+    policy, state = prepare(recipe, run_dir, len(spec.train_problems), reporter, spec.resume, engine=on_trainer)
     policy.ranks.on_lost = lambda exc: channel.board.lost(exc, trainers)   # a follower gone: name it
-    gens = list(range(channel.trainer))
-    link = StreamLink(channel, gens, Inbox(channel.groups["rollouts"], gens, "rollouts"), stop,
+    gens = list(evaluators.training)
+    results: queue.Queue = queue.Queue()
+    tap = evaluation_tap(results) if evaluators.place == "generators" else None
+    link = StreamLink(channel, gens, Inbox(channel.groups["rollouts"], gens, "rollouts", tap=tap), stop,
                       gather=policy.ranks.gathered)
     source = spec.schedule.batches(recipe, policy, state, spec.train_problems, link=link)
+    n_eval = len(spec.eval_problems)
+    evals = (on_training_generators(recipe, n_eval, source, link, results, run_dir)
+             if evaluators.place == "generators" else
+             on_dedicated_generator(recipe, n_eval, evaluators.dedicated, channel, link, policy.model, run_dir)
+             if evaluators.place == "dedicated" else None)
     try:
         return train(recipe, policy, state, source, schedule=spec.schedule, run_dir=run_dir,
-                     eval_problems=spec.eval_problems, sink=spec.sink, reporter=reporter, stop=stop)
+                     eval_problems=spec.eval_problems, sink=spec.sink, reporter=reporter, stop=stop,
+                     evaluations=evals)
     finally:
         try:
+            if evals is not None:
+                evals.close()
             policy.ranks.stop()
         except RuntimeError:   # a follower is gone: its failure is the job's
             pass
@@ -204,8 +261,25 @@ def run_trainer(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -> 
 # --------------------------------------------------------------------------- a generator
 
 
+def _weight_slot(recipe, task, channel, engine, model):
+    """The generator's end of its weights' group: the engine's workers' seats (vLLM:
+    :class:`~scalectl.rl.transport.vllm_worker.WorkerWeightSlot`) or this process's
+    (:class:`~scalectl.rl.transport.stream.WeightSlot`)."""
+    name = "eval_weights" if task.rank == Evaluators.of(recipe).dedicated else "weights"
+    seats = channel.seats[name]
+    if recipe.hardware.rollout_engine == "vllm":
+        from scalectl.rl.transport.vllm_worker import WorkerWeightSlot
+
+        return WorkerWeightSlot.join(engine, channel.address, seats, weight_layout(model))
+    group = channel.groups[name]
+    return WeightSlot(group, seats.leader, engine, weight_layout(model),
+                      device="cuda" if group.backend == "nccl" else "cpu")
+
+
 def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -> str:
-    """A generator task: sample the requested prompts with the newest weights, stream the groups.
+    """A generator task: sample the requested prompts with the newest weights, stream the groups,
+    and sample its share of every evaluation it is asked for (with the weights of that version,
+    held meanwhile: :func:`scalectl.rl.processes.evaluations.serve_evaluation`).
 
     Returns:
         Why it stopped: ``stopped`` (the trainer said so) or ``interrupted`` (a signal).
@@ -216,15 +290,18 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
     """
     recipe = Recipe.model_validate(spec.recipe)
     torch.manual_seed(recipe.seed + 1 + task.rank)
+    if recipe.hardware.device == "cuda":      # this generator's GPUs only (a vLLM engine's workers: all of them)
+        pin_gpus(task)
     model, tokenizer = load_model(recipe, reporter)
+    if recipe.hardware.device == "cuda" and recipe.hardware.rollout_engine == "cpu" and torch.cuda.is_available():
+        torch.cuda.set_device(0)
+        model = model.to("cuda:0")
     engine = make_engine(recipe, model, tokenizer)
     engine.update_weights(None, -1)                    # no weights from the trainer yet
-    channel = Channel.connect(task, trainer=first_trainer_rank(recipe, task), device=recipe.hardware.device)
+    channel = connect(recipe, task)
     channel.board.read_cards()              # the trainer's card, while the store's host is surely alive
     trainer, board = channel.trainer, channel.board
-    weights = channel.groups["weights"]
-    slot = WeightSlot(weights, trainer, engine, weight_layout(model),
-                      device="cuda" if weights.backend == "nccl" else "cpu")
+    slot = _weight_slot(recipe, task, channel, engine, model)
 
     def poll_weights():                    # before every decoding step: progress, then new weights
         board.mark()
@@ -232,6 +309,11 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
 
     engine.poll_weights = poll_weights
     stall = stall_after(task.rank)
+    evaluators = list(Evaluators.of(recipe).ranks)
+
+    def evaluate() -> bool:
+        return serve_evaluation(recipe, engine, slot, spec.eval_problems, task.rank, evaluators, channel, trainer)
+
     control = Inbox(channel.groups["control"], [trainer], "control")
     problems, G, params = spec.train_problems, recipe.batch.generations_per_prompt, SamplingParams.for_training(recipe)
     score = scorer_for(recipe)
@@ -248,6 +330,8 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
                     pass
                 break
             slot.poll()
+            if evaluate():
+                continue
             ready = bool(requests) and requests[0][2] <= engine.version
             t0 = time.perf_counter()
             try:
@@ -278,6 +362,7 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
             sent += 1
             while len(sends) > 4:                      # at most two messages in flight
                 sends.popleft().wait()
+        evaluate()                                     # one asked for before the stop is still owed
     except PeerLost as exc:
         lost = True
         if isinstance(exc, TaskLost):
@@ -295,12 +380,19 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
     if reason == "stopped":
         slot.drain()                                   # the trainer's last weights follow its stop
         return reason
-    # interrupted: wait for the trainer's stop (it checkpoints first), so that neither side sees the
-    # other vanish, taking the weights it still pushes meanwhile (a push waits for every generator)
+    return _wait_for_stop(slot, control, reason)
+
+
+def _wait_for_stop(slot, control, reason: str) -> str:
+    """Interrupted: wait for the trainer's stop (it checkpoints first), so that neither side sees
+    the other vanish, taking the weights it still pushes meanwhile (a push waits for every
+    generator); an evaluation asked for meanwhile is released unsampled (the trainer, stopping,
+    waits for none it has not asked for before its checkpoint)."""
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline:
         try:
             slot.poll()
+            slot.release()
         except PeerLost:
             return reason
         try:

@@ -41,7 +41,7 @@ import traceback
 from pathlib import Path
 
 from scalectl.rl.processes.bodies import run_role
-from scalectl.rl.transport.roles import detect, free_port, local_task_env
+from scalectl.rl.transport.roles import detect, first_gpu, free_port, local_task_env
 from scalectl.rl.transport.board import LOG_ENV, TaskStuck, is_lost_peer
 
 
@@ -98,7 +98,7 @@ def child_main(argv: list[str] | None = None) -> int:
     reporter = EventReporter(args.events_fd)
     spec = pickle.loads(args.spec.read_bytes())
     hw = spec.recipe["hardware"]
-    task = detect(hw["generators"], hw["trainers"])
+    task = detect(hw["generators"], hw["trainers"], gpus_per_generator=hw.get("gpus_per_generator", 1))
     try:
         result = run_role(spec, task, reporter)
     except KeyboardInterrupt:
@@ -140,11 +140,14 @@ def _describe(task: dict, rc: int, error: dict | None, mode: str = "pipeline") -
     return f"{what} {how} (log: {task['log']})"
 
 
-def _spawn(spec_path: Path, rank: int, world: int, port: int, log: Path, events: queue.Queue) -> subprocess.Popen:
+def _spawn(spec_path: Path, rank: int, world: int, port: int, log: Path, events: queue.Queue,
+           local_rank: int | None = None) -> subprocess.Popen:
     """Start task ``rank`` (``python -m scalectl.rl.processes.supervise SPEC``), its output in
-    ``log``, its events read into ``events`` by a thread of its own."""
+    ``log``, its events read into ``events`` by a thread of its own; ``local_rank``: its first GPU
+    (default ``rank``)."""
     r, w = os.pipe()
-    env = {**os.environ, **local_task_env(rank, world, port), "SCALECTL_PARENT_PID": str(os.getpid()),
+    env = {**os.environ, **local_task_env(rank, world, port, local_rank=local_rank),
+           "SCALECTL_PARENT_PID": str(os.getpid()),
            "OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1", LOG_ENV: str(log)}
     with log.open("ab") as fh:
         proc = subprocess.Popen([sys.executable, "-m", "scalectl.rl.processes.supervise", str(spec_path),
@@ -288,7 +291,8 @@ def supervise(spec, generators: int, reporter, grace_s: float = 120.0, trainers:
     for rank in range(world):
         role = "generator" if rank < generators else "trainer"    # as scalectl.rl.transport.roles.assign_role
         log = logs / f"pipeline-{role}-{rank}.log"
-        procs.append(_spawn(spec_path, rank, world, port, log, events))
+        gpus = spec.recipe["hardware"].get("gpus_per_generator", 1)      # a generator's GPUs, from g T on
+        procs.append(_spawn(spec_path, rank, world, port, log, events, first_gpu(rank, generators, gpus)))
         tasks.append({"rank": rank, "role": role, "pid": procs[-1].pid, "log": str(log)})
     (folder / "tasks.json").write_text(json.dumps({"supervisor": os.getpid(), "tasks": tasks}, indent=2))
     reporter.log(f"{generators} generator process(es) and {trainers} trainer process(es) started "

@@ -144,3 +144,26 @@ class RolloutEngine(ABC):
     @abstractmethod
     def version(self) -> int:
         """The policy version of the weights held now."""
+
+
+class NoRolloutEngine(RolloutEngine):
+    """The engine of a trainer process that samples nothing: its run's rollouts and evaluations
+    come from the generator processes.  It keeps the version the loop tells it (the loop moves
+    it after every step) and refuses to generate."""
+
+    def __init__(self, version: int = 0):
+        self._version = version
+
+    def generate(self, prompts, n, params, *, seed=0):
+        """Raises:
+            RuntimeError: always; this process holds no rollout engine."""
+        raise RuntimeError("this trainer process holds no rollout engine: its rollouts and evaluations are "
+                           "sampled by the generator processes")
+
+    def update_weights(self, state_dict, version: int) -> None:
+        """Keep ``version`` (``state_dict`` is ignored: nothing here samples)."""
+        self._version = int(version)
+
+    @property
+    def version(self) -> int:
+        return self._version

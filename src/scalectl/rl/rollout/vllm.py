@@ -2,13 +2,17 @@
 
 One ``vllm.LLM`` samples every completion as its own request (its own seed and,
 with interruption, its own length limit); the engine core runs in this process
-(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, no async scheduling) and this module drives
-it one decoding step at a time (``LLMEngine.step``), so that
+(``VLLM_ENABLE_V1_MULTIPROCESSING=0``, no async scheduling) and this module steps
+it (``LLMEngine.step``), each request's output kept by vLLM until it ends
+(``FINAL_ONLY``), so that
 
 * every token is tagged with the policy version of the weights that produced it,
   and weights pushed by :meth:`VLLMRolloutEngine.update_weights` from another
   thread land exactly between two decoding steps (PipelineRL in-flight updates;
-  the KV cache of earlier tokens is kept, computed by the older weights);
+  the KV cache of earlier tokens is kept, computed by the older weights).  The
+  engine runs unobserved while no update comes: an update reads how many tokens
+  each live request has (where its tokens of the new version start), the only
+  per-request work outside vLLM before a request ends;
 * the generator's log-prob of each sampled token is the one vLLM computed when
   sampling it, from the FULL softmax at the sampling temperature: vLLM's
   ``logprobs_mode`` is ``raw_logprobs`` (before temperature, top-k and top-p, so
@@ -30,13 +34,16 @@ it one decoding step at a time (``LLMEngine.step``), so that
   continues as a new request on prompt + tokens so far + phrase, up to
   ``max_new_tokens`` in all.
 
-Weights come from the trainer as a ``state_dict`` (Hugging Face names) and are
-loaded in place on the driver worker through ``LLM.collective_rpc``: the worker's
-``reload_weights`` (vLLM's in-place reload) where it exists, else the model's
-``load_weights``.  This suits one process, or
-a generator that receives tensors by other means; broadcasting 8B weights from
-DeepSpeed trainers to 64 generators over NCCL is not part of this module.  No
-sleep mode is used.
+The engine's workers (one in this process at tensor-parallel size 1, ``tensor_parallel_size``
+worker processes beyond) carry a worker extension, named by string
+(``scalectl.rl.transport.vllm_worker.WeightsWorker``): a generator process has its workers join
+the weights' group and load each broadcast version themselves
+(:class:`scalectl.rl.transport.vllm_worker.WorkerWeightSlot`, as the engine's ``poll_weights``;
+:meth:`VLLMRolloutEngine.weights_loaded` then tags later tokens with the version).  A
+``state_dict`` handed to :meth:`VLLMRolloutEngine.update_weights` (one process holding the
+trainer too) goes to every worker through ``LLM.collective_rpc`` and is loaded in place by
+vLLM's ``reload_weights`` (the model's ``load_weights`` in older versions).  No sleep mode is
+used.
 
 vllm is imported lazily: importing this module does not need it, constructing an
 engine does (:func:`import_vllm`).  The official vLLM wheels need CUDA; the
@@ -57,7 +64,7 @@ import torch
 
 from scalectl.errors import UserError
 from scalectl.rl.rollout.length import interrupt_lengths
-from scalectl.rl.policy.model import encode_prompts, generation_config_of, stop_token_ids
+from scalectl.rl.policy.model import checkpoint_state, encode_prompts, generation_config_of, meta_model, stop_token_ids
 from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams, check_prompt_lengths
 
 VLLM_MISSING = (
@@ -184,8 +191,8 @@ def patch_fp32_head(model) -> str:
     return "patched"
 
 
-def _head_state(model) -> dict:
-    """What the worker's model does at the head: logits dtype, head weight dtype, patch."""
+def head_state(model) -> dict:
+    """What a worker's model does at the head: logits dtype, head weight dtype, patch."""
     proc = getattr(model, "logits_processor", None)
     head = getattr(model, "lm_head", None)
     return {
@@ -195,18 +202,9 @@ def _head_state(model) -> dict:
     }
 
 
-def _load_weights(worker, items: list) -> str:
-    """Load (name, tensor) pairs (Hugging Face names) into a vLLM worker's model, in place.
-
-    Runs in the worker (``LLM.collective_rpc``).  Uses the worker's ``reload_weights``
-    (vLLM's in-place reload, which also redoes the post-loading processing) where it
-    exists, else the model's ``load_weights`` (older versions).  Returns which.
-    """
-    if hasattr(worker, "reload_weights"):
-        worker.reload_weights(weights_iterator=items)
-        return "reload_weights"
-    worker.model_runner.model.load_weights(iter(items))
-    return "load_weights"
+#: The worker extension every engine's workers carry (``scalectl.rl.transport.vllm_worker``;
+#: named by string, as vLLM takes it, so this module imports nothing of the transport).
+WORKER_EXTENSION = "scalectl.rl.transport.vllm_worker.WeightsWorker"
 
 
 @dataclass
@@ -259,7 +257,7 @@ class VLLMRolloutEngine(RolloutEngine):
             engine's lock; it may call :meth:`update_weights` (a generator process that
             receives weights over the network; tokens sampled after it carry the new version).
         **llm_kwargs: passed to ``vllm.LLM`` (e.g. ``gpu_memory_utilization``,
-            ``tensor_parallel_size``, ``enforce_eager``).
+            ``tensor_parallel_size``, ``max_num_seqs``, ``enforce_eager``).
 
     Raises:
         VLLMNotInstalled: vllm is not installed.
@@ -284,13 +282,15 @@ class VLLMRolloutEngine(RolloutEngine):
         vllm = import_vllm()
         self._vllm = vllm
         kwargs = dict(model=str(model_path), dtype=_DTYPES[dtype], seed=seed, logprobs_mode=mode,
-                      enable_prefix_caching=enable_prefix_caching, async_scheduling=False)
+                      enable_prefix_caching=enable_prefix_caching, async_scheduling=False,
+                      worker_extension_cls=WORKER_EXTENSION)
         if max_model_len is not None:
             kwargs["max_model_len"] = max_model_len
         if head_fp32 and head_fp32_via in ("auto", "head_dtype"):
             kwargs["hf_overrides"] = {"head_dtype": "float32"}
         kwargs.update(llm_kwargs)
         self.llm = vllm.LLM(**kwargs)
+        self.tensor_parallel_size = int(kwargs.get("tensor_parallel_size", 1))
         if tokenizer is None:
             from transformers import AutoTokenizer
 
@@ -313,12 +313,19 @@ class VLLMRolloutEngine(RolloutEngine):
         self._reset_pending = False
         self._requests = 0
         self.weight_loader: str | None = None    # how the last update was loaded
+        self._meta = None                         # the architecture on the meta device, when needed
+        self._live: dict = {}                     # request id -> (vLLM's id, [(first token, version), ...])
         self.head_fp32_via = self._apply_head_precision(head_fp32_via)
 
     # ------------------------------------------------------------------ settings
 
+    def _head_state(self) -> dict:
+        """The head of the first worker's model (:func:`head_state`), through the worker extension
+        (a method named by string: no function is pickled to worker processes)."""
+        return self.llm.collective_rpc("scalectl_head_state")[0]
+
     def _apply_head_precision(self, via: str) -> str | None:
-        state = self.llm.apply_model(_head_state)[0]
+        state = self._head_state()
         if not self.head_fp32 or self.dtype == "fp32":
             return None if not self.head_fp32 else "model dtype"
         if via in ("auto", "head_dtype") and state["head_dtype"] == "float32":
@@ -326,7 +333,7 @@ class VLLMRolloutEngine(RolloutEngine):
         if via == "head_dtype":
             raise ValueError(f"vLLM {self._vllm.__version__} ignores head_dtype for this model "
                              f"(head runs in {state['head_dtype']}); use head_fp32_via='patch' or 'auto'")
-        self.llm.apply_model(patch_fp32_head)
+        self.llm.collective_rpc("scalectl_patch_fp32_head")
         return "patch"
 
     @property
@@ -334,7 +341,7 @@ class VLLMRolloutEngine(RolloutEngine):
         """The engine's settings, for the run record: engine, vllm version, logprobs mode,
         temperature, top_p, model dtype, LM-head precision (and how it is applied),
         prefix caching, in-process engine core."""
-        state = self.llm.apply_model(_head_state)[0]
+        state = self._head_state()
         return {
             "engine": "vllm",
             "vllm_version": self._vllm.__version__,
@@ -347,6 +354,7 @@ class VLLMRolloutEngine(RolloutEngine):
             "head_dtype": "float32" if state["patched"] else state["head_dtype"],
             "enable_prefix_caching": self.enable_prefix_caching,
             "engine_core": "in-process, step by step",
+            "tensor_parallel_size": self.tensor_parallel_size,
         }
 
     @property
@@ -356,7 +364,8 @@ class VLLMRolloutEngine(RolloutEngine):
     # ------------------------------------------------------------------ weights
 
     def update_weights(self, state_dict: dict | None, version: int) -> None:
-        """Load ``state_dict`` (Hugging Face parameter names) into vLLM's model and tag
+        """Load ``state_dict`` (a transformers model's ``state_dict``: its names, converted to the
+        checkpoint's, :func:`scalectl.rl.policy.model.checkpoint_state`) into vLLM's model and tag
         later tokens with ``version``.  ``None``: pull the state dict of ``source_model``.
 
         Safe to call from another thread while :meth:`generate` runs: the load waits for
@@ -372,11 +381,42 @@ class VLLMRolloutEngine(RolloutEngine):
                                  "(or build it with source_model=the trainer's model)")
             state_dict = self.source_model.state_dict()
         dtype = torch.float32 if self.dtype == "fp32" else torch.bfloat16
+        state_dict = checkpoint_state(self._architecture(), state_dict)     # one tensor per expert
         items = [(name, t.detach().to(dtype)) for name, t in state_dict.items()]
         with self._lock:
-            self.weight_loader = self.llm.collective_rpc(_load_weights, args=(items,))[0]
+            self.weight_loader = self.llm.collective_rpc("scalectl_load_state", args=(items,))[0]
             self._version = int(version)
+            self._mark_versions(self._version)
             self._reset_pending = True
+        self._reset_if_idle()
+
+    def _architecture(self):
+        """The policy's transformers architecture, for :func:`scalectl.rl.policy.model.checkpoint_state`:
+        the source model, else one built on the meta device from vLLM's config."""
+        if self.source_model is not None:
+            return self.source_model
+        if self._meta is None:
+            self._meta = meta_model(self.llm.llm_engine.model_config.hf_config)
+        return self._meta
+
+    def weights_loaded(self, version: int) -> None:
+        """The workers have loaded the weights of ``version`` themselves (the weights' group,
+        :class:`scalectl.rl.transport.vllm_worker.WorkerWeightSlot`): tag later tokens with it and
+        reset the prefix cache (at once, or when the running generation ends)."""
+        with self._lock:
+            self.weight_loader = "broadcast to the workers"
+            self._version = int(version)
+            self._mark_versions(self._version)
+            self._reset_pending = True
+        self._reset_if_idle()
+
+    def collective_rpc(self, method: str, *args) -> list:
+        """``LLM.collective_rpc(method, args=args)``: a method of the workers (their extension),
+        one result per worker; waits for the decoding step under way."""
+        with self._lock:
+            return self.llm.collective_rpc(method, args=args)
+
+    def _reset_if_idle(self) -> None:
         if self._generate_lock.acquire(blocking=False):
             try:
                 self._reset_prefix_cache()
@@ -452,20 +492,48 @@ class VLLMRolloutEngine(RolloutEngine):
 
     def _add(self, prompt_ids: list[int], max_tokens: int, seed: int, sample: dict, *,
              prompt_logprobs: bool = False) -> str:
+        """Add one request, its output kept by vLLM until it finishes (``FINAL_ONLY``); its token
+        versions are recorded as boundaries (:meth:`_mark_versions`)."""
         from vllm.sampling_params import RequestOutputKind
 
         params = self._vllm.SamplingParams(
-            output_kind=RequestOutputKind.DELTA,
+            output_kind=RequestOutputKind.FINAL_ONLY,
             **request_params(max_tokens, seed, sample, self.stop_ids, prompt_logprobs=prompt_logprobs))
         self._requests += 1
         rid = f"scalectl-{self._requests}"
         with self._lock:
-            self.llm.llm_engine.add_request(rid, {"prompt_token_ids": list(prompt_ids)}, params)
+            internal = self.llm.llm_engine.add_request(rid, {"prompt_token_ids": list(prompt_ids)}, params)
+            self._live[rid] = (internal if isinstance(internal, str) else rid, [(0, self._version)])
         return rid
 
+    def _mark_versions(self, version: int) -> None:
+        """A new version from the next decoding step on: every live request's tokens from its
+        current length on have ``version`` (called under the engine's lock, between two steps)."""
+        states = self.llm.llm_engine.output_processor.request_states
+        for internal, bounds in self._live.values():
+            state = states.get(internal)
+            if state is not None:          # else finished already: it has no token of the new version
+                bounds.append((state.detokenizer.num_output_tokens(), version))
+
+    @staticmethod
+    def _versions(bounds: list, n: int) -> list[int]:
+        """Token versions of a request of ``n`` tokens from its boundaries [(first token, version), ...]."""
+        out, k = [], 0
+        for i in range(n):
+            while k + 1 < len(bounds) and bounds[k + 1][0] <= i:
+                k += 1
+            out.append(bounds[k][1])
+        return out
+
     def _run(self, requests: dict, budgets: dict | None = None) -> None:
-        """Step the engine until every request in ``requests`` (id -> row) has finished,
-        appending each step's new tokens to its row with the version of that step."""
+        """Step the engine until every request in ``requests`` (id -> row) has finished; each
+        finished request's tokens go to its row with the version each token was sampled by.
+
+        The engine runs unobserved between weight updates: vLLM keeps each request's output to
+        its end (``FINAL_ONLY``), and only an update (:meth:`update_weights`, :meth:`weights_loaded`,
+        both between two decoding steps) reads how many tokens each live request has, which
+        is where its tokens of the new version start (:meth:`_mark_versions`).
+        """
         budgets = budgets or {}
         pending = set(requests)
         try:
@@ -474,38 +542,39 @@ class VLLMRolloutEngine(RolloutEngine):
                     self.poll_weights()
                 with self._lock:
                     outputs = self.llm.llm_engine.step()
-                    version = self._version
                 for o in outputs:
                     row = requests.get(o.request_id)
-                    if row is None:
+                    if row is None or not o.finished:
                         continue
-                    # prompt log-probs arrive once, with the end of the prefill (vLLM DELTA outputs)
-                    if row.forced and (o.prompt_logprobs or not row.forced_logprobs
-                                       or any(c.token_ids for c in o.outputs)):
-                        self._take_forced(row, o.prompt_logprobs, version)
-                    budget = budgets.get(o.request_id)
-                    for c in o.outputs:
-                        new = list(c.token_ids)
-                        if budget is not None:          # a continuation with no room left (budget 0)
-                            new = new[:max(budget, 0)]
-                        lps = ([d[t].logprob for d, t in zip(c.logprobs, new)] if c.logprobs
-                               else [math.nan] * len(new))
-                        row.tokens += new
-                        row.logprobs += lps
-                        row.versions += [version] * len(new)
-                        row.mask += [1] * len(new)
-                        if budget is not None:
-                            budgets[o.request_id] = budget - len(new)
-                        if o.finished:
-                            if c.finish_reason not in ("stop", "length"):
-                                raise ValueError(f"vLLM ended a request with finish_reason={c.finish_reason!r}")
-                            row.finish = "length" if budget is not None and budget <= 0 else c.finish_reason
-                    if o.finished:
-                        pending.discard(o.request_id)
+                    with self._lock:
+                        _, bounds = self._live.pop(o.request_id)
+                    self._take_final(row, o, bounds, budgets.get(o.request_id))
+                    pending.discard(o.request_id)
         finally:
             if pending:
                 with self._lock:
                     self.llm.llm_engine.abort_request(list(pending))
+                    for rid in pending:
+                        self._live.pop(rid, None)
+
+    def _take_final(self, row: _Row, o, bounds: list, budget: int | None) -> None:
+        """A finished request's output into its row: the forced tokens first (a continuation after
+        an interruption: their log-probs are its prompt log-probs, their version that of its first
+        token), then the sampled tokens (at most ``budget`` of a continuation)."""
+        c = o.outputs[0]
+        if c.finish_reason not in ("stop", "length"):
+            raise ValueError(f"vLLM ended a request with finish_reason={c.finish_reason!r}")
+        new = list(c.token_ids)
+        if budget is not None:                  # a continuation with no room left (budget 0)
+            new = new[:max(budget, 0)]
+        versions = self._versions(bounds, max(len(c.token_ids), 1))
+        if row.forced:
+            self._take_forced(row, o.prompt_logprobs if row.forced_logprobs else None, versions[0])
+        row.tokens += new
+        row.logprobs += [d[t].logprob for d, t in zip(c.logprobs, new)] if c.logprobs else [math.nan] * len(new)
+        row.versions += versions[:len(new)]
+        row.mask += [1] * len(new)
+        row.finish = "length" if budget is not None and budget - len(new) <= 0 else c.finish_reason
 
     @staticmethod
     def _take_forced(row: _Row, prompt_logprobs, version: int) -> None:
@@ -569,7 +638,9 @@ def engine_from_recipe(recipe, model, tokenizer, *, model_path: str | Path | Non
     else the trainer's ``model`` saved to a temporary folder; ``update_weights(None, v)``
     then copies the trainer's weights (``source_model=model``).  The recipe gives the
     dtype, the LM-head precision, the sampling temperature/top-p, the longest prompt
-    (``length.max_prompt_tokens``) and the longest sequence (:func:`max_model_len_for`).
+    (``length.max_prompt_tokens``) and the longest sequence (:func:`max_model_len_for`);
+    ``hardware`` gives the tensor-parallel size (``gpus_per_generator``), ``max_num_seqs``
+    and, on CUDA, ``gpu_memory_utilization``.
 
     Raises:
         VLLMNotInstalled: vllm is not installed.
@@ -587,8 +658,12 @@ def engine_from_recipe(recipe, model, tokenizer, *, model_path: str | Path | Non
     if path is None:
         path = Path(tempfile.mkdtemp(prefix="scalectl-vllm-")) / "policy"
         save_for_vllm(model, tokenizer, path)
+    hw = recipe.hardware
+    parallel = dict(tensor_parallel_size=hw.gpus_per_generator, max_num_seqs=hw.max_num_seqs)
+    if hw.device == "cuda":
+        parallel["gpu_memory_utilization"] = hw.gpu_memory_utilization
     return VLLMRolloutEngine(
         path, tokenizer, dtype=recipe.model.dtype, head_fp32=recipe.precision.lm_head == "fp32",
         sampling=SamplingParams.for_training(recipe), seed=recipe.seed,
         max_model_len=max_model_len, source_model=model,
-        max_prompt_tokens=recipe.length.max_prompt_tokens)
+        max_prompt_tokens=recipe.length.max_prompt_tokens, **parallel)

@@ -212,9 +212,10 @@ class Feeder:
             self._still_waiting()
 
     # -- scheduling
-    def push(self, version: int) -> None:
+    def push(self, version: int, evaluate: bool = False) -> None:
         """Broadcast weights ``version`` to every generator (gathered under ZeRO-3); the push's
-        time and bytes go into the step's metrics.
+        time and bytes go into the step's metrics.  ``evaluate``: the generators are to evaluate
+        this version (:func:`~scalectl.rl.transport.stream.push_weights`).
 
         Raises:
             PeerLost: a generator (or a trainer rank) is gone, named by its card.
@@ -227,7 +228,7 @@ class Feeder:
             # gloo: wait in slices, looking at the generators between them (an NCCL wait with a
             # timeout would abort the communicator)
             sliced = self._wait_work if getattr(group, "backend", "gloo") == "gloo" else None
-            return push_weights(group, model, version, wait=sliced)
+            return push_weights(group, model, version, wait=sliced, evaluate=evaluate)
 
         try:
             stats = self.link.with_weights(self.model, send)

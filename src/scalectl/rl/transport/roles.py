@@ -1,9 +1,12 @@
 """Who am I in a multi-task job: role (generator or trainer), rank, and the rendezvous.
 
-A run holds ``hardware.generators + hardware.trainers`` devices, one task
-each: global ranks ``0 .. generators-1`` generate rollouts, the rest train
-(ScaleRL's split of 64 vLLM generators and 16 DeepSpeed trainers, Khatri et
-al. 2025, section 3).  A task reads its rank from
+A run holds ``hardware.generators + hardware.trainers`` processes: global ranks
+``0 .. generators-1`` generate rollouts, the rest train (ScaleRL's split of 64
+vLLM generators and 16 DeepSpeed trainers, Khatri et al. 2025, section 3).  A
+Slurm job has one task per GPU: with ``hardware.gpus_per_generator`` = T > 1 a
+generator holds T GPUs, tasks ``g T .. g T + T - 1`` (on one node); the first of
+them is generator g's process (its vLLM engine's workers use the T GPUs) and the
+others have nothing to run (:data:`GPU_ONLY`).  A task reads its rank from
 
 * Slurm (``srun``): ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``;
   the rendezvous host (``MASTER_ADDR``) is the first node of
@@ -39,6 +42,8 @@ from pathlib import Path
 from scalectl.errors import UserError
 
 ROLES = ("generator", "trainer")
+#: The role of a Slurm task that only holds a GPU of a tensor-parallel generator (not its first).
+GPU_ONLY = "generator-gpu"
 #: The environment variable naming a folder shared by every task of a job (the launcher sets it),
 #: where task 0 publishes the rendezvous port it took.
 RENDEZVOUS_ENV = "SCALECTL_RENDEZVOUS_DIR"
@@ -56,15 +61,17 @@ class Task:
     """One task of a job.
 
     Attributes:
-        role: ``generator`` or ``trainer``.
-        rank: global rank, 0 .. world_size-1.
-        world_size: tasks in the job.
-        local_rank: rank on this node (selects the GPU).
-        role_rank: rank among the tasks of the same role.
+        role: ``generator``, ``trainer``, or :data:`GPU_ONLY`.
+        rank: global rank among the run's processes, 0 .. world_size-1 (a Slurm task's rank when
+            every generator has one GPU; :data:`GPU_ONLY`: the Slurm task's rank).
+        world_size: the run's processes (generators + trainers).
+        local_rank: rank on this node: the (first) GPU this process uses.
+        role_rank: rank among the tasks of the same role (:data:`GPU_ONLY`: its generator's).
         role_size: tasks with this role.
         master_addr, master_port: the torch.distributed rendezvous (with a ``rendezvous``
             file, the port task 0 tries first).
         source: where the numbers came from: ``slurm``, ``env`` or ``single``.
+        gpus: GPUs this process uses, from ``local_rank`` on (a generator's tensor-parallel size).
         rendezvous: the file where task 0 publishes the port it took ('' : the port is
             ``master_port``, fixed).
     """
@@ -78,6 +85,7 @@ class Task:
     master_addr: str
     master_port: int
     source: str
+    gpus: int = 1
     rendezvous: str = ""
 
 
@@ -122,6 +130,23 @@ def slurm_port(job_id: str | int) -> int:
     return 20000 + int(str(job_id).split("_")[0]) % 20000
 
 
+def process_of_gpu_task(rank: int, generators: int, trainers: int, gpus_per_generator: int) -> tuple[str, int]:
+    """(role, process rank) of task ``rank`` of a job with one task per GPU: generator g's tasks
+    are ``g T .. g T + T - 1``, the first of them its process (rank g), the others
+    :data:`GPU_ONLY` (process rank -1); trainer n's task ``G T + n`` is process ``G + n``.
+
+    Raises:
+        ValueError: rank outside the job's tasks.
+    """
+    t = gpus_per_generator
+    if not 0 <= rank < generators * t + trainers:
+        raise ValueError(f"task {rank} outside 0..{generators * t + trainers - 1} ({generators} generators of {t} "
+                         f"GPUs + {trainers} trainers)")
+    if rank < generators * t:
+        return ("generator", rank // t) if rank % t == 0 else (GPU_ONLY, -1)
+    return "trainer", generators + rank - generators * t
+
+
 def rendezvous_file(folder: str | Path, job_id: str, restart: str | int = 0) -> Path:
     """Where task 0 of Slurm job ``job_id`` (its own id, ``SLURM_JOB_ID``) publishes its
     rendezvous port, in its ``restart``-th start (``SLURM_RESTART_COUNT``: a requeued job
@@ -129,7 +154,8 @@ def rendezvous_file(folder: str | Path, job_id: str, restart: str | int = 0) -> 
     return Path(folder) / f"rendezvous-{job_id}-{restart}.json"
 
 
-def detect(generators: int = 1, trainers: int = 1, env: dict | None = None, *, strict: bool = True) -> Task:
+def detect(generators: int = 1, trainers: int = 1, env: dict | None = None, *, strict: bool = True,
+           gpus_per_generator: int = 1) -> Task:
     """This process's task, from Slurm's or torchrun-style environment variables.
 
     Args:
@@ -138,6 +164,9 @@ def detect(generators: int = 1, trainers: int = 1, env: dict | None = None, *, s
         strict: require world size == generators + trainers when there is
             more than one task; when False, a mismatch names every rank
             beyond the generators a trainer.
+        gpus_per_generator: a generator's GPUs T.  A job of generators x T + trainers tasks
+            (Slurm: one task per GPU) numbers its tasks by GPU (:func:`process_of_gpu_task`); the
+            returned task then carries the process numbering (generators + trainers).
 
     Raises:
         UserError: the job's task count does not match the hardware section.
@@ -158,6 +187,15 @@ def detect(generators: int = 1, trainers: int = 1, env: dict | None = None, *, s
         addr, port, source = env.get("MASTER_ADDR", "127.0.0.1"), int(env.get("MASTER_PORT", 29500)), "env"
     else:
         rank, world, local, addr, port, source = 0, 1, 0, "127.0.0.1", int(env.get("MASTER_PORT", 29500)), "single"
+    t = gpus_per_generator
+    if t > 1 and world == generators * t + trainers:        # one task per GPU
+        role, process = process_of_gpu_task(rank, generators, trainers, t)
+        if role == GPU_ONLY:
+            return Task(GPU_ONLY, rank, world, local, rank // t, generators, addr, port, source, 1, rendezvous)
+        role_rank = process if role == "generator" else process - generators
+        return Task(role, process, generators + trainers, local, role_rank,
+                    generators if role == "generator" else trainers, addr, port, source,
+                    t if role == "generator" else 1, rendezvous)
     if world > 1 and world != generators + trainers:
         if strict:
             raise UserError(f"the job has {world} tasks but hardware asks for {generators} generators + "
@@ -169,7 +207,42 @@ def detect(generators: int = 1, trainers: int = 1, env: dict | None = None, *, s
         role, role_rank, role_size = "trainer", 0, 1
     else:
         role, role_rank, role_size = assign_role(rank, generators, trainers)
-    return Task(role, rank, world, local, role_rank, role_size, addr, port, source, rendezvous)
+    return Task(role, rank, world, local, role_rank, role_size, addr, port, source,
+                t if role == "generator" and world > 1 else 1, rendezvous)
+
+
+def first_gpu(rank: int, generators: int, gpus_per_generator: int = 1) -> int:
+    """The first GPU of process ``rank`` on one machine: generator g's ``g T``, trainer n's
+    ``G T + n`` (the processes a local spawn starts, numbered as :func:`assign_role`)."""
+    return rank * gpus_per_generator if rank < generators else generators * gpus_per_generator + rank - generators
+
+
+def pin_gpus(task: Task, env: dict | None = None) -> str:
+    """Make this process see only its GPUs: ``CUDA_VISIBLE_DEVICES`` = the ``task.gpus`` devices
+    from ``task.local_rank`` on, among those the job was given (``CUDA_VISIBLE_DEVICES`` as
+    Slurm set it, else every GPU of the node), so that a generator's vLLM engine (and its
+    tensor-parallel workers) takes its own.  Call it before CUDA is initialised.
+
+    Returns:
+        The new ``CUDA_VISIBLE_DEVICES``.
+
+    Raises:
+        UserError: the node has fewer GPUs than the task's.
+    """
+    env = os.environ if env is None else env
+    given = env.get("CUDA_VISIBLE_DEVICES")
+    if given:
+        devices = [d for d in given.split(",") if d]
+    else:
+        import torch
+
+        devices = [str(i) for i in range(torch.cuda.device_count())]
+    mine = devices[task.local_rank:task.local_rank + task.gpus]
+    if len(mine) < task.gpus:
+        raise UserError(f"{task.role} {task.role_rank} needs GPUs {task.local_rank}..{task.local_rank + task.gpus - 1} "
+                        f"of its node, which has {len(devices)} ({given or 'all visible'})")
+    env["CUDA_VISIBLE_DEVICES"] = ",".join(mine)
+    return env["CUDA_VISIBLE_DEVICES"]
 
 
 def local_task_env(rank: int, world_size: int, port: int, addr: str = "127.0.0.1",

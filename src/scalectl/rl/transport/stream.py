@@ -10,8 +10,15 @@ it, one per flow:
 * ``control``: trainer -> generator, pickled work requests and the stop word (point to point, gloo);
 * ``weights``: the leader trainer -> every generator at once, the policy's
   weights as a bucketed broadcast (:mod:`scalectl.rl.transport.broadcast`) after a
-  one-element header holding the version; the group holds the generators and
-  the leader (ranks ``0 .. G``, the leader last), gloo on CPUs and NCCL on GPUs.
+  one-element header holding the version (and whether that version is to be
+  evaluated, :func:`header_value`); the group holds the generators and the leader
+  (the leader last), gloo on CPUs and NCCL on GPUs.  A generator whose engine
+  runs in workers of its own (vLLM, tensor-parallel or not) takes one seat per
+  worker, and its workers join the group themselves (:class:`Seats`,
+  :mod:`scalectl.rl.transport.vllm_worker`);
+* ``eval_weights``: with a dedicated evaluation generator
+  (``hardware.evaluation = dedicated``), the leader -> that generator alone, the
+  weights of the versions to evaluate; it is then not in ``weights``.
 
 They are not torch.distributed's default group on purpose: the trainer's
 DeepSpeed engine takes the default group as its data-parallel world, which
@@ -49,20 +56,79 @@ from scalectl.rl.transport.roles import rendezvous_store
 from scalectl.rl.transport.weight_sync import BUCKET_BYTES
 
 FLOWS = ("rollouts", "control")
+#: The weights' groups: the training generators' and the dedicated evaluation generator's.
+WEIGHT_GROUPS = ("weights", "eval_weights")
+#: The bit of the weights' header that asks the generators to evaluate the version it carries.
+EVALUATE_BIT = 1 << 62
 #: The last message on ``rollouts``: ``(BYE, reason)`` from a generator.
 BYE = "bye"
 #: The last message on ``control``: ``(STOP,)`` from the trainer.
 STOP = "stop"
 
 
+@dataclass(frozen=True)
+class Seats:
+    """A task's place in one weights' group.
+
+    Attributes:
+        name: the group (:data:`WEIGHT_GROUPS`); its rendezvous is the job's store under
+            ``scalectl/NAME``.
+        first: this task's first group rank; count: its seats (a generator's engine workers,
+            each receiving the weights itself, or 1).
+        size: the group's size; the leader trainer is its last rank (``size - 1``).
+    """
+
+    name: str
+    first: int
+    count: int
+    size: int
+
+    @property
+    def prefix(self) -> str:
+        """The group's prefix in the job's rendezvous store."""
+        return f"scalectl/{self.name}"
+
+    @property
+    def leader(self) -> int:
+        """The sending rank (the leader trainer)."""
+        return self.size - 1
+
+
+def weight_seats(rank: int, trainer: int, *, seats_per_generator: int = 1,
+                 evaluator: int | None = None) -> dict[str, Seats]:
+    """Where task ``rank`` sits in the weights' groups (see the module docstring).
+
+    Args:
+        rank: the task's global rank; generators are ranks ``0 .. trainer - 1``.
+        trainer: the leader trainer's rank (in every group, last).
+        seats_per_generator: the workers of a generator's engine (its tensor-parallel size for
+            vLLM, whose workers receive the weights; 1 for an engine in the process itself).
+        evaluator: the dedicated evaluation generator's rank (in ``eval_weights`` alone), or None.
+
+    Returns:
+        Group name -> :class:`Seats`; empty for a follower trainer rank (it pushes nothing).
+    """
+    t = seats_per_generator
+    training = [g for g in range(trainer) if g != evaluator]
+    plans = {"weights": {g: i * t for i, g in enumerate(training)} | {trainer: len(training) * t}}
+    if evaluator is not None:
+        plans["eval_weights"] = {evaluator: 0, trainer: t}
+    return {name: Seats(name, seat[rank], 1 if rank == trainer else t, seat[trainer] + 1)
+            for name, seat in plans.items() if rank in seat}
+
+
 @dataclass
 class Channel:
     """This task's process groups (see the module docstring): ``groups`` by flow name; only the
-    generators and the leader trainer have ``weights`` (a :class:`~scalectl.rl.transport.broadcast.StatelessGroup`).
+    generators and the leader trainer have weights' groups (each a
+    :class:`~scalectl.rl.transport.broadcast.StatelessGroup`, or, for a generator whose engine
+    workers receive the weights, its :class:`Seats` in ``seats`` for them to join).
 
     Attributes:
         rank: this task's global rank; world: tasks in the job; trainer: the trainer's rank.
         board: this task's :class:`scalectl.rl.transport.board.Board` (its card and heartbeat in the store).
+        seats: weights' group name -> this task's :class:`Seats`.
+        address: the job's rendezvous store (host, port), for workers that join a weights' group.
     """
 
     rank: int
@@ -71,10 +137,13 @@ class Channel:
     groups: dict
     store: object
     board: object = None
+    seats: dict = None
+    address: tuple = None
 
     @classmethod
     def connect(cls, task, timeout_s: float = 600.0, idle_timeout_s: float = 7 * 24 * 3600.0, *,
-                trainer: int | None = None, device: str = "cpu") -> "Channel":
+                trainer: int | None = None, device: str = "cpu", seats_per_generator: int = 1,
+                workers_join: bool = False, evaluator: int | None = None) -> "Channel":
         """Join the job's rendezvous as ``task`` (a :class:`scalectl.rl.transport.roles.Task`).
 
         Every task of the job joins (the groups span the job), but only the generators and the
@@ -87,6 +156,9 @@ class Channel:
             idle_timeout_s: how long a receive may wait for data (generators and
                 trainers idle for long stretches; a dead peer is noticed at once anyway).
             device: ``cuda``: the weights' broadcast runs on NCCL when a GPU is present.
+            seats_per_generator, evaluator: the weights' groups (:func:`weight_seats`).
+            workers_join: this generator's engine workers join its weights' group (they hold
+                its seats); the task itself does not.
         """
         store = rendezvous_store(task, timeout_s)
         board = Board(store, task)       # before the groups: once they are built, every task has its card
@@ -94,10 +166,13 @@ class Channel:
                                               task.world_size, timedelta(seconds=idle_timeout_s))
                   for name in FLOWS}
         trainer = task.world_size - 1 if trainer is None else trainer
-        if task.rank <= trainer:
-            groups["weights"] = StatelessGroup("", 0, task.rank, trainer + 1, device, idle_timeout_s,
-                                               store=dist.PrefixStore("scalectl/weights", store))
-        return cls(task.rank, task.world_size, trainer, groups, store, board)
+        seats = weight_seats(task.rank, trainer, seats_per_generator=seats_per_generator, evaluator=evaluator)
+        for name, seat in seats.items():
+            if not (workers_join and task.rank != trainer):
+                groups[name] = StatelessGroup("", 0, seat.first, seat.size, device, idle_timeout_s,
+                                              store=dist.PrefixStore(seat.prefix, store))
+        return cls(task.rank, task.world_size, trainer, groups, store, board, seats,
+                   (task.master_addr, task.master_port))
 
     def close(self) -> None:
         """Drop the process groups (pending operations fail) and stop the heartbeat."""
@@ -147,23 +222,31 @@ class Inbox:
     ``get`` returns ``(src, obj)``; a sender whose connection fails yields
     ``(src, PeerLost(...))`` and its thread ends; a last message (a tuple
     starting with :data:`BYE` or :data:`STOP`) ends its thread after being delivered.
+    With a ``tap``, every ``(src, obj)`` (a :class:`PeerLost` too) is first shown to
+    ``tap(src, obj)`` as it arrives, in the receiving thread: True takes it out of the queue
+    (e.g. evaluation results, read by someone else), False lets it through.
     """
 
-    def __init__(self, pg, sources: list[int], name: str):
+    def __init__(self, pg, sources: list[int], name: str, tap=None):
         self.queue: queue.Queue = queue.Queue()
+        self.tap = tap
         self.threads = [threading.Thread(target=self._run, args=(pg, src), name=f"{name}-from-{src}", daemon=True)
                         for src in sources]
         for t in self.threads:
             t.start()
+
+    def _put(self, src: int, obj) -> None:
+        if self.tap is None or not self.tap(src, obj):
+            self.queue.put((src, obj))
 
     def _run(self, pg, src: int) -> None:
         while True:
             try:
                 obj = recv_object(pg, src)
             except Exception as exc:  # noqa: BLE001 - a closed connection ends the flow
-                self.queue.put((src, PeerLost(f"rank {src} stopped answering: {exc}")))
+                self._put(src, PeerLost(f"rank {src} stopped answering: {exc}"))
                 return
-            self.queue.put((src, obj))
+            self._put(src, obj)
             if isinstance(obj, tuple) and obj and obj[0] in (BYE, STOP):
                 return
 
@@ -182,24 +265,47 @@ def weight_layout(model) -> list[tuple[str, torch.Size, torch.dtype, int]]:
     return [(name, t.shape, t.dtype, t.numel() * t.element_size()) for name, t in model.state_dict().items()]
 
 
-def _header(version: int, device) -> torch.Tensor:
-    return torch.tensor([int(version)], dtype=torch.int64, device=device)
+def header_value(version: int, evaluate: bool = False) -> int:
+    """The weights' header: the version, with :data:`EVALUATE_BIT` set when the generators are to
+    evaluate it (-1, the last word, is never evaluated).
+
+    Raises:
+        ValueError: a version outside -1 .. 2**62 - 1.
+    """
+    if not -1 <= version < EVALUATE_BIT:
+        raise ValueError(f"weights version {version} outside -1 .. 2**62 - 1")
+    return int(version) | (EVALUATE_BIT if evaluate and version >= 0 else 0)
 
 
-def push_weights(group, model, version: int, bucket_bytes: int = BUCKET_BYTES, wait=None):
+def read_header(value: int) -> tuple[int, bool]:
+    """(version, evaluate) of a weights' header (:func:`header_value`)."""
+    value = int(value)
+    if value < 0:
+        return value, False
+    return value & (EVALUATE_BIT - 1), bool(value & EVALUATE_BIT)
+
+
+def _header(version: int, device, evaluate: bool = False) -> torch.Tensor:
+    return torch.tensor([header_value(version, evaluate)], dtype=torch.int64, device=device)
+
+
+def push_weights(group, model, version: int, bucket_bytes: int = BUCKET_BYTES, wait=None, *, evaluate: bool = False):
     """Broadcast ``model``'s state dict, tagged ``version``, from the trainer to every generator.
 
     The tensors travel as :func:`scalectl.rl.transport.broadcast.broadcast_weights` sends them
     (buckets of one dtype, at most ``bucket_bytes``), after a one-element int64 header
-    holding the version (a bucket of its own).  Under ZeRO-3 call it while the parameters
-    are gathered (:meth:`scalectl.rl.train.trainer.PolicyTrainer.gathered`).  Blocks until every
-    generator has taken the previous version (:class:`WeightSlot` keeps one posted).
+    holding the version (a bucket of its own; :func:`header_value`).  Under ZeRO-3 call it while
+    the parameters are gathered (:meth:`scalectl.rl.train.trainer.PolicyTrainer.gathered`).  Blocks
+    until every generator has taken the previous version (:class:`WeightSlot` keeps one posted).
 
     Args:
         group: the channel's weights group (``Channel.groups["weights"]``); the trainer is
             its last rank.
         wait: ``wait(work)`` waits for each bucket's broadcast (default ``work.wait()``, without
             bound); the trainer's feeder looks at its generators meanwhile.
+        evaluate: ask the generators to evaluate this version: each holds it, loading no later
+            version, until it has sampled its share of the held-out prompts
+            (:attr:`WeightSlot.hold`).
 
     Returns:
         The :class:`~scalectl.rl.transport.broadcast.BroadcastStats` of the push (header included).
@@ -209,7 +315,8 @@ def push_weights(group, model, version: int, bucket_bytes: int = BUCKET_BYTES, w
     """
     tensors = [t.detach() for t in model.state_dict().values()]
     device = tensors[0].device if tensors else "cpu"
-    return broadcast_weights([_header(version, device), *tensors], group.rank, group, bucket_bytes, wait=wait)
+    return broadcast_weights([_header(version, device, evaluate), *tensors], group.rank, group, bucket_bytes,
+                             wait=wait)
 
 
 def end_weights(group, layout, device="cpu", bucket_bytes: int = BUCKET_BYTES) -> None:
@@ -225,6 +332,12 @@ class WeightSlot:
     ``poll_weights`` hook) loads it into the engine between decoding steps once it has
     arrived whole.
 
+    A version pushed to be evaluated (:func:`push_weights` with ``evaluate``) is loaded as any
+    other and then *held*: :attr:`hold` is its version and :meth:`poll` loads nothing more
+    (a later version may arrive meanwhile; it waits in the receive buffers, and the trainer's
+    push after it waits for this generator) until :meth:`release`, so every completion the
+    generator samples for the evaluation has that version's weights.
+
     Args:
         group: the weights group; src: the trainer's rank in it.
         engine: the rollout engine (``update_weights(state_dict, version)``).
@@ -233,6 +346,7 @@ class WeightSlot:
 
     Attributes:
         loads: versions loaded; ended: the trainer's last word (version -1) came;
+        hold: the version held for an evaluation, or None;
         stats: the last load's :class:`~scalectl.rl.transport.broadcast.BroadcastStats`.
     """
 
@@ -241,30 +355,39 @@ class WeightSlot:
         self.names = [name for name, *_ in layout]
         self.header = _header(0, device)
         self.tensors = [torch.empty(shape, dtype=dtype, device=device) for _, shape, dtype, _ in layout]
-        self.loads, self.ended = 0, False
+        self.loads, self.ended, self.hold = 0, False, None
         self.receiver = WeightReceiver([self.header, *self.tensors], src, group, bucket_bytes,
                                        on_update=self._loaded)
 
     def _loaded(self, _count: int) -> bool:
-        version = int(self.header[0])
+        version, evaluate = read_header(self.header[0])
         if version < 0:
             self.ended = True
             return False
         self.engine.update_weights(dict(zip(self.names, self.tensors)), version)
         self.loads += 1
+        if evaluate:
+            self.hold = version
         return True
 
     @property
     def stats(self):
         return self.receiver.stats
 
+    def release(self) -> None:
+        """The held version's evaluation is done: later versions load again."""
+        self.hold = None
+
     def poll(self, wait: bool = False) -> bool:
         """Load the newest weights if a whole version arrived (with ``wait``, once one has);
-        True if it loaded one.  False at once after the trainer's last word.
+        True if it loaded one.  False at once after the trainer's last word, or while a version
+        is held (:attr:`hold`).
 
         Raises:
             PeerLost: the trainer's connection closed.
         """
+        if self.hold is not None:
+            return False
         try:
             return self.receiver.poll(wait) and not self.ended
         except RuntimeError as exc:
@@ -273,9 +396,12 @@ class WeightSlot:
 
     def drain(self) -> None:
         """Load versions until the trainer's last word (after its stop, before exiting, so
-        that no broadcast is left pending); returns at once if the trainer is gone."""
+        that no broadcast is left pending); returns at once if the trainer is gone.  A held
+        version is released first (nothing is evaluated any more)."""
+        self.hold = None
         try:
             while not self.ended and self.receiver.works:
                 self.poll(wait=True)
+                self.hold = None
         except PeerLost:
             pass
