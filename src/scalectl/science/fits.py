@@ -2,6 +2,12 @@
 fitted with :func:`scalectl.curve.fit_sigmoid` and cached in the ``fits`` table
 (recomputed only when the run's points change).  Used by ``scalectl fit``,
 ``compare``, ``extrapolate`` and the ablation report alike.
+
+The points are the run's validation points, or those of one of its evaluation series
+(``scalectl evaluate``: :attr:`FitOptions.series`).  A run without values on the axis asked
+for (``--axis``, else its recipe's ``fit.axis``, else GPU-hours), such as a run imported from a
+tracker that logged steps only, is fitted on the first axis of :data:`AXES` it has, and a
+note says so (:func:`choose_axis`): runs on different axes are each fitted on what they have.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ class FitOptions:
     bootstrap: int = 1000
     level: float = 0.95
     seed: int = 0
+    #: An evaluation series of the run (``scalectl evaluate``) to fit instead of its validation points.
+    series: str | None = None
 
 
 def fit_section(run: dict) -> dict:
@@ -54,13 +62,45 @@ def parse_r0(value: str) -> str | float:
                         "in [0, 1]") from None
 
 
-def load_points(store, run: dict, axis: str, log=_stderr) -> tuple:
-    """(compute, pass_rate, truncation_rate) of a run on ``axis``; points without a value dropped."""
+def _stored_points(store, run: dict, series: str | None) -> list[dict]:
+    """The run's validation points, or those of its evaluation series ``series``.
+
+    Raises:
+        UserError: no points (naming the run's series when ``series`` has none).
+    """
+    pts = store.points(run["id"], series)
+    if pts:
+        return pts
+    if series is None:
+        raise UserError(f"run {run['name']!r} has no evaluation points yet")
+    names = [s["series"] for s in store.series(run["id"])]
+    raise UserError(f"run {run['name']!r} has no evaluation series {series!r}; its series: "
+                    f"{', '.join(names) or 'none'} (scalectl evaluate {run['name']} makes one)")
+
+
+def choose_axis(store, run: dict, opts: FitOptions, log=_stderr) -> str:
+    """The axis a run is fitted on: the one asked for (:func:`resolve_axis`) when the run has
+    values on it, else the first axis of :data:`AXES` it has values on, said through ``log``.
+
+    Raises:
+        UserError: an unknown axis, a run without points.
+    """
+    wanted = resolve_axis(run, opts)
+    pts = _stored_points(store, run, opts.series)
+    has = [a for a in AXES if any(p.get(a) is not None and p.get("pass_rate") is not None for p in pts)]
+    if wanted in has or not has:
+        return wanted
+    asked = "asked for by --axis" if opts.axis else "its default axis"
+    log(f"note: run {run['name']} has no {wanted} values ({asked}); fitted on {has[0]}, the axis it has")
+    return has[0]
+
+
+def load_points(store, run: dict, axis: str, log=_stderr, series: str | None = None) -> tuple:
+    """(compute, pass_rate, truncation_rate) of a run on ``axis`` (of its evaluation series
+    ``series`` when given); points without a value dropped."""
     import numpy as np
 
-    pts = store.points(run["id"])
-    if not pts:
-        raise UserError(f"run {run['name']!r} has no evaluation points yet")
+    pts = _stored_points(store, run, series)
     have = [p for p in pts if p.get(axis) is not None and p.get("pass_rate") is not None]
     if not have:
         filled = [a for a in AXES if any(p.get(a) is not None for p in pts)]
@@ -75,12 +115,12 @@ def load_points(store, run: dict, axis: str, log=_stderr) -> tuple:
     return x, y, t
 
 
-def r0_standard_error(store, run: dict, axis: str) -> float | None:
+def r0_standard_error(store, run: dict, axis: str, series: str | None = None) -> float | None:
     """Standard error of the run's evaluation at compute 0 (from its per-prompt correct
     counts), or None when there is none or it did not store them."""
     from scalectl.curve import evaluation_standard_error
 
-    zero = [p for p in store.points(run["id"]) if p.get(axis) == 0 and p.get("correct_counts")]
+    zero = [p for p in store.points(run["id"], series) if p.get(axis) == 0 and p.get("correct_counts")]
     ses = [evaluation_standard_error(p["correct_counts"], p.get("samples_per_prompt") or 0) for p in zero]
     ses = [s for s in ses if s is not None]
     return None if not ses else (sum(s * s for s in ses) / len(ses)) ** 0.5   # per evaluation
@@ -106,8 +146,10 @@ def fit_window(section: dict, axis: str, compute, override: float | None = None)
     return default_min_compute(compute, axis)
 
 
-def fit_run(store, run: dict, opts: FitOptions, refit: bool = False) -> tuple[Any, bool, str]:
-    """Fit a stored run (or reuse its stored fit when its points are unchanged).
+def fit_run(store, run: dict, opts: FitOptions, refit: bool = False, log=_stderr) -> tuple[Any, bool, str]:
+    """Fit a stored run (or reuse its stored fit when its points are unchanged): its validation
+    points, or its evaluation series ``opts.series``, on the axis :func:`choose_axis` picks
+    (a note through ``log`` when the run lacks the one asked for).
 
     Returns (:class:`scalectl.science.compare.RunCurve`, cached, key).  Raises UserError on
     input that cannot be fitted, naming the run.
@@ -117,14 +159,15 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False) -> tuple[An
 
     if opts.method not in ("vp", "grid"):
         raise UserError(f"--method {opts.method!r} is not one of: vp, grid")
-    axis = resolve_axis(run, opts)
-    x, y, trunc = load_points(store, run, axis)
+    axis = choose_axis(store, run, opts, log)
+    x, y, trunc = load_points(store, run, axis, log, opts.series)
     section = fit_section(run)
     min_c = fit_window(section, axis, x, opts.min_compute)
     threshold = float(section.get("truncation_threshold", TRUNCATION_THRESHOLD))
     key = (f"{axis}/{opts.method}/min={min_c:g}/r0={opts.r0}/boot={opts.bootstrap}"
-           f"/level={opts.level:g}/seed={opts.seed}/trunc={threshold:g}")
-    digest = store.points_digest(run["id"])
+           f"/level={opts.level:g}/seed={opts.seed}/trunc={threshold:g}"
+           + ("" if opts.series is None else f"/series={opts.series}"))
+    digest = store.points_digest(run["id"], opts.series)
     hardware = run.get("hardware") or None
     stored = None if refit else store.get_fit(run["id"], key)
     if stored is not None and stored[1] == digest:
@@ -133,9 +176,10 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False) -> tuple[An
         fit = fit_sigmoid(x, y, min_compute=min_c, r0=parse_r0(opts.r0), method=opts.method, axis=axis,
                           bootstrap=opts.bootstrap, level=opts.level, seed=opts.seed,
                           truncation=trunc, truncation_threshold=threshold,
-                          r0_se=r0_standard_error(store, run, axis))
+                          r0_se=r0_standard_error(store, run, axis, opts.series))
     except (FitError, ValueError) as exc:
-        raise UserError(f"run {run['name']!r}: {exc}") from None
+        of = "" if opts.series is None else f" (series {opts.series})"
+        raise UserError(f"run {run['name']!r}{of}: {exc}") from None
     store.save_fit(run["id"], key, fit.to_dict(), digest)
     return RunCurve(x, y, fit, hardware), False, key
 
