@@ -25,13 +25,17 @@ def validate(
     """Print each recipe normalised (with its content hash), or its errors (exit 2).
 
     Also checks that model.path and data.source name what exists here (a
-    checkpoint folder, a data file, a known builtin:, synthetic: or hf: source).
+    checkpoint folder, a data file, a known builtin:, synthetic: or hf: source), and what a
+    run would meet at start: the tokenizer of a checkpoint folder (its files, its EOS, a chat
+    template when asked), the first rows of a prompt file (prompt and answer columns, tokens,
+    lengths), and keys that have no effect for the model or data (warned about).
     Without --setup each recipe is checked alone, while `scalectl run` merges the
     default setup under it: give that setup to see the hash a run will have.
     With --explain KEY, print what KEY means instead (with recipe files: its value in each).
     """
     import tomli_w
 
+    from scalectl.job.preflight import check_inputs
     from scalectl.recipe.load import load
 
     files = files or []
@@ -43,12 +47,17 @@ def validate(
     for path in files:
         try:
             notes: list[str] = []
-            recipe = load(path, setup, set_, check_files=True, notes=notes)
+            origins: dict[str, str] = {}
+            recipe = load(path, setup, set_, check_files=True, notes=notes, origins=origins)
+            inputs = check_inputs(recipe, origins)
         except UserError as exc:
             problems.append(str(exc))
             continue
+        if inputs.problems:
+            problems += [f"{path}: {problem}" for problem in inputs.problems]
+            continue
         results.append({"file": str(path), "hash": recipe.content_hash, "recipe": recipe.to_dict(),
-                        "taken": notes})
+                        "taken": notes, "warnings": inputs.warnings})
     if json_:
         print_json(results if not problems else {"ok": results, "errors": problems})
     else:
@@ -58,6 +67,9 @@ def validate(
                 out.print(f"# taken: {note}", markup=False, soft_wrap=True)
             data = {k: v for k, v in r["recipe"].items()}
             out.print(tomli_w.dumps(_drop_none(data)), markup=False)
+    for r in results:
+        for warning in r["warnings"]:
+            err.print(f"warning: {r['file']}: {warning}", markup=False, soft_wrap=True)
     if problems:
         raise UserError("\n".join(problems))
     err.print(f"{len(results)} file(s) valid")

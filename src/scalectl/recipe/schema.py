@@ -483,6 +483,10 @@ class Budget(_Section):
     gpu_hours: float | None = Field(default=None, gt=0, le=GPU_HOURS_MAX, description=(
         "GPU-hours (devices x wall-clock hours) after which the run stops. Unset: budget.steps "
         "alone decides."))
+    no_signal_steps: int = Field(default=10, ge=0, le=STEPS_MAX, description=(
+        "Stop a run whose first no_signal_steps optimiser steps all lack a learning signal: every group's "
+        "completions got one reward, so every advantage and the gradient are 0 (scalectl.rl.loop). It says "
+        "why and what to try, after a checkpoint. 0: never stop. Not part of the content hash."))
 
     @model_validator(mode="after")
     def _some_budget(self) -> "Budget":
@@ -615,6 +619,7 @@ class Recipe(_Section):
         data = {k: v for k, v in self.to_dict().items() if k not in UNHASHED_KEYS}
         data["hardware"] = {k: v for k, v in data["hardware"].items() if k != "threads"}
         data["eval"] = {k: v for k, v in data["eval"].items() if k != "background"}
+        data["budget"] = {k: v for k, v in data["budget"].items() if k != "no_signal_steps"}
         for (section, key), neutral in HASH_NEUTRAL.items():
             if data[section].get(key, neutral) == neutral:
                 data[section].pop(key, None)
