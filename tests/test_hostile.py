@@ -423,9 +423,9 @@ def test_reading_commands_create_no_store(tmp_path, runner):
 
 
 def test_validate_accepts_existing_sources(tmp_path, runner):
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
+
+    model = save_policy(build_tiny_model(num_hidden_layers=1), build_tokenizer(), tmp_path / "model")
     data = tmp_path / "prompts.jsonl"
     data.write_text('{"question": "1+1", "answer": "2"}\n')
     result = runner.invoke(app, ["validate", GRPO, "--set", f"model.path={model}", "--set", f"data.source={data}",

@@ -51,11 +51,8 @@ def compare(
     db: DbOption = None,
     json_: JsonOption = False,
 ) -> None:
-    """Rank runs by ceiling A and give each a verdict against the baseline.
-
-    A run without values on the axis is fitted on the axis it has, with a note (and the
-    comparison flags the mixed axes).
-    """
+    """Rank runs by ceiling A and give each a verdict against the baseline (a run without values on
+    the axis is fitted on the axis it has, with a note; mixed axes are flagged)."""
     from scalectl.science import compare as cmp
 
     opts = FitOptions(axis, min_compute, method, "auto", bootstrap, 0.95, seed, series)

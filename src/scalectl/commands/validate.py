@@ -25,10 +25,10 @@ def validate(
     """Print each recipe normalised (with its content hash), or its errors (exit 2).
 
     Also checks that model.path and data.source name what exists here (a
-    checkpoint folder, a data file, a known builtin:, synthetic: or hf: source), and what a
-    run would meet at start: the tokenizer of a checkpoint folder (its files, its EOS, a chat
-    template when asked), the first rows of a prompt file (prompt and answer columns, tokens,
-    lengths), and keys that have no effect for the model or data (warned about).
+    checkpoint folder, a data file, a known builtin:, synthetic: or hf: source).  With --setup,
+    also what a run would meet at start: the tokenizer of a checkpoint folder (its files, its
+    EOS, a chat template when asked), the first rows of a prompt file (prompt and answer
+    columns, tokens, lengths), and keys that have no effect for the model or data (warned about).
     Without --setup each recipe is checked alone, while `scalectl run` merges the
     default setup under it: give that setup to see the hash a run will have.
     With --explain KEY, print what KEY means instead (with recipe files: its value in each).
@@ -49,15 +49,15 @@ def validate(
             notes: list[str] = []
             origins: dict[str, str] = {}
             recipe = load(path, setup, set_, check_files=True, notes=notes, origins=origins)
-            inputs = check_inputs(recipe, origins)
+            inputs = check_inputs(recipe, origins) if setup is not None else None   # alone: no run trains it
         except UserError as exc:
             problems.append(str(exc))
             continue
-        if inputs.problems:
+        if inputs is not None and inputs.problems:
             problems += [f"{path}: {problem}" for problem in inputs.problems]
             continue
         results.append({"file": str(path), "hash": recipe.content_hash, "recipe": recipe.to_dict(),
-                        "taken": notes, "warnings": inputs.warnings})
+                        "taken": notes, "warnings": inputs.warnings if inputs is not None else []})
     if json_:
         print_json(results if not problems else {"ok": results, "errors": problems})
     else:

@@ -476,18 +476,37 @@ def _prepare(recipe_file, setup, overrides: Sequence[str], launcher: str | None,
     check_launcher(launcher)
     setup_path = setup or find_default_setup(recipe_file)
     origins: dict[str, str] = {}
-    recipe = load(recipe_file, setup_path, list(overrides), check_files=True, origins=origins)
+    recipe = load(recipe_file, setup_path, list(overrides), origins=origins)
     check_installed(recipe.logging)
     kind = launcher or recipe.launcher.type
     for line in plan_lines(recipe, setup_path, kind):
         log(line)
     inputs = check_inputs(recipe, origins)
+    inputs.problems[:0] = _source_problems(recipe, origins, str(recipe_file), kind, describe, log)
     for line in inputs.lines if describe else ():
         log(line)
     for warning in inputs.warnings:
         log(f"warning: {warning}")
     inputs.raise_problems()
     return recipe, kind, _check_layout(recipe, kind, describe, log)
+
+
+def _source_problems(recipe, origins: dict[str, str], label: str, kind: str, describe: bool,
+                     log: Callable[[str], None]) -> list[str]:
+    """What :func:`scalectl.recipe.load.check_sources` finds wrong with ``model.path`` and
+    ``data.source``, each led by the file (or ``--set``) that set the key.  A path that is not
+    on this machine is only warned about in a dry run or for a launcher that runs elsewhere
+    (Slurm: the job looks for it where it runs); anything else is a problem."""
+    from scalectl.recipe.load import check_sources
+
+    problems = []
+    for key, message in check_sources(recipe):
+        where = origins.get(key, label)
+        if "no such " in message and (describe or kind != "local"):
+            log(f"warning: {where}: {message} here (the job looks for it where it runs)")
+        else:
+            problems.append(f"{where}: {message}")
+    return problems
 
 
 def dry_run(recipe_file, *, setup=None, overrides: Sequence[str] = (), name: str | None = None,

@@ -484,9 +484,9 @@ class Budget(_Section):
         "GPU-hours (devices x wall-clock hours) after which the run stops. Unset: budget.steps "
         "alone decides."))
     no_signal_steps: int = Field(default=10, ge=0, le=STEPS_MAX, description=(
-        "Stop a run whose first no_signal_steps optimiser steps all lack a learning signal: every group's "
-        "completions got one reward, so every advantage and the gradient are 0 (scalectl.rl.loop). It says "
-        "why and what to try, after a checkpoint. 0: never stop. Not part of the content hash."))
+        "Steps without learning signal at the start of a run after which it stops (0: never). A step has "
+        "none when every group's completions got one reward, so every advantage and the gradient are 0; the "
+        "run saves a checkpoint and says why and what to try (scalectl.rl.loop). Not part of the content hash."))
 
     @model_validator(mode="after")
     def _some_budget(self) -> "Budget":
