@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -54,6 +55,38 @@ def one_torch_thread():
     torch.set_num_threads(threads)
 
 
+#: A test session's pid, written in its temporary folder so that a later session can tell
+#: the Slurm jobs an interrupted session left behind (they would hold the nodes) from those
+#: of a session still running beside it.
+SESSION_PID_FILE = "session.pid"
+
+
+def cancel_stale_test_jobs(basetemp: Path, conf: str | None = None) -> list[str]:
+    """Cancel the queued or running Slurm jobs of test sessions that have ended: a job whose
+    log lies under another session's temporary folder (``pytest-of-<user>/pytest-<n>``)
+    whose ``session.pid`` names no live process (or that has none: an older session).
+    Writes this session's pid first.  Returns the ids cancelled."""
+    (basetemp / SESSION_PID_FILE).write_text(str(os.getpid()))
+    env = dict(os.environ, SLURM_CONF=conf) if conf else None
+    out = subprocess.run(["squeue", "-h", "-t", "PENDING,RUNNING,SUSPENDED", "-O", "JobID:30,STDOUT:1000"],
+                         capture_output=True, text=True, env=env)
+    stale = []
+    for line in out.stdout.splitlines():
+        job_id, _, stdout = line.strip().partition(" ")
+        parts = Path(stdout.strip()).parts
+        session = next((Path(*parts[:i + 1]) for i, part in enumerate(parts)
+                        if re.fullmatch(r"pytest-\d+", part) and parts[i - 1].startswith("pytest-of-")), None)
+        if session is None or session == basetemp:
+            continue
+        pid_file = session / SESSION_PID_FILE
+        pid = int(pid_file.read_text()) if pid_file.exists() and pid_file.read_text().strip().isdigit() else None
+        if pid is None or not Path(f"/proc/{pid}").exists():
+            stale.append(job_id)
+    if stale:
+        subprocess.run(["scancel", *stale], capture_output=True, env=env)
+    return stale
+
+
 CLUSTER_SCRIPT = ROOT / "scripts" / "slurm-cluster.sh"
 #: The namespace cluster's config: commands and submitit reach it through $SLURM_CONF.
 CLUSTER_CONF = "/etc/slurm-cluster/slurm.conf"
@@ -64,11 +97,13 @@ def _cluster_up() -> bool:
 
 
 @pytest.fixture(scope="session")
-def slurm_cluster():
+def slurm_cluster(tmp_path_factory):
     """The multi-node Slurm cluster of network namespaces (scripts/slurm-cluster.sh): its
     ``slurm.conf`` path.  Used if it is up; started (and stopped afterwards) when this process
-    is root; otherwise, or where network namespaces cannot be made, a skip saying why."""
+    is root; otherwise, or where network namespaces cannot be made, a skip saying why.
+    Jobs that ended test sessions left queued or running are cancelled first."""
     if _cluster_up():
+        cancel_stale_test_jobs(tmp_path_factory.getbasetemp(), CLUSTER_CONF)
         yield CLUSTER_CONF
         return
     if os.environ.get("SCALECTL_NO_SLURM_CLUSTER_START"):
@@ -82,5 +117,6 @@ def slurm_cluster():
         pytest.skip(proc.stderr.strip())            # network namespaces cannot be made here: the reason
     if proc.returncode != 0:
         pytest.skip(f"scripts/slurm-cluster.sh start failed: {(proc.stdout + proc.stderr).strip()[-800:]}")
+    cancel_stale_test_jobs(tmp_path_factory.getbasetemp(), CLUSTER_CONF)
     yield CLUSTER_CONF
     subprocess.run(["bash", str(CLUSTER_SCRIPT), "stop"], capture_output=True, timeout=120)

@@ -202,6 +202,7 @@ def test_think_tags_reach_training_and_held_out_problems():
     from scalectl.recipe.schema import Recipe
     from scalectl.rl.data.splits import load_prompt_sets
     from scalectl.rl.rollout.base import Completion
+    from scalectl.rl.reward.scoring import scorer_for
     from scalectl.rl.rollout.groups import score_groups
 
     for data in ({"source": str(MATH / "aime24.parquet")}, {"source": "synthetic:arithmetic", "train_size": 40}):
@@ -216,7 +217,7 @@ def test_think_tags_reach_training_and_held_out_problems():
         texts = [f"<think>maybe \\boxed{{{gold}}}", f"<think>hmm</think> \\boxed{{{gold}}}",
                  f"\\boxed{{{gold}}}", f"<think>\\boxed{{{gold}}}</think> no box"]
         comps = [Completion(0, [1], [2], [-0.5], [0], "stop", t) for t in texts]
-        [group] = score_groups([comps], held, [0], thinking.length)
+        [group] = score_groups([comps], held, [0], thinking.length, scorer_for(thinking))
         assert group.correct == [False, True, False, False]
         assert [check(t, plain_held[0].answer) for t in texts] == [True, True, True, True]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from conftest import ROOT, cancel_stale_test_jobs, run_cli
 
 pytestmark = pytest.mark.slurm
 
@@ -34,9 +34,11 @@ def _up() -> bool:
 
 
 @pytest.fixture(scope="session")
-def slurm():
-    """A running local Slurm cluster, or a skip saying why there is none."""
+def slurm(tmp_path_factory):
+    """A running local Slurm cluster, or a skip saying why there is none.  Jobs that ended
+    test sessions left queued or running (they would hold the node) are cancelled first."""
     if _up():
+        cancel_stale_test_jobs(tmp_path_factory.getbasetemp())
         yield
         return
     if os.environ.get("SCALECTL_NO_SLURM_START"):
@@ -46,6 +48,7 @@ def slurm():
     proc = subprocess.run(["bash", str(SCRIPT), "start"], capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         pytest.skip(f"scripts/slurm-local.sh start failed: {(proc.stdout + proc.stderr).strip()[-800:]}")
+    cancel_stale_test_jobs(tmp_path_factory.getbasetemp())
     yield
     subprocess.run(["bash", str(SCRIPT), "stop"], capture_output=True, timeout=120)
 

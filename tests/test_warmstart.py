@@ -67,6 +67,7 @@ def test_stops_at_first_check_on_target(built):
 def test_checkpoint_reaches_its_pass_rate_on_held_out_prompts(built):
     """Independent re-evaluation on the held-out prompts: the saved model is the trained one."""
     from scalectl.rl.evaluation.pass_rate import evaluate
+    from scalectl.rl.reward.scoring import Scorer
     from scalectl.rl.rollout.cpu import CPURolloutEngine
     from scalectl.rl.rollout.sampling import SamplingParams
 
@@ -74,7 +75,7 @@ def test_checkpoint_reaches_its_pass_rate_on_held_out_prompts(built):
     model, tok = load_policy(path)
     fresh = build_tiny_model(seed=SFT.seed, **SMALL)
     held = eval_problems(SFT.check_prompts, seed=0, difficulty=1)
-    kw = dict(samples_per_prompt=4, seed=123)
+    kw = dict(samples_per_prompt=4, seed=123, score=Scorer())
     params = SamplingParams(max_new_tokens=12)
     trained = evaluate(CPURolloutEngine(model, tok), held, params, **kw)["pass_rate"]
     untrained = evaluate(CPURolloutEngine(fresh, tok), held, params, **kw)["pass_rate"]

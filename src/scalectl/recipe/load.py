@@ -29,6 +29,7 @@ from scalectl.errors import UserError
 from scalectl.files import decode_utf8, read_limited
 from scalectl.recipe.explain import unknown_key_hint
 from scalectl.recipe.loss_choices import companion_defaults
+from scalectl.recipe.reward_function import function_problems
 from scalectl.recipe.schema import Recipe
 
 #: Where ``scalectl run`` finds the embedded default setup when none is given
@@ -364,7 +365,8 @@ BUILTIN_MODELS = ("builtin:tiny",)
 
 
 def check_sources(recipe: Recipe) -> list[tuple[str, str]]:
-    """Check ``model.path`` and ``data.source`` as far as can be done without loading.
+    """Check ``model.path`` and ``data.source`` as far as can be done without loading them,
+    and import the reward function.
 
     * ``model.path``: ``builtin:tiny`` (which warm-starts on
       ``synthetic:arithmetic`` only), a checkpoint folder holding
@@ -373,6 +375,8 @@ def check_sources(recipe: Recipe) -> list[tuple[str, str]]:
     * ``data.source``: ``synthetic:arithmetic``; ``hf:NAME`` with a name (a
       hub name cannot be checked offline; a local folder ``hf:./x`` or
       ``hf:/x`` must exist); or a regular ``.jsonl``/``.json``/``.parquet`` file.
+    * ``reward``: the function imports here and fits the recipe
+      (:func:`scalectl.recipe.reward_function.function_problems`).
 
     Relative paths are taken from the current folder, as the trainer takes them.
 
@@ -417,6 +421,8 @@ def check_sources(recipe: Recipe) -> list[tuple[str, str]]:
         problems.append(("data.source", f"data.source = {source!r} is not one of: {allowed}"))
     elif not Path(source).expanduser().is_file():
         problems.append(("data.source", f"data.source = {source!r}: no such file"))
+    problems += function_problems(recipe.reward.function, recipe.reward.format, think_tags=recipe.model.think_tags,
+                                  model_path=model)      # the reward function imports here, and fits the model
     return problems
 
 

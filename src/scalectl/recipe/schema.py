@@ -38,6 +38,7 @@ from scalectl.defaults import TRUNCATION_THRESHOLD
 from scalectl.recipe.launcher_choices import DEFAULT_LAUNCHER, LAUNCHER_NAMES
 from scalectl.recipe.loss_choices import COMPANIONS, DEFAULT_LOSS, LOSS_CHOICES, LOSS_NAMES, companion_defaults
 from scalectl.recipe.async_modes import ASYNC_MODE_NAMES
+from scalectl.recipe.reward_function import ANSWER_FORMATS, BUILTIN_REWARD, check_name
 
 # --------------------------------------------------------------------------- bounds
 # Every number has finite bounds that fit where the value goes; values are strict
@@ -321,6 +322,37 @@ class Eval(_Section):
         "content hash."))
 
 
+class Reward(_Section):
+    """How a completion is scored (docs/rewards.md): by the built-in math checker (the last
+    ``\\boxed{}``, or another answer ``format``, checked by math-verify: +1 right, -1 wrong),
+    or by a function of the user's, named as ``package.module:callable`` and called in every
+    process that scores (generators of every async mode, evaluation) as
+    ``function(completion, gold, fields)``, returning a float reward (right, for the pass
+    rate, when > 0) or a :class:`scalectl.rl.reward.score.Score`.  Part of the content hash
+    by ``function`` and ``version``, never by the function's code; the allowed formats are
+    :data:`scalectl.recipe.reward_function.ANSWER_FORMATS`."""
+
+    function: Annotated[Line, AfterValidator(check_name)] = Field(default=BUILTIN_REWARD, description=(
+        "The reward function as package.module:callable, called in every process that scores. It is "
+        "called as f(completion, gold, fields) and found on PYTHONPATH, among the installed packages or "
+        "in the current folder; the built-in one is the math checker (docs/rewards.md, \"Your own "
+        "function\")."))
+    format: Literal[ANSWER_FORMATS] = Field(default="boxed", description=(
+        "Where the final answer is: the last \\boxed{} (boxed), after the last #### (gsm8k), or the last "
+        "line. The built-in checker reads it there, and prompts of a real set are told so unless "
+        "reward.instruction is false (docs/rewards.md, \"Answer formats\")."))
+    instruction: bool = Field(default=True, description=(
+        "Append the format's instruction to each prompt of a real set that does not ask for it yet. "
+        "False leaves the prompts as written (docs/rewards.md)."))
+    version: Line | None = Field(default=None, max_length=100, description=(
+        "A version of the reward function, part of the content hash. Change it when the function's code "
+        "changes, so that runs before and after are not seeds of one recipe. Unset: the name alone."))
+    timeout_s: float = Field(default=5.0, gt=0, le=3600, description=(
+        "Seconds one call of the reward function may take, in a process of its own. A function of the "
+        "user's that overruns fails the run, naming it; a math-verify comparison of the built-in checker "
+        "that overruns scores -1."))
+
+
 class Fit(_Section):
     """How the sigmoid is fitted to this run's points (docs/method.md, section 2)."""
 
@@ -530,7 +562,7 @@ class Logging(_Section):
 
 
 RECIPE_SECTIONS = ("loss", "advantage", "precision", "async", "filter", "length",
-                   "batch", "optim", "sampling", "eval", "fit", "checkpoint")
+                   "batch", "optim", "sampling", "eval", "reward", "fit", "checkpoint")
 SETUP_SECTIONS = ("model", "data", "hardware", "launcher", "budget", "logging")
 #: Keys that do not change what is trained or measured: excluded from the content hash
 #: (the seed is stored beside the hash, so repeated runs of one recipe share it).
@@ -538,7 +570,8 @@ UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint", "loggi
 #: Keys added after recipe hashes were first stored, with the value that leaves a hash as it
 #: was: at that value the key is left out of the content hash, so that stored runs of a recipe
 #: are still recognised as its seeds; any other value changes the hash.
-HASH_NEUTRAL = {("model", "think_tags"): False}
+HASH_NEUTRAL = {("model", "think_tags"): False, ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
+                ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0}
 
 
 class Recipe(_Section):
@@ -579,6 +612,9 @@ class Recipe(_Section):
     eval: Eval = Field(default=Eval(), description=(
         "Evaluation protocol: when, on how many held-out prompts, with how many samples "
         "(docs/method.md, section 5)."))
+    reward: Reward = Field(default=Reward(), description=(
+        "How completions are scored: the built-in checker or a function of the user's, and the answer "
+        "format (docs/rewards.md)."))
     fit: Fit = Field(default=Fit(), description=(
         "How the sigmoid is fitted to the run's points (docs/method.md, section 2)."))
     checkpoint: Checkpoint = Field(default=Checkpoint(), description=(
@@ -615,7 +651,8 @@ class Recipe(_Section):
     def content_hash(self) -> str:
         """12 hex digits of SHA-256 over the normalised content, key order
         independent; :data:`UNHASHED_KEYS`, ``hardware.threads`` and ``eval.background``
-        (speed only) excluded, and each key of :data:`HASH_NEUTRAL` at its neutral value."""
+        (speed only) excluded, and each key of :data:`HASH_NEUTRAL` at its neutral value (a section
+        left empty by them, as ``reward`` at its defaults, with it)."""
         data = {k: v for k, v in self.to_dict().items() if k not in UNHASHED_KEYS}
         data["hardware"] = {k: v for k, v in data["hardware"].items() if k != "threads"}
         data["eval"] = {k: v for k, v in data["eval"].items() if k != "background"}
@@ -623,5 +660,6 @@ class Recipe(_Section):
         for (section, key), neutral in HASH_NEUTRAL.items():
             if data[section].get(key, neutral) == neutral:
                 data[section].pop(key, None)
+        data = {k: v for k, v in data.items() if v != {}}     # a section wholly at its neutral values
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]

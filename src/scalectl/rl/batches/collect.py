@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from scalectl.rl.train.batch import keep_groups
 from scalectl.rl.batches.filters import groups_to_refill
+from scalectl.rl.reward.scoring import scorer_for
 from scalectl.rl.rollout.groups import rollout_stats, score_groups
 from scalectl.rl.rollout.sampling import SamplingParams
 
@@ -95,13 +96,13 @@ def count_groups(recipe, groups: list, state) -> None:
 def generate_batch(recipe, engine, problems: list, state, seed: int) -> tuple[list, dict]:
     """One training batch of scored, filtered groups (dynamic-sampling refills included),
     generated here by ``engine`` with its current weights; see :func:`collect_batch`."""
-    G, params = recipe.batch.generations_per_prompt, SamplingParams.for_training(recipe)
+    G, params, score = recipe.batch.generations_per_prompt, SamplingParams.for_training(recipe), scorer_for(recipe)
 
     def fetch(want: int, refill_round: int) -> list:
         retired = state.history.retired if recipe.filter.retire_solved else frozenset()
         ids = state.sampler.next(want, retired)
         raw = engine.generate([problems[i].prompt for i in ids], G, params, seed=seed * 1009 + refill_round)
-        groups = score_groups(raw, problems, ids, recipe.length)
+        groups = score_groups(raw, problems, ids, recipe.length, score)
         count_groups(recipe, groups, state)
         return groups
 

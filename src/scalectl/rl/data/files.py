@@ -19,8 +19,10 @@ name their columns with ``data.prompt_key`` / ``data.answer_key`` (dotted for ne
 
 Prompts are rendered (:func:`render_prompt`) with the tokenizer's chat template when
 ``model.chat_template`` is true, otherwise as plain text; either way a prompt that does
-not already ask for a ``\\boxed{}`` answer gets :data:`BOXED_INSTRUCTION` appended to its
-last message.  Duplicated prompts are kept once, near-duplicates included (one
+not already ask for the recipe's answer format (``reward.format``; by default a
+``\\boxed{}`` answer) gets that format's instruction (:data:`BOXED_INSTRUCTION` by
+default; :mod:`scalectl.rl.reward.formats`) appended to its last message, unless
+``reward.instruction`` is false.  Each problem keeps its row (``fields``) for the reward.  Duplicated prompts are kept once, near-duplicates included (one
 :func:`scalectl.rl.data.duplicates.prompt_key`: equal up to whitespace, the case of words and
 surrounding punctuation); prompts longer than ``length.max_prompt_tokens`` are dropped (when
 a tokenizer is at hand).  The held-out split (``eval.prompts`` prompts, paper: 1,000) is
@@ -30,7 +32,7 @@ drawn by ``data.seed`` from what remains and is disjoint from training (:func:`s
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -38,11 +40,8 @@ import numpy as np
 from scalectl.errors import UserError
 from scalectl.rl.data.arithmetic import Problem
 from scalectl.rl.data import duplicates as near
+from scalectl.rl.reward.formats import BOXED_INSTRUCTION, INSTRUCTIONS, asks_for  # noqa: F401 - a public name here
 from scalectl.rl.reward.gold import Gold
-
-#: Appended to a prompt that does not ask for a boxed answer (the wording of the
-#: verl / DeepScaleR / POLARIS prompt sets).
-BOXED_INSTRUCTION = "Let's think step by step and output the final answer within \\boxed{}."
 #: Columns tried, in order, for the prompt when ``data.prompt_key`` is not set.
 PROMPT_KEYS = ("prompt", "question", "problem", "query", "messages")
 #: Columns tried, in order, for the gold answer when ``data.answer_key`` is not set.
@@ -65,10 +64,12 @@ class SourcedProblem(Problem):
     """A :class:`~scalectl.rl.data.arithmetic.Problem` (``id`` = index in its split, rendered
     ``prompt``) whose ``answer`` is a :class:`~scalectl.rl.reward.gold.Gold` (every gold
     answer of its row, and whether completions think in tags), and that knows its ``row``
-    in the source."""
+    in the source and the row's columns as read (``fields``, what a reward function
+    receives; not compared)."""
 
     answer: Gold
     row: int = -1
+    fields: dict = field(default_factory=dict, compare=False, repr=False)
 
 
 # --------------------------------------------------------------------------- reading
@@ -276,29 +277,35 @@ def to_record(row: dict, index: int, *, prompt_key: str | None = None, answer_ke
 # --------------------------------------------------------------------------- prompts
 
 
-def with_instruction(messages: tuple) -> tuple:
-    """``messages`` with :data:`BOXED_INSTRUCTION` appended to the last user message,
-    unless some message already mentions ``\\boxed``."""
-    if any("\\boxed" in m["content"] for m in messages):
+def with_instruction(messages: tuple, answer_format: str = "boxed") -> tuple:
+    """``messages`` with the instruction of ``answer_format``
+    (:data:`scalectl.rl.reward.formats.INSTRUCTIONS`; boxed: :data:`BOXED_INSTRUCTION`)
+    appended to the last user message, unless some message already asks for that format
+    (:func:`scalectl.rl.reward.formats.asks_for`: it mentions ``\\boxed``, ``####`` or
+    "last line")."""
+    if asks_for(messages, answer_format):
         return tuple(messages)
     out = [dict(m) for m in messages]
     last = max((i for i, m in enumerate(out) if m["role"] == "user"), default=len(out) - 1)
-    out[last]["content"] = out[last]["content"].rstrip() + " " + BOXED_INSTRUCTION
+    out[last]["content"] = out[last]["content"].rstrip() + " " + INSTRUCTIONS[answer_format]
     return tuple(out)
 
 
-def render_prompt(messages: tuple, *, tokenizer=None, chat_template: bool = False) -> str:
+def render_prompt(messages: tuple, *, tokenizer=None, chat_template: bool = False,
+                  answer_format: str = "boxed", instruction: bool = True) -> str:
     """The prompt text the policy sees (the rollout engines add the tokenizer's BOS, if
     it has one, :func:`scalectl.rl.policy.model.encode_prompt`).
 
     ``chat_template``: ``tokenizer.apply_chat_template(..., add_generation_prompt=True)``,
     without a leading BOS string (the engines add BOS themselves); else the messages'
-    contents joined by blank lines.  Both after :func:`with_instruction`.
+    contents joined by blank lines.  Both after :func:`with_instruction` of
+    ``answer_format`` when ``instruction`` (``reward.format``, ``reward.instruction``).
 
     Raises:
         UserError: ``chat_template`` without a tokenizer, or with one that has no template.
     """
-    messages = with_instruction(messages)
+    if instruction:
+        messages = with_instruction(messages, answer_format)
     if not chat_template:
         return "\n\n".join(m["content"] for m in messages)
     if tokenizer is None:
@@ -335,13 +342,15 @@ def split_indices(n: int, held_out: int, seed: int) -> tuple[np.ndarray, np.ndar
 def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int | None = None,
                   split: str = "train", subset: str | None = None, prompt_key: str | None = None,
                   answer_key: str | None = None, tokenizer=None, chat_template: bool = False,
-                  max_prompt_tokens: int | None = None,
-                  think_tags: bool = False) -> tuple[list[SourcedProblem], list[SourcedProblem], dict]:
+                  max_prompt_tokens: int | None = None, think_tags: bool = False, answer_format: str = "boxed",
+                  instruction: bool = True,
+                  keep_fields: bool = True) -> tuple[list[SourcedProblem], list[SourcedProblem], dict]:
     """Training and held-out problems of a real prompt set, and what was dropped.
 
-    Rows -> records (:func:`to_record`) -> rendered prompts (:func:`render_prompt`) ->
+    Rows -> records (:func:`to_record`) -> rendered prompts (:func:`render_prompt`, with
+    the instruction of ``answer_format`` when ``instruction``) ->
     first occurrence of each prompt kept, near-duplicates included (one
-    :func:`~scalectl.rl.data.duplicates.prompt_key`, the boxed-answer instruction left out)
+    :func:`~scalectl.rl.data.duplicates.prompt_key`, every format's instruction left out)
     -> prompts of more than ``max_prompt_tokens`` tokens as the engines encode them
     (:func:`scalectl.rl.policy.model.encode_prompts`, BOS included when the tokenizer has
     one) dropped when ``tokenizer`` is given -> :func:`split_indices` -> the first
@@ -349,7 +358,9 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
 
     Returns:
         (train, held_out, info); problem ids are indices in their split, answers a
-        :class:`~scalectl.rl.reward.gold.Gold` of the row's answers with ``think_tags``;
+        :class:`~scalectl.rl.reward.gold.Gold` of the row's answers with ``think_tags``,
+        ``fields`` the row (``{}`` unless ``keep_fields``: the built-in checker reads none,
+        and every process of a run holds the problems);
         ``info`` counts ``rows``, ``duplicates`` (all dropped as a copy of an earlier
         prompt), ``near_duplicates`` (those among them whose rendered text differs from
         it), ``too_long``, ``train``, ``held_out``.
@@ -361,8 +372,9 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
     rows = read_rows(source, split=split, subset=subset)
     records = [to_record(r, i, prompt_key=prompt_key, answer_key=answer_key, source=source)
                for i, r in enumerate(rows)]
-    texts = [render_prompt(r.messages, tokenizer=tokenizer, chat_template=chat_template) for r in records]
-    keys = [near.prompt_key(r.messages, drop=(BOXED_INSTRUCTION,)) for r in records]
+    texts = [render_prompt(r.messages, tokenizer=tokenizer, chat_template=chat_template,
+                           answer_format=answer_format, instruction=instruction) for r in records]
+    keys = [near.prompt_key(r.messages, drop=tuple(INSTRUCTIONS.values())) for r in records]
     keep = near.first_of_each(keys)
     duplicates = len(records) - len(keep)
     kept_text = {keys[i]: texts[i] for i in keep}
@@ -388,7 +400,8 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
 
     def problems(positions) -> list[SourcedProblem]:
         return [SourcedProblem(id=j, prompt=texts[keep[p]], answer=Gold(records[keep[p]].answers, think_tags),
-                               row=records[keep[p]].row) for j, p in enumerate(positions)]
+                               row=records[keep[p]].row, fields=rows[records[keep[p]].row] if keep_fields else {})
+                for j, p in enumerate(positions)]
 
     train, held = problems(train_pos), problems(held_pos)
     info = {"rows": len(records), "duplicates": duplicates, "near_duplicates": near_duplicates, "too_long": too_long,

@@ -10,8 +10,10 @@
   (:mod:`scalectl.rl.data.files`): ``eval.prompts`` held-out prompts drawn by
   ``data.seed``, the rest (or its first ``data.train_size``) for training;
   prompts rendered with the tokenizer's chat template when
-  ``model.chat_template`` is true, and longer than ``length.max_prompt_tokens``
-  dropped.  A relative file path is read from the working directory.
+  ``model.chat_template`` is true, told the answer format (``reward.format``,
+  ``reward.instruction``), and longer than ``length.max_prompt_tokens``
+  dropped; each problem keeps its row (``fields``) for a reward function of the
+  user's.  A relative file path is read from the working directory.
 
 Every source thus drops, and counts in the run log, the prompts longer than
 ``length.max_prompt_tokens`` as the engines encode them (when the policy's tokenizer is
@@ -30,6 +32,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from scalectl.errors import UserError
+from scalectl.recipe.reward_function import BUILTIN_REWARD
 from scalectl.rl.reward.gold import Gold
 
 DEFAULT_SYNTHETIC_TRAIN = 4000
@@ -138,7 +141,8 @@ def load_prompt_sets(recipe, tokenizer=None, *, log=None) -> tuple[list, list]:
         source, held_out=recipe.eval.prompts, seed=d.seed, train_size=d.train_size, split=d.split,
         subset=d.subset, prompt_key=d.prompt_key, answer_key=d.answer_key, tokenizer=tokenizer,
         chat_template=recipe.model.chat_template, max_prompt_tokens=recipe.length.max_prompt_tokens,
-        think_tags=recipe.model.think_tags)
+        think_tags=recipe.model.think_tags, answer_format=recipe.reward.format,
+        instruction=recipe.reward.instruction, keep_fields=recipe.reward.function != BUILTIN_REWARD)
     if log is not None:
         log(f"prompt set {source}: {info['rows']} rows, {info['duplicates']} duplicates "
             f"({info['near_duplicates']} near-duplicates), "

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 
 from scalectl.points import EvalPoint
 from scalectl.rl.evaluation.pass_rate import evaluate
+from scalectl.rl.reward.scoring import scorer_for
 from scalectl.rl.rollout.sampling import SamplingParams
 
 
@@ -94,11 +95,12 @@ class Evaluations:
         self.recipe, self.engine, self.problems = recipe, engine, problems
         self.background, self.load_weights, self.threads = background, load_weights, threads
         self.params = SamplingParams.for_evaluation(recipe)
+        self.score = scorer_for(recipe)                 # the run's reward, as in its rollouts
         self._pending: _Pending | None = None
 
     def _evaluate(self, engine) -> dict:
         return evaluate(engine, self.problems, self.params, samples_per_prompt=self.recipe.eval.samples_per_prompt,
-                        seed=eval_seed(self.recipe))
+                        seed=eval_seed(self.recipe), score=self.score)
 
     def start(self, fields: dict, *, wait: bool = False) -> list[tuple[EvalPoint, float]]:
         """Evaluate the current weights for the point whose compute fields are ``fields``

@@ -2,8 +2,8 @@
 
 docs/method.md, section 5: every N steps (and before the first step, which gives
 R0) sample k completions for each held-out prompt with the current weights,
-score each, and store the mean as the pass rate, with the per-prompt correct
-counts so that unbiased pass@k (Chen et al. 2021, arXiv 2107.03374, eq. 1)
+score each with the run's reward (:mod:`scalectl.rl.reward.scoring`: its ``correct``),
+and store the mean as the pass rate, with the per-prompt correct counts so that unbiased pass@k (Chen et al. 2021, arXiv 2107.03374, eq. 1)
 can be computed later for any k <= samples.
 """
 
@@ -11,10 +11,8 @@ from __future__ import annotations
 
 from math import comb
 
-from scalectl.rl.reward.checker import check
 
-
-def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: int,
+def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: int, score,
              chunk_prompts: int = 64) -> dict:
     """Sample and score k completions per held-out prompt.
 
@@ -26,18 +24,24 @@ def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: i
             completion that hits ``params.max_new_tokens`` counts as truncated.
         samples_per_prompt: k.
         seed: sampling seed (the same per step, so reruns are comparable).
+        score: ``score(completion_text, problem)`` -> :class:`~scalectl.rl.reward.score.Score`,
+            the run's reward (:func:`scalectl.rl.reward.scoring.scorer_for`); a completion is
+            counted correct when its ``Score.correct`` is true.
         chunk_prompts: prompts per engine call (bounds memory).
 
     Returns:
         pass_rate (mean@k), samples_per_prompt, correct_counts (list, one per
         prompt), truncation_rate, mean_length (tokens).
+
+    Raises:
+        RewardFunctionError: the run's reward function failed on a completion.
     """
     counts, truncated, length_sum, total = [], 0, 0, 0
     for lo in range(0, len(problems), chunk_prompts):
         chunk = problems[lo:lo + chunk_prompts]
         groups = engine.generate([p.prompt for p in chunk], samples_per_prompt, params, seed=seed + lo)
         for prob, comps in zip(chunk, groups):
-            counts.append(sum(check(c.text, prob.answer) for c in comps))
+            counts.append(sum(score(c.text, prob).correct for c in comps))
             truncated += sum(c.finish_reason == "length" for c in comps)
             length_sum += sum(len(c.token_ids) for c in comps)
             total += len(comps)

@@ -42,6 +42,7 @@ from pathlib import Path
 import torch
 
 from scalectl.recipe.schema import Hardware, Recipe
+from scalectl.rl.reward.scoring import scorer_for
 from scalectl.rl.rollout.groups import score_groups
 from scalectl.rl.processes.threads import set_cpu_threads
 from scalectl.rl.schedule.feeder import StreamLink
@@ -214,6 +215,7 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
     engine.poll_weights = slot.poll
     control = Inbox(channel.groups["control"], [trainer], "control")
     problems, G, params = spec.train_problems, recipe.batch.generations_per_prompt, SamplingParams.for_training(recipe)
+    score = scorer_for(recipe)
     requests: deque = deque()
     sends: deque = deque()
     t_start, idle, reason, lost = time.perf_counter(), 0.0, "interrupted", False
@@ -243,7 +245,7 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
                 chunk.append(requests.popleft())
             ids = [pid for _, pid, _ in chunk]
             raw = engine.generate([problems[i].prompt for i in ids], G, params, seed=recipe.seed * 100003 + chunk[0][0])
-            groups = score_groups(raw, problems, ids, recipe.length)
+            groups = score_groups(raw, problems, ids, recipe.length, score)
             items = {req: g for (req, _, _), g in zip(chunk, groups)}
             info = {"idle_s": idle, "wall_s": time.perf_counter() - t_start, "loads": slot.loads}
             sends.extend(send_object(channel.groups["rollouts"], ("groups", items, info), trainer))

@@ -1,7 +1,8 @@
 """The answer checker and the reward: +1 for a correct final answer, -1 otherwise.
 
 The final answer is the content of the LAST ``\\boxed{...}`` of the graded text (braces
-balanced): the whole completion, or with think tags only what follows the last
+balanced; or, with ``reward.format``, what follows the last ``####`` or the last line:
+:mod:`scalectl.rl.reward.formats`): the whole completion, or with think tags only what follows the last
 ``</think>`` (:func:`scalectl.rl.reward.gold.graded_text`: an unfinished thinking block
 has no answer).  The gold is a string or a :class:`~scalectl.rl.reward.gold.Gold` of
 several acceptable answers; the completion is right when its answer equals any of them.
@@ -38,8 +39,10 @@ from __future__ import annotations
 
 import re
 
+from scalectl.rl.reward.formats import final_answer, last_boxed  # noqa: F401 - last_boxed: a public name here
 from scalectl.rl.reward.gold import Gold, graded_text
 from scalectl.rl.reward.numbers import MAX_EXPONENT_DIGITS, compare_literals, without_e_notation
+from scalectl.rl.reward.score import Score
 from scalectl.rl.reward.workers import CheckTimeout, verify_bounded
 from scalectl.rl.reward.written import same_letters
 
@@ -48,7 +51,6 @@ MAX_ANSWER_CHARS = 100
 #: Seconds one math-verify comparison (parse + verify, in a worker process) may take.
 CHECK_TIMEOUT_S = 5.0
 
-_BOXED = "\\boxed{"
 _BIG_POWER = re.compile(r"(\^|\*\*)\s*\{?\s*[-+]?\d{%d,}" % (MAX_EXPONENT_DIGITS + 1))
 _BIG_FACTORIAL = re.compile(r"\d{%d,}\s*!" % (MAX_EXPONENT_DIGITS + 1))
 _NESTED_POWER = re.compile(r"(\^|\*\*)\s*\{[^{}]*(\^|\*\*)")
@@ -57,31 +59,8 @@ _THOUSANDS = re.compile(r"[-+]?\d{1,3}(?P<sep>,|\{,\}|\\[,;:! ]|~| )\d{3}(?:(?P=
 _SEPARATORS = re.compile(r",|\{,\}|\\[,;:! ]|~| ")
 _TRAILING_PUNCTUATION = re.compile(r"(?<=\S)\s*[.,;:?]+$")    # not "!": a factorial
 _PERCENT = re.compile(r"\s*\\?%$")
-_BOX_OR_BRACE = re.compile(r"\\boxed\{|[{}]")
 _INTEGER = re.compile(r"[-+]?\d+")
 
-
-
-def last_boxed(text: str) -> str | None:
-    """Content of the last ``\\boxed{...}`` in ``text`` (nested braces balanced),
-    or None when there is none or it is not closed: ``"a \\boxed{1} \\boxed{\\frac{1}{2}}"``
-    -> ``"\\frac{1}{2}"``.
-
-    One pass over the braces (linear time: a megabyte of unclosed ``\\boxed{`` takes
-    well under a second)."""
-    if _BOXED not in text:
-        return None
-    stack: list[int] = []          # content start of an open box, or -1 for a plain brace
-    best: tuple[int, int] | None = None
-    for m in _BOX_OR_BRACE.finditer(text):
-        if m.group() == "}":
-            if stack:
-                opened = stack.pop()
-                if opened >= 0 and (best is None or opened > best[0]):
-                    best = (opened, m.start())
-        else:
-            stack.append(m.end() if len(m.group()) > 1 else -1)
-    return None if best is None else text[best[0]:best[1]]
 
 
 def too_costly(answer: str) -> bool:
@@ -140,26 +119,47 @@ def answers_match(answer: str, gold: str, *, timeout: float = CHECK_TIMEOUT_S) -
         return False
 
 
-def check(completion_text: str, gold: "str | Gold", *, timeout: float = CHECK_TIMEOUT_S) -> bool:
-    """Is the completion's final answer (last ``\\boxed{}`` of its graded text) a gold answer?
+def check(completion_text: str, gold: "str | Gold", *, timeout: float = CHECK_TIMEOUT_S,
+          answer_format: str = "boxed") -> bool:
+    """Is the completion's final answer (by default the last ``\\boxed{}`` of its graded text) a gold answer?
 
     Args:
         completion_text: the decoded completion.
         gold: the reference answer, without ``\\boxed{}`` (e.g. ``"363"``, ``"\\frac{1}{2}"``),
             or a :class:`~scalectl.rl.reward.gold.Gold` (several answers, think tags).
         timeout: seconds math-verify may take on each comparison (see :func:`answers_match`).
+        answer_format: where the final answer is (``reward.format``,
+            :func:`scalectl.rl.reward.formats.final_answer`): ``boxed``, ``gsm8k``, ``last_line``.
 
     Returns:
-        False when the graded text has no closed ``\\boxed{}`` (or, with think tags, the
-        thinking block is not closed); else whether :func:`answers_match` holds for any
-        gold answer.
+        False when the graded text has no final answer in that format (no closed
+        ``\\boxed{}``, no ``####``, no line; with think tags, a thinking block not
+        closed); else whether :func:`answers_match` holds for any gold answer.
+
+    Raises:
+        ValueError: an unknown ``answer_format``.
     """
     answers, think_tags = (gold.answers, gold.think_tags) if isinstance(gold, Gold) else ((gold,), False)
     text = graded_text(completion_text, think_tags)
-    answer = None if text is None else last_boxed(text)
+    answer = None if text is None else final_answer(text, answer_format)
     return answer is not None and any(answers_match(answer, g, timeout=timeout) for g in answers)
 
 
-def reward(completion_text: str, gold: "str | Gold", *, timeout: float = CHECK_TIMEOUT_S) -> float:
+def reward(completion_text: str, gold: "str | Gold", *, timeout: float = CHECK_TIMEOUT_S,
+           answer_format: str = "boxed") -> float:
     """+1.0 if :func:`check` passes, else -1.0 (rewards in {-1, +1}, docs/recipe-axes.md)."""
-    return 1.0 if check(completion_text, gold, timeout=timeout) else -1.0
+    return 1.0 if check(completion_text, gold, timeout=timeout, answer_format=answer_format) else -1.0
+
+
+def score(completion: str, gold: "str | Gold", fields: dict | None = None, *, answer_format: str = "boxed",
+          timeout: float = CHECK_TIMEOUT_S) -> Score:
+    """The built-in reward function (``reward.function = "scalectl.rl.reward.checker:score"``,
+    the default): ``Score(+1.0, True)`` when :func:`check` passes, else ``Score(-1.0, False)``.
+
+    It has the signature of every reward function (docs/rewards.md), so that a function of
+    the user's can build on it (``score(completion, gold, fields).correct``); ``fields`` (the
+    row's other columns) is not read.  A run calls it with the recipe's ``reward.format``
+    and ``reward.timeout_s`` (:mod:`scalectl.rl.reward.scoring`).
+    """
+    ok = check(completion, gold, timeout=timeout, answer_format=answer_format)
+    return Score(1.0 if ok else -1.0, ok)

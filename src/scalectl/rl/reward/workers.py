@@ -1,4 +1,4 @@
-"""Checker processes: math-verify under a time bound, safe in threads.
+"""Checker processes: math-verify (and reward functions) under a time bound, safe in threads.
 
 math-verify's own timeouts use ``signal.alarm`` (main thread only), so they are off and
 every math-verify call (:func:`scalectl.rl.reward.mathverify.verify_here`) runs in a
@@ -8,6 +8,10 @@ timeout raises :class:`CheckTimeout` and its process is killed (``(x+1)^{1000}``
 ``x^{1000}`` takes ~9 s in sympy; ``\\sum_{k=1}^{9999}k^{9999}`` does not return); the next
 check starts a new one (~1 s).  Where no process can be started (a sandbox without
 ``fork``), checks run in this process without a time bound and a warning is logged once.
+
+:class:`WorkerPool` serves any body of that kind: a process that prints ``ready`` (or one
+line saying why not, :class:`WorkerRefused`), then answers one JSON request line with one
+line; :mod:`scalectl.rl.reward.calls` runs the user's reward functions in such processes.
 """
 
 from __future__ import annotations
@@ -53,13 +57,25 @@ class CheckTimeout(Exception):
     """A checker process did not answer in time, or died (never cached)."""
 
 
-class _Worker:
-    """One checker process (a fresh interpreter running :func:`serve_checks`)."""
+class WorkerRefused(Exception):
+    """A worker process started but said, instead of ``ready``, why it cannot serve (e.g. a
+    reward function that cannot be imported); the message is its line."""
 
-    def __init__(self):
-        """Start the process and wait until it has loaded math-verify.
+
+#: The body of a math-verify checker process.
+CHECKS_BODY = "from scalectl.rl.reward.workers import serve_checks; serve_checks()"
+
+
+class _Worker:
+    """One worker process (a fresh interpreter running ``body``, e.g. :func:`serve_checks`)."""
+
+    def __init__(self, body: str = CHECKS_BODY):
+        """Start the process and wait until it is ready (has loaded math-verify, say).
+
+        The process gets this one's ``sys.path`` as its ``PYTHONPATH`` and stderr.
 
         Raises:
+            WorkerRefused: its first line is not ``ready`` (the line is the message).
             RuntimeError: the process cannot be started, exits, or is not ready within
                 :data:`WORKER_START_TIMEOUT_S` seconds.
         """
@@ -69,17 +85,18 @@ class _Worker:
 
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", "from scalectl.rl.reward.workers import serve_checks; serve_checks()"],
-                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
+            self.proc = subprocess.Popen([sys.executable, "-c", body], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, text=True, bufsize=1, env=env)
         except OSError as exc:
             raise RuntimeError(f"cannot start a checker process: {exc}") from exc
         try:
-            ready = self._read(WORKER_START_TIMEOUT_S) == "ready"
+            first = self._read(WORKER_START_TIMEOUT_S)
         except (CheckTimeout, EOFError):
-            ready = False
-        if not ready:
+            first = None
+        if first != "ready":
             self.stop()
+            if first:
+                raise WorkerRefused(first)
             raise RuntimeError(f"checker process did not start (or not within {WORKER_START_TIMEOUT_S} s)")
 
     def _read(self, timeout: float) -> str:
@@ -93,12 +110,11 @@ class _Worker:
             raise EOFError("checker process exited")
         return line.strip()
 
-    def ask(self, gold: str, answer: str, timeout: float) -> bool:
-        import json
-
-        self.proc.stdin.write(json.dumps([gold, answer]) + "\n")
+    def ask(self, request: str, timeout: float) -> str:
+        """Send one request line, return the answer line; CheckTimeout after ``timeout`` s."""
+        self.proc.stdin.write(request + "\n")
         self.proc.stdin.flush()
-        return self._read(timeout) == "1"
+        return self._read(timeout)
 
     def alive(self) -> bool:
         return self.proc.poll() is None
@@ -115,22 +131,28 @@ class _Worker:
         self.proc.wait()
 
 
-class _WorkerPool:
-    """Checker processes, one request at a time each; a worker that overruns its
-    timeout is killed and a new one started on demand (~1 s: a fresh interpreter
+class WorkerPool:
+    """Worker processes running ``body``, one request at a time each; a worker that overruns
+    its timeout is killed and a new one started on demand (~1 s: a fresh interpreter
     imports math-verify).  Thread-safe: each thread takes an idle worker or starts one."""
 
-    def __init__(self):
+    def __init__(self, body: str = CHECKS_BODY):
         import os
 
+        self.body = body
         self._idle: list[_Worker] = []
         self._lock = threading.Lock()
         self._pid = os.getpid()
         self.unavailable: str | None = None   # why workers cannot start (then: in-process)
 
-    def run(self, gold: str, answer: str, timeout: float) -> bool:
-        """math-verify on (gold, answer) in a worker; raises :class:`CheckTimeout` after
-        ``timeout`` seconds (the worker is killed)."""
+    def run(self, request: str, timeout: float) -> str:
+        """The answer line of a worker to one request line.
+
+        Raises:
+            CheckTimeout: no answer within ``timeout`` seconds (the worker is killed).
+            EOFError: the worker exited while answering (the message gives its exit status).
+            WorkerRefused, RuntimeError: no worker could be started (see :class:`_Worker`).
+        """
         import os
 
         if self._pid != os.getpid():   # a forked child: the parent's workers are not ours
@@ -141,11 +163,14 @@ class _WorkerPool:
             worker.stop()          # died while idle
             worker = None
         if worker is None:
-            worker = _Worker()
+            worker = _Worker(self.body)
         try:
-            result = worker.ask(gold, answer, timeout)
+            result = worker.ask(request, timeout)
+        except (EOFError, BrokenPipeError):
+            worker.stop()          # died while answering
+            raise EOFError(f"the process exited with status {worker.proc.returncode}") from None
         except BaseException:
-            worker.stop()          # overran, died or was interrupted
+            worker.stop()          # overran or was interrupted
             raise
         with self._lock:
             if len(self._idle) < MAX_IDLE_WORKERS:
@@ -167,7 +192,7 @@ class _WorkerPool:
             worker.stop()
 
 
-_POOL = _WorkerPool()
+_POOL = WorkerPool()
 atexit.register(_POOL.close)
 
 
@@ -180,8 +205,10 @@ def verify_bounded(gold: str, answer: str, timeout: float) -> bool:
         CheckTimeout: the check overran ``timeout`` (its process was killed) or its process died.
     """
     if _POOL.unavailable is None:
+        import json
+
         try:
-            return _POOL.run(gold, answer, timeout)
+            return _POOL.run(json.dumps([gold, answer]), timeout) == "1"
         except (CheckTimeout, EOFError, OSError):
             raise CheckTimeout from None
         except Exception as exc:  # noqa: BLE001 - no process can be started here

@@ -1,8 +1,10 @@
-"""Rollouts to scored groups: sample G completions per prompt, check, shape rewards.
+"""Rollouts to scored groups: sample G completions per prompt, score, shape rewards.
 
-A *group* is the G completions of one prompt.  Rewards are +1 for a correct
+A *group* is the G completions of one prompt.  Each completion is scored by the
+recipe's reward (:mod:`scalectl.rl.reward.scoring`): by default +1 for a correct
 final answer and -1 otherwise (checked with math-verify,
-:mod:`scalectl.rl.reward.checker`); with ``length.control = "penalty"`` the DAPO
+:mod:`scalectl.rl.reward.checker`), or what a reward function of the user's
+returns (partial credit included); with ``length.control = "penalty"`` the DAPO
 overlong shaping is added to correct completions (DAPO, arXiv 2503.14476,
 eq. 13).  With ``interrupt`` the rollout engine appends the interruption
 phrase itself; ``none`` leaves truncated completions to the checker.
@@ -15,7 +17,6 @@ from dataclasses import dataclass, field
 import torch
 
 from scalectl.rl.rollout.length import overlong_penalty
-from scalectl.rl.reward.checker import check
 
 
 @dataclass
@@ -25,8 +26,8 @@ class Group:
     Attributes:
         prompt_id: index of the prompt in the training set.
         completions: G rollout completions (:class:`scalectl.rl.rollout.base.Completion`).
-        correct: G booleans from the checker.
-        rewards: (G,) float, +1/-1 plus any length shaping.
+        correct: G booleans: solved, for the pass rate (the reward's ``Score.correct``).
+        rewards: (G,) float, the reward (built-in: +1/-1) plus any length shaping.
         generator: the rank of the generator process that sampled it (None: sampled in the
             trainer's process).
     """
@@ -47,19 +48,25 @@ class Group:
         return bool((self.rewards == self.rewards[0]).all())
 
 
-def score_groups(raw_groups: list[list], problems: list, prompt_ids: list[int], length) -> list[Group]:
-    """Check every completion and shape rewards.
+def score_groups(raw_groups: list[list], problems: list, prompt_ids: list[int], length, score) -> list[Group]:
+    """Score every completion and shape rewards.
 
     Args:
         raw_groups: one list of G completions per prompt, as the engine returned them.
-        problems: the prompt set (objects with ``answer``).
+        problems: the prompt set (objects with ``answer``, and ``fields`` for a real set).
         prompt_ids: the prompt index of each group.
         length: the recipe's :class:`~scalectl.recipe.schema.Length` section.
+        score: ``score(completion_text, problem)`` -> :class:`~scalectl.rl.reward.score.Score`,
+            the recipe's reward (:func:`scalectl.rl.reward.scoring.scorer_for`).
+
+    Raises:
+        RewardFunctionError: the recipe's reward function failed on a completion.
     """
     groups = []
     for pid, comps in zip(prompt_ids, raw_groups):
-        correct = [check(c.text, problems[pid].answer) for c in comps]
-        rewards = torch.tensor([1.0 if ok else -1.0 for ok in correct])
+        scores = [score(c.text, problems[pid]) for c in comps]
+        correct = [s.correct for s in scores]
+        rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
         if length.control == "penalty":
             lmax = length.penalty_max or length.max_new_tokens
             pen = overlong_penalty(torch.tensor([len(c.token_ids) for c in comps]), lmax, length.penalty_cache)

@@ -38,6 +38,7 @@ from scalectl.rl.policy.model import TINY_CONFIG, build_tiny_model, build_tokeni
 from scalectl.rl.policy.logprobs import token_logprobs
 from scalectl.rl.data.splits import DEFAULT_SYNTHETIC_TRAIN
 from scalectl.rl.evaluation.pass_rate import evaluate
+from scalectl.rl.reward.scoring import Scorer
 from scalectl.rl.rollout.cpu import CPURolloutEngine
 from scalectl.rl.rollout.sampling import SamplingParams
 from scalectl.rl.data.arithmetic import Problem, eval_problems, sft_target, train_problems
@@ -126,7 +127,7 @@ def train_sft(model, tokenizer, train: list[Problem], check_set: list[Problem], 
         if step % cfg.check_every == 0:
             model.eval()
             rate = evaluate(engine, check_set, SamplingParams(max_new_tokens=max_new_tokens),
-                            samples_per_prompt=cfg.check_samples, seed=cfg.seed + step,
+                            samples_per_prompt=cfg.check_samples, seed=cfg.seed + step, score=Scorer(),
                             chunk_prompts=len(check_set))["pass_rate"]
             history.append((step, loss_val, rate))
             if step % (LOG_EVERY_CHECKS * cfg.check_every) == 0:   # every check is in the history

@@ -1,0 +1,70 @@
+"""What a reward function returns: a float reward, or a :class:`Score` that also says whether
+the completion counts as correct for the pass rate.
+
+A reward function (``reward.function``, docs/rewards.md) returns
+
+* a finite float (an int, a numpy float): the reward; the completion is correct (for the pass rate
+  mean@k, the retiring of solved prompts and DAPO's length shaping) when it is > 0;
+* or a :class:`Score` (reward and correct given apart: a partial credit of 0.5 that is not
+  a solution is ``Score(0.5, False)``).
+
+Anything else (a string, a bool, None, NaN, infinity) is refused by :func:`as_score`, and
+:class:`RewardFunctionError` names the function.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+
+from scalectl.errors import UserError
+
+
+@dataclass(frozen=True)
+class Score:
+    """One completion's score.
+
+    Attributes:
+        reward: the reward (a finite float; the built-in checker: +1 or -1).
+        correct: whether it counts as solved in the pass rate (mean@k).
+    """
+
+    reward: float
+    correct: bool
+
+
+class RewardFunctionError(UserError):
+    """A reward function could not be imported, raised, overran its time bound, died, or
+    returned something that is not a reward; the message names the function (the run
+    fails with it)."""
+
+
+def as_score(value) -> Score:
+    """``value`` as a :class:`Score`: a Score as it is (checked), a finite real number as
+    ``Score(float(value), value > 0)``.
+
+    Raises:
+        TypeError: a bool, or anything that is neither a number nor a Score (the message
+            says what it was and what is expected).
+        ValueError: NaN or an infinite reward.
+    """
+    if isinstance(value, Score):
+        reward, correct = value.reward, value.correct
+        if not isinstance(correct, bool):
+            raise TypeError(f"returned a Score whose correct is {type(correct).__name__} {correct!r}, not a bool")
+    elif isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"returned {type(value).__name__} {_short(repr(value))}: a reward function returns a "
+                        "float (correct when > 0) or a scalectl.rl.reward.score.Score(reward, correct)")
+    else:
+        reward, correct = value, value > 0
+    if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
+        raise TypeError(f"returned a Score whose reward is {type(reward).__name__} {_short(repr(reward))}, "
+                        "not a float")
+    if not math.isfinite(reward):
+        raise ValueError(f"returned the reward {reward!r}: a reward must be a finite number")
+    return Score(float(reward), bool(correct))
+
+
+def _short(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else text[:limit] + "..."
