@@ -180,7 +180,9 @@ def check_rows(recipe, tokenizer, found: Inputs) -> None:
         records = [to_record(r, i, prompt_key=d.prompt_key, answer_key=d.answer_key, source=source)
                    for i, r in enumerate(rows)]
         template = recipe.model.chat_template and bool(getattr(tokenizer, "chat_template", None))  # else said
-        texts = [render_prompt(r.messages, tokenizer=tokenizer, chat_template=template) for r in records]
+        texts = [render_prompt(r.messages, tokenizer=tokenizer, chat_template=template,
+                               answer_format=recipe.reward.format, instruction=recipe.reward.instruction)
+                 for r in records]
     except UserError as exc:
         found.problems.append(str(exc))
         return
