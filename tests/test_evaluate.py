@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -73,6 +74,33 @@ def test_a_checkpoint_evaluated_on_a_second_set_is_stored_as_a_series(trained, t
                        "first_step": 4, "last_step": 4}]
     shown = _cli(db, "show", "base")
     assert shown.exit_code == 0 and f"series second: 5 prompts of {data}, mean@3" in shown.stdout
+
+
+def test_a_series_is_scored_by_the_runs_own_reward_function(trained, tmp_path, monkeypatch):
+    """A run whose recipe names a reward function of the user's: evaluation calls it once per
+    completion, from the evaluating process, and its ``correct`` is what the pass rate counts
+    (right when the gold answer is odd: 3 of the 5 prompts, whatever the completions)."""
+    from series_rewards import CALLS_ENV
+
+    from scalectl.job.checkpoints import evaluate_checkpoints, pick_checkpoints
+    from scalectl.recipe.schema import Recipe
+
+    _, tmp, info, _ = trained
+    golds = [3, 7, 11, 8, 4]
+    data = tmp_path / "odd.jsonl"
+    data.write_text("".join(json.dumps({"question": f"{g - 1}+1=", "answer": str(g)}) + "\n" for g in golds))
+    calls = tmp_path / "calls"
+    monkeypatch.setenv(CALLS_ENV, str(calls))
+    reward = {**info["recipe"].get("reward", {}), "function": "series_rewards:right_if_gold_is_odd"}
+    raw = dict(info["recipe"], reward=reward)
+    recipe = Recipe.model_validate(raw)
+    found = evaluate_checkpoints(recipe, info["run_dir"], pick_checkpoints("base", info["run_dir"], 4), data=str(data),
+                                 samples=3)
+    (point,) = found.points
+    assert (found.name, found.prompts, point.correct_counts, point.pass_rate) == ("odd", 5, [3, 3, 3, 0, 0], 9 / 15)
+    lines = [line.split() for line in calls.read_text().splitlines()]
+    assert sorted(int(g) for _, _, g in lines) == sorted(golds * 3)          # once per completion
+    assert {int(parent) for _, parent, _ in lines} == {os.getpid()}
 
 
 def test_held_out_evaluation_reproduces_the_runs_own_points(trained):
