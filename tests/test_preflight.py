@@ -196,6 +196,16 @@ def test_a_run_without_learning_signal_stops_saying_why(tmp_path, models, one_to
     assert resumed.outcome == runs.COMPLETED and resumed.summary["steps"] == 5
 
 
+def test_a_run_whose_budget_ends_within_the_no_signal_steps_completes(tmp_path, models, one_torch_thread):
+    """The check stops a run that would train on; one whose budget is spent at that step is done."""
+    sets = [*SMALL, f"model.path={models['own']}", "budget.no_signal_steps=1"]
+    done = runs.start(functools.partial(Store.open, tmp_path / "s.db"), GRPO, overrides=sets, runs_dir=tmp_path / "runs",
+                      name="short")
+    assert done.outcome == runs.COMPLETED and done.summary["steps"] == 1
+    (step,) = [json.loads(line) for line in (tmp_path / "runs" / "short" / "steps.jsonl").read_text().splitlines()]
+    assert (step["zero_variance_share"], step["grad_norm"]) == (1.0, 0.0)        # a step without signal all the same
+
+
 def test_a_held_out_split_the_length_limit_empties_says_what_was_dropped(models):
     """At run time (past the first rows read before it), a limit that leaves fewer prompts than
     eval.prompts needs says how many rows, duplicates and prompts too long went."""

@@ -371,8 +371,9 @@ class _Run:
 
     def check_signal(self, metrics: dict) -> None:
         """Stop (after a checkpoint) when the run's first ``budget.no_signal_steps`` steps all lacked a
-        learning signal (:func:`without_signal`); a step with one ends the check."""
-        if self.quiet is None:
+        learning signal (:func:`without_signal`); a step with one ends the check, and so does the end
+        of the budget (a run of no more steps completes)."""
+        if self.quiet is None or self.done():
             return
         if not without_signal(metrics):
             self.quiet = None
