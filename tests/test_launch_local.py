@@ -250,6 +250,7 @@ def test_detached_training_cancelled_then_resumed(tmp_path, policy):
     tiny = ["--set", "async.mode=sync", "--set", "batch.prompts_per_step=4", "--set", "batch.generations_per_prompt=4",
             "--set", "eval.every_steps=2", "--set", "eval.prompts=200", "--set", "eval.samples_per_prompt=4",
             "--set", "checkpoint.every_steps=2", "--set", f"model.path={policy}",
+            "--set", "budget.no_signal_steps=0",  # an untrained policy: no step has a signal
             "--set", "budget.steps=1000000"]     # never reached: the cancel lands mid-run however fast the machine
     job = _detach(tmp_path, "bg", *tiny)
     run_dir = Path(job["run_dir"])
