@@ -126,7 +126,8 @@ def test_tokens_axis_and_errors(db):
     res = cli(db, "extrapolate", "scalerl")
     assert res.exit_code == 2 and "exactly one of --until" in res.stderr
     res = cli(db, "extrapolate", "scalerl", "--fraction", "1e-9")
-    assert res.exit_code == 2 and "too short to fit; give a larger --fraction" in " ".join(res.stderr.split())
+    assert res.exit_code == 2 and "too short to fit; this run (61 points) can be fitted from --fraction" in " ".join(
+        res.stderr.split())
     res = cli(db, "fit", "nope")
     assert res.exit_code == 2 and "no run 'nope'" in res.stderr
     res = cli(db, "compare", "scalerl", "magistral", "--baseline", "zzz")
@@ -173,3 +174,60 @@ def test_show_names_device_hours_of_a_cpu_run_and_prints_zero_as_zero(db_path):
     assert "0.0125" in result.output
     gpu = CliRunner().invoke(app, ["show", "on-gpu", "--db", str(db_path)], env={"COLUMNS": "200"})
     assert "GPU-hours" in gpu.output
+
+
+def test_compare_says_a_ceiling_not_identified_once(db_path):
+    """A run stopped at 0.9 x C_mid: its verdict's reason is its ceiling_not_identified flag, which
+    compare printed a second time as the flag's own line; now each flag sentence appears once."""
+    with Store.open(db_path) as store:
+        add_run(store, "base", 0.60, 1.9, 2542, seed=4, sd=0.003, reach=6)
+        add_run(store, "short", 0.60, 1.9, 2542, seed=5, sd=0.003, reach=0.9)
+    res = cli(db_path, "compare", "base", "short", "--bootstrap", "200")
+    assert res.exit_code == 0, res.output
+    data = json.loads(cli(db_path, "compare", "base", "short", "--bootstrap", "200", "--json").stdout)
+    flags = [f["message"] for f in data["fits"]["short"]["flags"] if f["code"] == "ceiling_not_identified"]
+    assert flags and "not identified" in next(r["reason"] for r in data["rows"] if r["name"] == "short")
+    text = " ".join(res.stdout.split())
+    for message in flags:
+        assert text.count(" ".join(message.split())) == 1, res.stdout
+
+
+def test_extrapolate_on_a_short_run_names_the_fraction_that_fits(db_path):
+    """The first 8 points (140 steps) of a real tiny run: `--fraction 0.5` leaves 3 points in the fit
+    window, too few; the error names the smallest fraction that fits, which then works, and its
+    sensitivity table, with one distinct window, says there is no spread rather than 'A spread 0.000'."""
+    import re
+
+    from conftest import ROOT
+
+    real = json.loads((ROOT / "tests/data/real_runs.json").read_text())["runs"][0]
+    with Store.open(db_path) as store:
+        rid = store.create_run("short", hardware="cpu-2core")
+        store.add_points(rid, [{k: p[k] for k in ("step", "gpu_hours", "pass_rate")} for p in real["points"][:8]])
+    res = cli(db_path, "extrapolate", "short", "--fraction", "0.5", "--bootstrap", "100")
+    assert res.exit_code == 2
+    m = re.search(r"can be fitted from --fraction ([0-9.]+) \(--until [0-9.e-]+: (\d+) points fitted, (\d+) held out\)",
+                  " ".join(res.output.split()))
+    assert m, res.output
+    fraction, fitted, held = float(m.group(1)), int(m.group(2)), int(m.group(3))
+    assert fitted + held == 8 and held >= 1
+    ok = cli(db_path, "extrapolate", "short", "--fraction", str(fraction), "--bootstrap", "100", "--json")
+    assert ok.exit_code == 0, ok.output
+    data = json.loads(ok.stdout)
+    assert len(data["heldout"]) == held
+    shown = cli(db_path, "extrapolate", "short", "--fraction", str(fraction), "--bootstrap", "100")
+    assert [r["fit"] is not None for r in data["sensitivity"]["rows"]].count(True) == 1
+    assert "(one window fitted: no spread to show)" in shown.output and "A spread 0.000" not in shown.output
+
+
+def test_a_sensitivity_table_of_one_window_shows_no_spread():
+    from scalectl.curve import fit_sigmoid
+    from scalectl.present.tables import sensitivity_table
+    from scalectl.science.extrapolate import Sensitivity, WindowFit
+
+    x = np.linspace(0, 5000, 21)
+    fit = fit_sigmoid(x, sigmoid(x, 0.6, 2.0, 1000, 0.3), bootstrap=0)
+    one = Sensitivity((WindowFit((0.0, 5000.0), fit), WindowFit((2500.0, 5000.0), None, "too few points")))
+    assert "(one window fitted: no spread to show)" in sensitivity_table(one, 200).title
+    two = Sensitivity((WindowFit((0.0, 5000.0), fit), WindowFit((0.0, 2500.0), fit)))
+    assert "(A spread 0.000 over 2 windows)" in sensitivity_table(two, 200).title

@@ -321,8 +321,34 @@ def test_advice_extend_versus_seeds():
     bound = dataclasses.replace(bound, flags=(Flag("on_bound", "A = 1.000 lies on the upper bound edge", "A"),))
     pinned = advise(bound)
     assert pinned.action == "extend" and "A lies on a bound although the data reach 4.80 x C_mid" in pinned.message
-    assert "about 9.6 x C_mid (2.4e+04)" in pinned.message
+    assert "about 9.6 x C_mid (24000 GPU-hours)" in pinned.message
     noisy = advise(_fit(0.61, lo=0.585, hi=0.635, reach=5.0), n_seeds=1)
     assert noisy.action == "seeds" and noisy.seeds_needed == math.ceil((0.05 / 0.02) ** 2)
     with pytest.raises(ValueError, match="no interval for A"):
         advise(_fit(0.61))
+
+
+def test_advice_in_steps_device_hours_and_wall_clock_at_the_runs_measured_rate():
+    """The run's points give 25 GPU-hours and 90 s per step (130 steps to 3,250 GPU-hours); the
+    extension to 3 x C_mid = 7,500 GPU-hours is (7500 - 3250) / 25 = 170 more steps, 170 x 25 =
+    4,250 device-hours, 170 x 90 s = 4.25 h; a noisy fit's extra seeds are runs of the same 130
+    steps each (6 x 130 x 90 s = 19.5 h)."""
+    from scalectl.curve import step_rate
+
+    points = [{"step": s, "gpu_hours": 25.0 * s, "wall_seconds": 90.0 * s, "pass_rate": 0.4}
+              for s in range(0, 131, 10)]
+    rate = step_rate(points, "gpu_hours", source="run-s0")
+    assert (rate.compute_per_step, rate.hours_per_step, rate.seconds_per_step) == (25.0, 25.0, 90.0)
+    assert (rate.last_step, rate.last_compute) == (130, 3250.0)
+    short = advise(_fit(0.61, lo=0.55, hi=0.68, reach=1.3), rate=rate)
+    assert short.action == "extend" and (short.steps, short.device_hours, short.seconds) == (170, 4250.0, 15300.0)
+    assert ("extend the run to about 3 x C_mid (7500 GPU-hours): about 170 more steps (to step 300; "
+            "4250 device-hours, about 4.2 h at run-s0's measured rate)") in short.message
+    noisy = advise(_fit(0.61, lo=0.585, hi=0.635, reach=5.0), rate=rate)
+    assert noisy.action == "seeds" and noisy.seeds_needed == 7 and noisy.steps == 130
+    assert noisy.device_hours == 6 * 130 * 25.0
+    assert "6 more run(s) of 130 steps, 19500 device-hours, about 20 h in all" in noisy.message
+    # a run on another axis (FLOPs) says nothing in steps about a fit on GPU-hours
+    flops = step_rate([{"step": 0, "flops": 0.0}, {"step": 10, "flops": 1e12}], "flops")
+    assert advise(_fit(0.61, lo=0.55, hi=0.68, reach=1.3), rate=flops).steps is None
+    assert step_rate([{"step": 0, "flops": 0.0}], "flops") is None

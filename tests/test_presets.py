@@ -119,3 +119,23 @@ def test_init_copies_the_presets_and_an_edited_copy_is_what_a_name_means_there(t
     assert (work / plan["setup"]).resolve() == (work / "setups" / "tiny-cpu.toml").resolve()
     run_cli("init", "work", "--force", cwd=tmp_path, check=True)
     assert "retire_threshold = 0.9" in edited.read_text()
+
+
+def test_validate_alone_names_the_hash_and_values_a_run_has(tmp_path):
+    """Checked without a setup, a recipe shows its own values and the hash `recipes` lists for a run of it."""
+    listed = {r["name"]: r["hash"] for r in json.loads(run_cli("recipes", "--json", cwd=tmp_path,
+                                                                check=True).stdout) if r["kind"] == "recipe"}
+    got = json.loads(run_cli("validate", "scalerl", "--json", cwd=tmp_path, check=True).stdout)[0]
+    assert got["hash"] != got["run_hash"] == listed["scalerl"]
+    recipe = load(ROOT / "recipes" / "scalerl.toml").to_dict()          # the recipe alone, defaults filled
+    tiny = tomllib.loads((ROOT / "setups" / "tiny-cpu.toml").read_text())
+    changes = {k: (was, now) for k, was, now in got["run_changes"]}
+    assert changes["length.max_new_tokens"] == (recipe["length"]["max_new_tokens"], tiny["length"]["max_new_tokens"])
+    assert changes["batch.prompts_per_step"] == (recipe["batch"]["prompts_per_step"], tiny["batch"]["prompts_per_step"])
+    assert "loss.type" not in changes                                   # the setup leaves the loss alone
+    proc = run_cli("validate", "scalerl", cwd=tmp_path, check=True)
+    assert f"hash {listed['scalerl']} on the default setup" in proc.stdout
+    assert "length.max_new_tokens 14336 -> 20" in proc.stdout
+    with_setup = json.loads(run_cli("validate", "scalerl", "--setup", "tiny-cpu", "--json", cwd=tmp_path,
+                                    check=True).stdout)[0]
+    assert with_setup["hash"] == listed["scalerl"] and "run_hash" not in with_setup

@@ -6,6 +6,8 @@ import io
 import json
 import re
 
+import pytest
+
 from rich.console import Console
 
 from conftest import run_cli
@@ -115,3 +117,35 @@ def test_one_watch_helper_prints_a_line_per_change_and_follows_until_no_run_is_a
     assert last == looks[-1]
     text = term.getvalue()
     assert "runs" in text and "completed" in text and "run 1:" not in text
+
+
+def test_the_eta_leaves_out_the_first_step_and_accounts_for_evaluations():
+    """A ppo_off_policy-like run of 60 steps: the first step takes 145 s (the model load and a whole
+    round of generation), each later step 0.75 s, and an evaluation every 10 steps adds 5 s to the
+    step it falls in.  The old estimate, elapsed / steps done, said ETA 2:23:12 after step 1 for a
+    run that then needed about a minute; the estimate now waits for a second step, then gives the
+    steps left at 0.75 s plus the evaluations left at 5 s each."""
+    buf = io.StringIO()
+    clock = _Clock()
+    rep = RichReporter(Console(file=buf, width=200), interval=0.0, clock=clock)
+    rep.start(60, 0)
+    point = {"pass_rate": 0.3, "truncation_rate": 0.0, "mean_length": 10.0, "flops": 1.0, "eval_seconds": 5.0}
+    rep.eval(0, point)
+    etas = {}
+    for step in range(1, 61):
+        clock.now += 145.0 if step == 1 else 0.75 + (5.0 if (step - 1) % 10 == 0 and step > 1 else 0.0)
+        rep.step(step, {"reward": 0.0})
+        if step % 10 == 0:
+            rep.eval(step, point)
+        etas[step] = rep.steps.eta(step, 60)
+    lines = [line for line in buf.getvalue().splitlines() if line.startswith("step ")]
+    assert lines[0] == "step 1/60 (2%)  pass rate 0.300  trunc 0.00  reward +0.00  first step 145.00 s  elapsed 0:02:25  ETA -"
+    assert etas[1] is None
+    assert rep.steps.per_step() == pytest.approx(0.75)
+    assert rep.steps.eval_every() == 10 and rep.steps.per_eval() == pytest.approx(5.0)
+    # after step 25: 35 steps x 0.75 s + evaluations at 30, 40, 50, 60 x 5 s
+    assert etas[25] == pytest.approx(35 * 0.75 + 4 * 5.0)
+    # the fake clock then spends 35 x 0.75 s + 3 x 5 s on steps 26-60, the last evaluation follows
+    assert clock.now - 100.0 - (145.0 + 24 * 0.75 + 2 * 5.0) == pytest.approx(etas[25] - 5.0)
+    assert lines[24].endswith("0.75 s/step  elapsed 0:02:53  ETA 0:00:46")
+    assert etas[60] == 0.0

@@ -190,3 +190,17 @@ def test_seeds_of_a_variant_are_pooled(tmp_path):
     assert abs(low.curve.fit.A - 0.55) < 0.01
     assert result.comparison.row("low").verdict == LOWER
     assert low.sentence.startswith("Changing x from a to b lowered the ceiling from 0.61 to 0.55")
+
+
+def test_an_unidentified_ceiling_is_not_reported_as_a_move():
+    """At 1 x C_mid a variant's fit put A on its bound 1.0: the sentence said the variant 'moved the
+    ceiling from 0.58 to 1.00'; it now says the verdict is undecided and why, and that the fitted
+    ceilings are no difference yet."""
+    base = _fit(0.58)
+    v = _variant("fp32-off", "Switching from base to fp32-off", 1.0)
+    why = ("ceiling of fp32-off not identified: A = 1.000 lies on the upper bound edge (1.000): the estimate "
+           "is not trustworthy")
+    s = sentence(v, _row("fp32-off", 1.0, UNDECIDED, why), base, 0.02)
+    assert "moved the ceiling" not in s
+    assert s == (f"Switching from base to fp32-off is undecided: {why} (the fitted ceilings, 0.58 and 1.00, are "
+                 "not yet a difference: extend the runs).")

@@ -92,6 +92,20 @@ def test_canned_queries_return_the_stores_runs_points_fits_and_ablations(server)
         ("base", "completed", 0.5, 0.61), ("loo-fp32", "running", 0.125, None)]
 
 
+def test_the_page_claims_no_license_for_the_users_data(server):
+    """The store holds the user's own results: the page names no data license (it said
+    'Data license: Apache-2.0', the license of scalectl's code, over a private store)."""
+    from scalectl.commands.serve import metadata_for
+
+    base, _, db = server
+    for url in (base.rsplit("/", 1)[0] + "/", base):         # the instance's page and the store's
+        with urllib.request.urlopen(url, timeout=30) as resp:
+            page = resp.read().decode()
+        assert "Runs" in page or "scalectl store" in page
+        assert "license" not in page.lower()
+    assert "license" not in metadata_for(db) and "license_url" not in metadata_for(db)
+
+
 def test_serve_only_reads(server):
     base, ids, db = server
     size = db.stat().st_size

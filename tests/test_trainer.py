@@ -260,3 +260,26 @@ def test_the_single_process_group_is_destroyed_before_the_interpreter_exits(tmp_
                          capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines()[-2:] == ["group made: True", "group at exit: False"]
+
+
+def test_a_cpu_trainer_names_deepspeeds_cpu_accelerator_so_it_does_not_warn():
+    """DeepSpeed imported as the trainer imports it on a CPU takes its CPU accelerator without
+    the "Setting accelerator to CPU" warning that every run printed; imported bare, it warns."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "DS_ACCELERATOR"}
+
+    def stderr(code: str) -> str:           # DeepSpeed's logger writes to stdout
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                              timeout=300, check=True)
+        return proc.stdout + proc.stderr
+
+    ours = stderr("from scalectl.rl.train.trainer import import_deepspeed\n"
+                  "ds = import_deepspeed('cpu')\n"
+                  "from deepspeed.accelerator import get_accelerator\n"
+                  "assert get_accelerator().device_name() == 'cpu'")
+    assert "Setting accelerator to CPU" not in ours
+    if not torch.cuda.is_available():
+        assert "Setting accelerator to CPU" in stderr("import deepspeed")

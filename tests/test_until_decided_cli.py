@@ -209,3 +209,40 @@ def test_plan_from_a_stored_base_whose_ceiling_is_not_identified_says_so(tmp_pat
     assert "--resume short-base" in p["warning"]
     shown = run_cli("ablate", _ablation(tmp_path), "--plan", db=db, check=True)
     assert "warning: the fit of short-base does not identify its ceiling" in " ".join(shown.stderr.split())
+
+
+def test_plan_from_a_stored_run_of_another_recipe_in_steps_hours_and_wall_clock(tmp_path):
+    """No run of the base recipe (the leave-one-out of scalerl on tiny-cpu) is stored, only a run
+    of another recipe: --plan names it and --from-run; with --from-run it plans from that run's fit
+    and rates (0.001 GPU-hours and 2 s per step), in steps, device-hours and wall-clock, and says
+    what its terms mean."""
+    db = tmp_path / "s.db"
+    steps = list(range(0, 501, 10))
+    c = [0.001 * s for s in steps]
+    r = [0.3 + 0.3 / (1 + (0.1 / x) ** 2) if x > 0 else 0.3 for x in c]
+    from scalectl.store.database import Store
+
+    with Store.open(db) as store:        # a run stored as the trainer stores one, wall-clock included
+        rid = store.create_run("other-s0", hardware="cpu-2core")
+        store.add_points(rid, [{"step": s, "gpu_hours": x, "pass_rate": y + 0.003 * math.sin(s), "wall_seconds": 2.0 * s}
+                               for s, x, y in zip(steps, c, r)])
+    missing = run_cli("ablate", "--leave-one-out", "--plan", db=db, cwd=tmp_path)
+    assert missing.returncode == 2
+    assert "plan from a stored run of a similar recipe with --from-run RUN" in missing.stderr
+    assert "stored runs it could plan from: other-s0" in missing.stderr
+    p = json.loads(run_cli("ablate", "--leave-one-out", "--plan", "--from-run", "other-s0", "--json", db=db,
+                           cwd=tmp_path, check=True).stdout)["power"]
+    assert p["source"] == "fit of stored run other-s0 (500 steps)" and p["axis"] == "gpu_hours"
+    assert p["compute_per_step"] == pytest.approx(0.001, rel=1e-3)
+    assert p["budget_steps"] == 10 * math.ceil(5 * p["C_mid"] / p["compute_per_step"] / 10 - 1e-9)
+    assert p["seconds_per_step"] == pytest.approx(2.0) and p["parallel"] == 1
+    assert p["device_hours"] == pytest.approx(8 * p["seeds"] * p["budget_steps"] * 0.001, rel=1e-3)
+    assert p["wall_seconds"] == pytest.approx(8 * p["seeds"] * p["budget_steps"] * 2.0)
+    assert {"arm", "s_fit", "s_seed", "dA half-width", "reach"} <= set(p["terms"])
+    shown = run_cli("ablate", "--leave-one-out", "--plan", "--from-run", "other-s0", db=db, cwd=tmp_path,
+                    check=True).stdout
+    assert f"{8 * p['seeds']} runs, {8 * p['seeds'] * p['budget_steps']:,} steps: about" in shown
+    assert "wall-clock about" in shown and "(2 s per step, 1 run(s) at a time: launcher.max_parallel)" in shown
+    assert "\nwhere:\n  arm: the base or one variant" in shown and "  s_fit: the sd of A from one run's fit" in shown
+    nowhere = run_cli("ablate", "--leave-one-out", "--plan", "--from-run", "nope", db=db, cwd=tmp_path)
+    assert nowhere.returncode == 2 and "nope" in nowhere.stderr

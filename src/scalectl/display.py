@@ -187,3 +187,19 @@ def bytes_text(n: float) -> str:
 def count_text(n: float) -> str:
     """``8 B`` (billions) from 1e9 up, ``1.12 M`` below."""
     return f"{n / 1e9:.3g} B" if n >= 1e9 else f"{n / 1e6:.3g} M"
+
+
+def duration_text(seconds: float) -> str:
+    """A wall-clock span for people: ``45 s``, ``25 min``, ``3.2 h``, ``288 h``, ``62.5 days``
+    (hours below 1,000, so that a booking of 72-hour jobs reads in hours)."""
+    if not math.isfinite(seconds):
+        return "-"
+    s = max(0.0, seconds)
+    if s < 90:
+        return f"{s:.0f} s"
+    if s < 90 * 60:
+        return f"{s / 60:.0f} min"
+    hours = s / 3600
+    if hours < 1000:
+        return f"{hours:.2g} h" if hours < 10 else f"{hours:,.0f} h"
+    return f"{hours / 24:.1f} days"

@@ -246,7 +246,8 @@ def sentence(v: VariantResult, row: Row | None, base_fit: SigmoidFit | None, mar
     if row.verdict == SPEED_UNDECIDED:
         return (f"{subject} left the ceiling within the {m} margin ({old} -> {new}): a tie on "
                 f"ceiling; whether it rises faster is undecided ({row.reason.split('; ', 1)[-1]}).")
-    if "not identified" in row.reason:
-        return f"{subject} moved the ceiling from {old} to {new}, but it is undecided: {row.reason}."
+    if "not identified" in row.reason:     # fitted ceilings that are not identified are no move to report
+        return (f"{subject} is undecided: {row.reason} (the fitted ceilings, {old} and {new}, are not yet "
+                "a difference: extend the runs).")
     return (f"{subject} moved the ceiling from {old} to {new}, but the interval of the difference "
             f"[{lo:+.3f}, {hi:+.3f}] straddles the {m} margin: undecided (train longer or add seeds).")

@@ -20,7 +20,9 @@ does that cost?
   margin / 2: a true tie (|dA| <= margin / 2) is then called a tie, and a true
   difference of 1.5 margins is called higher or lower.  Hence
   n = ceil(2 z^2 (s_fit^2 + s_seed^2) / (margin / 2)^2).
-* **Cost.** arms x n x budget x (device-hours per step).
+* **Cost.** arms x n x budget x (device-hours per step); wall-clock: the
+  arms x n runs, ``parallel`` at a time (``launcher.max_parallel``), each budget x
+  (seconds per step).
 
 Pure functions; the command feeds them the base's stored fit or stated assumptions.
 """
@@ -43,7 +45,9 @@ class PowerPlan:
     half_width: the dA half-width reached with ``seeds``; s_fit, s_seed: the
     sds used (pass rate); reach: budget compute / C_mid; capped: a cap cut
     the budget or seeds, whose uncapped values are ``budget_uncapped`` and
-    ``seeds_uncapped``.
+    ``seeds_uncapped``; seconds_per_step: wall-clock seconds per step (None: not
+    known); parallel: runs trained at once; wall_seconds: the wall-clock of all the
+    runs (None without a seconds rate).
     """
 
     budget_steps: int
@@ -58,6 +62,9 @@ class PowerPlan:
     capped: bool = False
     seeds_uncapped: int = 0
     budget_uncapped: int = 0
+    seconds_per_step: float | None = None
+    parallel: int = 1
+    wall_seconds: float | None = None
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
@@ -80,10 +87,18 @@ def delta_half_width(s_fit: float, s_seed: float, seeds: int, level: float = 0.9
     return math.sqrt(2) * z * math.sqrt(s_fit ** 2 + s_seed ** 2) / math.sqrt(seeds)
 
 
+def wall_seconds(runs: int, steps: int, seconds_per_step: float | None, parallel: int = 1) -> float | None:
+    """Wall-clock seconds of ``runs`` runs of ``steps`` steps each, ``parallel`` at a time
+    (whole waves: ceil(runs / parallel) x steps x seconds_per_step); None without a rate."""
+    if seconds_per_step is None:
+        return None
+    return math.ceil(runs / max(1, parallel)) * steps * seconds_per_step
+
+
 def plan_power(*, C_mid: float, compute_per_step: float, s_fit: float, s_seed: float, arms: int,
                margin: float = 0.02, hours_per_step: float | None = None, step_multiple: int = 1,
                max_budget: int | None = None, max_seeds: int | None = None, level: float = 0.95,
-               reach: float = MIN_REACH) -> PowerPlan:
+               reach: float = MIN_REACH, seconds_per_step: float | None = None, parallel: int = 1) -> PowerPlan:
     """Budget, seeds and cost to resolve a difference of ``margin`` (module docstring).
 
     C_mid and compute_per_step on one compute axis (e.g. device-hours and
@@ -91,7 +106,8 @@ def plan_power(*, C_mid: float, compute_per_step: float, s_fit: float, s_seed: f
     (e.g. a 95 % bootstrap half-width / 1.96); s_seed: seed-to-seed sd of A;
     arms: variants + base; reach: the budget's compute as a multiple of C_mid
     (default 5, the adaptive loop's ``min_reach``); hours_per_step: device-hours per optimiser step
-    (None: no cost); max_budget / max_seeds: caps (``capped`` says one bit).
+    (None: no cost); max_budget / max_seeds: caps (``capped`` says one bit);
+    seconds_per_step, parallel: the wall-clock rate and the runs trained at once.
     Raises ValueError on non-positive C_mid, compute_per_step or arms.
     """
     if C_mid <= 0 or compute_per_step <= 0 or arms < 1:
@@ -107,4 +123,5 @@ def plan_power(*, C_mid: float, compute_per_step: float, s_fit: float, s_seed: f
         seeds, capped = max_seeds, True
     hours = None if hours_per_step is None else arms * seeds * budget * hours_per_step
     return PowerPlan(budget, seeds, arms, hours, delta_half_width(s_fit, s_seed, seeds, level), s_fit, s_seed,
-                     budget * compute_per_step / C_mid, margin, capped, want_seeds, want_budget)
+                     budget * compute_per_step / C_mid, margin, capped, want_seeds, want_budget,
+                     seconds_per_step, parallel, wall_seconds(arms * seeds, budget, seconds_per_step, parallel))

@@ -41,9 +41,10 @@ def draw_figures(result: AblationResult, out_dir: str | Path) -> dict[str, Path]
     if fitted:
         base = result.baseline if result.baseline in fitted else None
         figs["curves"] = plot_curves(fitted, out_dir / "curves.png", baseline=base, margin=result.margin,
-                                     title=f"{result.name}: pass rate against compute (dashed: ceiling A)")
+                                     title=f"{result.name}: pass rate against compute, fitted sigmoids, ceilings A")
     if result.loo and any(ln.log_c.size for ln in result.loo):
-        figs["loo"] = plot_loo(result.loo, out_dir / "loo.png", axis=next(iter(fitted.values())).fit.axis)
+        figs["loo"] = plot_loo(result.loo, out_dir / "loo.png", axis=next(iter(fitted.values())).fit.axis,
+                               fits={n: c.fit for n, c in fitted.items()})
     trunc = {v.name: v.truncation for v in result.variants if v.truncation}
     if trunc and any(np.isfinite(t).any() for runs in trunc.values() for _, t in runs):
         figs["truncation"] = plot_truncation(trunc, out_dir / "truncation.png",

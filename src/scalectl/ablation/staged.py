@@ -374,48 +374,95 @@ def needs(rows: list[dict], state, backend, limits) -> list[str]:
 # --------------------------------------------------------------------------- power planning
 
 
-def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], level: float) -> dict:
-    """Budget, seeds and cost to resolve a difference of the margin (:mod:`scalectl.ablation.power`).
+#: What the words of the power plan mean, printed with it (``ablate --plan``).
+POWER_TERMS = {
+    "arm": "the base or one variant; every arm trains its seeds at the budget",
+    "budget": "optimiser steps per run: 5 x C_mid of the base in steps (C_mid / compute per step), "
+              "where the loop identifies a ceiling before it judges",
+    "C_mid": "the compute at which the base's pass rate is halfway from R0 to its ceiling A",
+    "reach": "the budget's compute as a multiple of C_mid",
+    "s_fit": "the sd of A from one run's fit at that budget: half its bootstrap interval / z",
+    "s_seed": "the seed-to-seed sd of A (Khatri et al. 2025, section 3: three seeds within +-0.015)",
+    "dA half-width": "half the width of the interval of A_variant - A_base with these seeds: "
+                     "sqrt(2) z sqrt(s_fit^2 + s_seed^2) / sqrt(seeds); the margin is resolved at margin / 2",
+}
 
-    The base's numbers come from ``assume`` (C_mid, compute_per_step, s_fit,
-    s_seed), else from the largest completed stored run of the base recipe
-    (any budget), else, for a simulated base, from its curve.
-    Raises UserError when none is available.  ``warning`` in the result says when the
+
+def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], level: float,
+               from_run: str | None = None) -> dict:
+    """Budget, seeds, cost and wall-clock to resolve a difference of the margin
+    (:mod:`scalectl.ablation.power`).
+
+    The base's numbers come from ``assume`` (C_mid, compute_per_step, s_fit, s_seed,
+    seconds_per_step), else from the stored run ``from_run`` (any recipe: its fit, its
+    compute and seconds per step), else from the largest completed stored run of the base
+    recipe (any budget), else, for a simulated base, from its curve.  The wall-clock counts
+    the runs ``launcher.max_parallel`` at a time.
+    Raises UserError when none is available (naming the stored runs ``--from-run`` could
+    use), or when ``from_run`` is not in the store.  ``warning`` in the result says when the
     stored fit it rests on does not identify the base's ceiling (None otherwise).
     """
     from statistics import NormalDist
 
-    from scalectl.ablation.power import plan_power
+    from scalectl.ablation.power import plan_power, wall_seconds
     from scalectl.curve.simulated import is_simulated
 
     base = plan.variants[0].recipe
     z = NormalDist().inv_cdf(0.5 + level / 2)
-    src, C_mid, cps, s_fit, warning = None, None, None, None, None
-    stored = Path(db).exists()
-    with open_with_journals(db, create=True) if stored else _nothing() as store:
-        found = _largest_base_run(store, base) if store is not None else None
+    src = C_mid = cps = s_fit = warning = secs = None
+    axis = base.fit.axis
+    candidates: list[str] = []
+    with open_with_journals(db, create=True) if Path(db).exists() else _nothing() as store:
+        if from_run is not None and store is None:
+            raise UserError(f"--from-run {from_run!r}: no store at {db}")
+        found = _stored_run(store, from_run) if from_run is not None else (
+            _largest_base_run(store, base) if store is not None else None)
         if found is not None:
-            src, C_mid, cps, s_fit, warning = _from_stored_run(store, found, level, z)
+            src, C_mid, cps, s_fit, warning, secs, axis = _from_stored_run(store, found, level, z)
             if rate is None and found.get("last_gpu_hours"):
                 rate = found["last_gpu_hours"] / found["last_step"]
-    if src is None and is_simulated(base.model.path):
-        src, C_mid, cps, s_fit, sim_rate = _from_simulated(base, limits, level, z)
-        rate = rate or sim_rate
-    C_mid = assume.get("C_mid", C_mid)
-    cps = assume.get("compute_per_step", cps)
-    s_fit = assume.get("s_fit", s_fit)
+        elif store is not None:
+            candidates = [r["name"] for r in store.list_runs() if (r.get("n_points") or 0) >= 2]
+    if is_simulated(base.model.path):       # simulated points record no wall-clock: the curve's own
+        sim = _from_simulated(base, limits, level, z)
+        if src is None:
+            (src, C_mid, cps, s_fit, rate_sim, _), axis = sim, "gpu_hours"
+            rate = rate or rate_sim
+        secs = secs if secs is not None else sim[5]
+    C_mid, cps = assume.get("C_mid", C_mid), assume.get("compute_per_step", cps)
+    s_fit, secs = assume.get("s_fit", s_fit), assume.get("seconds_per_step", secs)
     s_seed = assume.get("s_seed", limits.seed_sd)
     if assume:
         src = (src + " and " if src else "") + "stated assumptions (" + ", ".join(f"{k}={v:g}" for k, v in assume.items()) + ")"
     if C_mid is None or cps is None or s_fit is None:
-        raise UserError("--plan needs the base's curve: no completed run of the base recipe in the store; "
-                        "state it with --assume C_mid=...,compute_per_step=...,s_fit=... (fit-axis units)")
+        raise UserError(_no_base_curve(base, candidates))
+    parallel = int(base.launcher.max_parallel)
     p = plan_power(C_mid=C_mid, compute_per_step=cps, s_fit=s_fit, s_seed=s_seed, arms=len(plan.variants),
                    margin=limits.margin, hours_per_step=rate, step_multiple=limits.step_multiple,
                    max_budget=limits.max_budget, max_seeds=limits.max_seeds, level=level,
-                   reach=limits.min_reach)
-    worst = None if rate is None else len(plan.variants) * limits.max_seeds * limits.max_budget * rate
-    return {"source": src, **p.to_dict(), "worst_case_hours": worst, "rate": rate, "warning": warning}
+                   reach=limits.min_reach, seconds_per_step=secs, parallel=parallel)
+    runs = len(plan.variants) * limits.max_seeds
+    worst = None if rate is None else runs * limits.max_budget * rate
+    return {"source": src, **p.to_dict(), "worst_case_hours": worst, "rate": rate, "warning": warning,
+            "worst_case_seconds": wall_seconds(runs, limits.max_budget, secs, parallel),
+            "axis": axis, "C_mid": C_mid, "compute_per_step": cps, "terms": POWER_TERMS}
+
+
+def _no_base_curve(base, candidates: list[str]) -> str:
+    """Why ``--plan`` has no curve of the base, and the two ways to give it one."""
+    runs = (f"; stored runs it could plan from: {', '.join(candidates[:8])}"
+            + (f" (and {len(candidates) - 8} more)" if len(candidates) > 8 else "")) if candidates else ""
+    return ("--plan needs the base's curve and there is no completed run of the base recipe in the store: "
+            "plan from a stored run of a similar recipe with --from-run RUN (its C_mid, compute per step and "
+            f"spread of A){runs}; or state it with --assume C_mid=...,compute_per_step=...,s_fit=... in "
+            f"{base.fit.axis} (the base's fit.axis)")
+
+
+def _stored_run(store, ref: str) -> dict:
+    """The stored run ``ref`` (name or id) with its last step and GPU-hours, as
+    :meth:`~scalectl.store.database.Store.list_runs` gives them."""
+    run = store.get_run(ref)
+    return next(r for r in store.list_runs() if r["id"] == run["id"])
 
 
 def _largest_base_run(store, base) -> dict | None:
@@ -440,14 +487,16 @@ def _largest_base_run(store, base) -> dict | None:
 
 
 def _from_stored_run(store, found: dict, level: float, z: float):
-    """(source, C_mid, compute per step, sd of A from the fit, warning) from the fit of a
-    stored base run (400 resamples at ``level``; z its normal quantile); the warning says when
-    that fit does not identify the ceiling."""
+    """(source, C_mid, compute per step, sd of A from the fit, warning, wall-clock seconds per
+    step, the fit's axis) from the fit of a stored run (400 resamples at ``level``; z its normal quantile); the
+    warning says when that fit does not identify the ceiling."""
+    from scalectl.curve import step_rate
     from scalectl.science.fits import FitOptions, fit_run
 
     curve, _, _ = fit_run(store, store.get_run(found["id"]), FitOptions(bootstrap=400, level=level))
     f = curve.fit
     C_mid, cps = f.C_mid, float(max(curve.compute)) / max(1, found["last_step"])
+    rate = step_rate(store.points(found["id"]), f.axis)
     iv = f.interval("A")
     s_fit = (iv[1] - iv[0]) / (2 * z) if iv else None
     src = f"fit of stored run {found['name']} ({found['last_step']} steps)"
@@ -459,12 +508,12 @@ def _from_stored_run(store, found: dict, level: float, z: float):
                    "and the spread of its A are not to be trusted, nor the budget and seeds below; "
                    f"extend {found['name']} (scalectl run --resume {found['name']} --set budget.steps=N) "
                    "or state the base with --assume")
-    return src, C_mid, cps, s_fit, warning
+    return src, C_mid, cps, s_fit, warning, None if rate is None else rate.seconds_per_step, f.axis
 
 
 def _from_simulated(base, limits, level: float, z: float):
-    """(source, C_mid, compute per step, sd of A from the fit, device-hours per step) of a
-    simulated base: one draw of its curve to ``min_reach`` x C_mid, fitted."""
+    """(source, C_mid, compute per step, sd of A from the fit, device-hours per step, wall
+    seconds per step) of a simulated base: one draw of its curve to ``min_reach`` x C_mid, fitted."""
     from scalectl.curve import fit_sigmoid
     from scalectl.curve.simulated import draw_points, eval_steps, parse_spec
 
@@ -475,7 +524,7 @@ def _from_simulated(base, limits, level: float, z: float):
                     level=level)
     iv = f.interval("A")
     return (f"the simulated base curve (one draw to {steps} steps, fitted)", c.C_mid, c.hours_per_step,
-            (iv[1] - iv[0]) / (2 * z), c.hours_per_step)
+            (iv[1] - iv[0]) / (2 * z), c.hours_per_step, c.seconds_per_step)
 
 
 @contextlib.contextmanager

@@ -29,8 +29,9 @@ from scalectl.ablation.staged import (
 )
 from scalectl.errors import UserError
 
-#: The keys ``--assume`` may state (fit-axis units for C_mid and compute_per_step).
-ASSUME_KEYS = ("C_mid", "compute_per_step", "s_fit", "s_seed")
+#: The keys ``--assume`` may state (fit-axis units for C_mid and compute_per_step; wall-clock
+#: seconds for seconds_per_step).
+ASSUME_KEYS = ("C_mid", "compute_per_step", "s_fit", "s_seed", "seconds_per_step")
 #: The columns of a stage row kept in the ``ablation_stages`` table.
 STAGE_KEYS = frozenset({"variant", "is_base", "budget", "seeds", "A", "A_lo", "A_hi", "dA", "dA_lo", "dA_hi",
                         "flags", "action", "verdict", "reason", "next_budget", "next_seeds", "seed_sd",
@@ -155,10 +156,11 @@ def _rate(spec, recipe, db: str) -> float | None:
     return rate
 
 
-def power(staged: Staged, assume: dict[str, float]) -> dict:
-    """``--plan``: the budget, seeds and cost that resolve a difference of the margin
-    (:func:`scalectl.ablation.staged.power_plan`; ``assume`` as :func:`parse_assume` reads it)."""
-    return power_plan(staged.db, staged.plan, staged.limits, staged.rate, assume, staged.level)
+def power(staged: Staged, assume: dict[str, float], from_run: str | None = None) -> dict:
+    """``--plan``: the budget, seeds, cost and wall-clock that resolve a difference of the margin
+    (:func:`scalectl.ablation.staged.power_plan`; ``assume`` as :func:`parse_assume` reads it;
+    ``from_run``: a stored run to take the base's curve and rate from, ``--from-run``)."""
+    return power_plan(staged.db, staged.plan, staged.limits, staged.rate, assume, staged.level, from_run)
 
 
 def run(staged: Staged, *, runs_dir: str | Path = "runs", out_dir: str | Path | None = None, bootstrap: int = 1000,

@@ -53,8 +53,10 @@ LevelOption = Annotated[float, typer.Option(
     help="--until-decided / --plan: interval level of the stage decisions (repeated looks).")]
 PlanOption = Annotated[bool, typer.Option(
     "--plan", help="Estimate the budget and seeds that resolve a difference of the margin, and their cost.")]
-AssumeOption = Annotated[list[str], typer.Option(
-    "--assume", help="--plan without a stored base run: C_mid=..,compute_per_step=..,s_fit=..,s_seed=..")]
+AssumeOption = Annotated[list[str], typer.Option("--assume", help=(
+    "--plan: state the base: C_mid=..,compute_per_step=.. (fit-axis units),s_fit=..,s_seed=..,seconds_per_step=.."))]
+FromRunOption = Annotated[str | None, typer.Option(
+    "--from-run", help="--plan: take the base's curve, compute and time per step from this stored run.")]
 
 
 @user_errors
@@ -66,7 +68,7 @@ def ablate(
     margin: MarginOption = None, bootstrap: BootstrapOption = 1000, rate: RateOption = None, poll: PollOption = 2.0,
     until_decided: UntilOption = False, max_budget: MaxBudgetOption = None, max_seeds: MaxSeedsOption = 6,
     total_budget: TotalOption = None, race: RaceOption = False, level: LevelOption = 0.99,
-    plan_power: PlanOption = False, assume: AssumeOption = [],
+    plan_power: PlanOption = False, assume: AssumeOption = [], from_run: FromRunOption = None,
     db: DbOption = None, json_: JsonOption = False,
 ) -> None:
     """Train the variants of an ablation to a small budget, then compare them with the base.
@@ -88,7 +90,7 @@ def ablate(
         staged = until.prepare(spec, **planned, margin=margin, max_budget=max_budget, max_seeds=max_seeds,
                                total_budget=total_budget, race=race, level=level, rate=rate)
         if plan_power and not until_decided:
-            _print_power(spec.name, until.power(staged, until.parse_assume(assume)), json_)
+            _print_power(spec.name, until.power(staged, until.parse_assume(assume), from_run), json_)
         elif not dry_run:
             _until_decided(staged, ran, json_)
         elif not json_:

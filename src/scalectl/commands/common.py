@@ -12,7 +12,7 @@ import functools
 import json
 import sys
 from pathlib import Path
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any, Callable, Sequence
 
 import typer
 from rich.markup import escape
@@ -101,10 +101,12 @@ def note(message: str) -> None:
     err.print(message, markup=False, soft_wrap=True)
 
 
-def print_flags(name: str, fit) -> None:
-    """One line per flag of ``fit`` (a :class:`~scalectl.curve.SigmoidFit`), led by the run's name."""
+def print_flags(name: str, fit, said: Sequence[str] = ()) -> None:
+    """One line per flag of ``fit`` (a :class:`~scalectl.curve.SigmoidFit`), led by the run's name;
+    a flag whose message one of the lines ``said`` already holds is not printed again."""
     for f in fit.flags:
-        out.print(f"[yellow]{name}[/yellow] {f.code}: {f.message}", soft_wrap=True)
+        if not any(f.message in line for line in said):
+            out.print(f"[yellow]{name}[/yellow] {f.code}: {f.message}", soft_wrap=True)
 
 
 def write_figure(fn, data, path: Path, **kwargs) -> Path:

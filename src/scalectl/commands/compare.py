@@ -98,7 +98,8 @@ def compare(
 
         lines = cmp.loo_lines(curves)
         axis_name = next(iter(curves.values())).fit.axis
-        written.append(str(write_figure(plot_loo, lines, loo_plot, axis=axis_name)))
+        written.append(str(write_figure(plot_loo, lines, loo_plot, axis=axis_name,
+                                        fits={n: c.fit for n, c in curves.items()})))
     if json_:
         data = result.to_dict()
         data["fits"] = {n: c.fit.to_dict() for n, c in curves.items()}
@@ -106,10 +107,11 @@ def compare(
         print_json(data)
         return
     out.print(compare_table(result, curves, margin, out.width))
+    reasons = [row.reason for row in result.rows if row.reason]
     for row in result.rows:
         if row.reason:
             out.print(f"{row.name}: {row.reason}", soft_wrap=True)
-        print_flags(row.name, curves[row.name].fit)
+        print_flags(row.name, curves[row.name].fit, said=reasons)     # a flag a verdict gave as its reason: once
     for f in result.flags:
         out.print(f"[red]{f.code}[/red]: {f.message}", soft_wrap=True)
     for path in written:

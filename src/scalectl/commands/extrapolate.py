@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Annotated
 
 import typer
@@ -82,7 +83,7 @@ def extrapolate(
         sens = window_sensitivity(x, y, min_compute=min_compute, **kw)
     except FitError as exc:
         raise UserError(f"run {info['name']!r}: {exc}: the part before the cut is too short to fit; "
-                        "give a larger --fraction or --until, or extend the run") from None
+                        + _shortest_cut(x, y, kw, trunc, drift_sd)) from None
     except ValueError as exc:
         raise UserError(f"run {info['name']!r}: {exc}") from None
     written = None
@@ -103,6 +104,25 @@ def extrapolate(
     out.print(sensitivity_table(sens, out.width))
     if written:
         err.print(f"wrote {written}")
+
+
+def _shortest_cut(x, y, kw: dict, trunc, drift_sd: float) -> str:
+    """What a run too short for the cut can do: the smallest --fraction (at one of its points)
+    whose prefix can be fitted with a point left to predict, or that it must be extended."""
+    from scalectl.curve import FitError
+    from scalectl.science.extrapolate import extrapolate as extrap
+
+    quick = dict(kw, bootstrap=0)
+    for cut in sorted(set(float(c) for c in x if c > 0))[:-1]:        # the last point must stay held out
+        fraction = cut / float(max(x))
+        try:
+            extrap(x, y, until=cut, truncation=trunc, drift_sd=drift_sd, **quick)
+        except (FitError, ValueError):
+            continue
+        return (f"this run ({len(x)} points) can be fitted from --fraction {math.ceil(fraction * 100) / 100:g} "
+                f"(--until {cut:g}: {int((x <= cut).sum())} points fitted, {int((x > cut).sum())} held out); "
+                "or extend the run")
+    return f"no cut of this run ({len(x)} points) leaves enough points to fit and one to predict: extend the run"
 
 
 def register(app: typer.Typer) -> None:

@@ -58,7 +58,7 @@ def fit(
     A run without values on the axis (--axis, else its recipe's) is fitted on the axis it has,
     with a note.
     """
-    from scalectl.curve import advise, seed_spread
+    from scalectl.curve import advise, seed_spread, step_rate
 
     opts = FitOptions(axis, min_compute, method, r0, bootstrap, level, seed, series)
     results, curves = [], {}
@@ -66,7 +66,8 @@ def fit(
         for ref in runs:
             run = store.get_run(ref)
             curve, cached, key = fit_run(store, run, opts, refit=refit, log=note)
-            advice = advise(curve.fit, margin) if curve.fit.interval("A") else None
+            rate = step_rate(store.points(run["id"]), curve.fit.axis, source=run["name"])
+            advice = advise(curve.fit, margin, rate=rate) if curve.fit.interval("A") else None
             results.append((run, curve.fit, cached, key, advice))
             curves[run["name"]] = curve
     written = None
@@ -83,7 +84,8 @@ def fit(
         print_json({
             "fits": [{"run": r["name"], "run_id": r["id"], "key": k, "cached": c, "fit": f.to_dict(),
                       "advice": None if a is None else {"action": a.action, "message": a.message,
-                                                        "seeds_needed": a.seeds_needed}}
+                                                        "seeds_needed": a.seeds_needed, "steps": a.steps,
+                                                        "device_hours": a.device_hours, "seconds": a.seconds}}
                      for r, f, c, k, a in results],
             "seed_spread": {h: {n: vars(s) for n, s in sp.items()} for h, sp in spreads.items()},
             "plot": written,

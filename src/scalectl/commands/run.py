@@ -74,7 +74,7 @@ def run(
             loaded = {"setup": setup, "overrides": list(set_) + ([f"seed={seed}"] if seed is not None else []),
                       "name": name, "runs_dir": runs_dir}
             if dry_run:
-                _print_dry_run(runs.dry_run(recipe_file, **loaded, **given), json_)
+                _print_dry_run(runs.dry_run(recipe_file, **loaded, **given, stores=stores), json_)
                 return
             started = runs.start(stores, recipe_file, **loaded, reporter=RichReporter(), **given)
         _print_started(started, stores, json_)

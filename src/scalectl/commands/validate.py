@@ -57,12 +57,16 @@ def validate(
             problems += [f"{path}: {problem}" for problem in inputs.problems]
             continue
         results.append({"file": str(path), "hash": recipe.content_hash, "recipe": recipe.to_dict(),
-                        "taken": notes, "warnings": inputs.warnings if inputs is not None else []})
+                        "taken": notes, "warnings": inputs.warnings if inputs is not None else [],
+                        **(_as_run(path, set_, recipe.to_dict()) if setup is None else {})})
     if json_:
         print_json(results if not problems else {"ok": results, "errors": problems})
     else:
         for r in results:
-            out.print(f"[bold]# {escape(r['file'])}[/bold]  hash {r['hash']}")
+            out.print(f"[bold]# {escape(r['file'])}[/bold]  hash {r['hash']}"
+                      + (" (the recipe alone)" if "run_hash" in r else ""))
+            if "run_hash" in r:
+                out.print(_as_run_line(r), markup=False, soft_wrap=True, highlight=False)
             for note in r["taken"]:
                 out.print(f"# taken: {note}", markup=False, soft_wrap=True)
             data = {k: v for k, v in r["recipe"].items()}
@@ -74,10 +78,44 @@ def validate(
         raise UserError("\n".join(problems))
     err.print(f"{len(results)} file(s) valid")
     if setup is None and results:
-        from scalectl.recipe.load import find_default_setup
+        err.print("checked without a setup: the values printed are the recipe's own; `scalectl run` merges "
+                  "the default setup under each recipe (the '# a run' line): pass it with --setup to see "
+                  "what a run trains", markup=False)
 
-        err.print(f"checked without a setup; `scalectl run` merges {find_default_setup(files[0])} under each "
-                  "recipe (another hash): pass it with --setup to see what a run trains", markup=False)
+
+def _as_run(path: Path, overrides: list[str], alone: dict) -> dict:
+    """What ``scalectl run`` makes of a recipe checked alone: the default setup merged under it.
+
+    Returns ``{"run_setup": path, "run_hash": hash, "run_changes": [[key, alone, run], ...]}``
+    (the hash ``scalectl recipes`` lists for a preset; the dotted keys whose values the
+    setup changes), or ``{}`` when the merge is refused (``run`` would say why).
+    """
+    from scalectl.recipe.load import find_default_setup, load
+
+    default = find_default_setup(path)
+    try:
+        merged = load(path, default, overrides)
+    except UserError:
+        return {}
+    was, now = dict(_flat(alone)), dict(_flat(merged.to_dict()))
+    changes = [[k, was.get(k), now.get(k)] for k in sorted(set(was) | set(now)) if was.get(k) != now.get(k)]
+    return {"run_setup": str(default), "run_hash": merged.content_hash, "run_changes": changes}
+
+
+def _as_run_line(r: dict) -> str:
+    """One comment line: the hash a run of the recipe has and what its default setup changes."""
+    shown = ", ".join(f"{k} {was!r} -> {now!r}" for k, was, now in r["run_changes"])
+    return (f"# a run (`scalectl run`, the hash `scalectl recipes` lists): hash {r['run_hash']} on the default "
+            f"setup {r['run_setup']}, which changes {len(r['run_changes'])} value(s): {shown or 'none'}")
+
+
+def _flat(d: dict, prefix: str = ""):
+    """``(dotted key, value)`` for every leaf of a nested dict."""
+    for k, v in d.items():
+        if isinstance(v, dict):
+            yield from _flat(v, f"{prefix}{k}.")
+        else:
+            yield f"{prefix}{k}", v
 
 
 def _explain(key: str, files: list[Path], setup: Path | None, overrides: list[str], json_: bool) -> None:

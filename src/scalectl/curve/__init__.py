@@ -21,13 +21,13 @@ from scalectl.curve.model import (MIN_POINTS, MIN_POINTS_BEFORE_MIDPOINT, MIN_PO
                                   MIN_REACH_PAST_MIDPOINT, PAPER_A_GRID, PAPER_C_MID_GRID,
                                   PAPER_MIN_COMPUTE, PARAM_NAMES, TRUNCATION_THRESHOLD, Bounds,
                                   FitError, Flag, GridSpec, SigmoidFit, sigmoid)
-from scalectl.curve.planning import Advice, Spread, advise, seed_spread
+from scalectl.curve.planning import Advice, Spread, StepRate, advise, seed_spread, step_rate
 from scalectl.curve.solvers import resolve_grid
 
 __all__ = [
     "MIN_POINTS", "MIN_POINTS_BEFORE_MIDPOINT", "MIN_POINTS_PAST_MIDPOINT", "MIN_REACH_PAST_MIDPOINT",
     "PAPER_A_GRID", "PAPER_C_MID_GRID", "PAPER_MIN_COMPUTE", "PARAM_NAMES", "TRUNCATION_THRESHOLD",
-    "Advice", "Bounds", "FitError", "FitSettings", "Flag", "GridSpec", "SigmoidFit", "Spread", "advise",
+    "Advice", "Bounds", "FitError", "FitSettings", "Flag", "GridSpec", "SigmoidFit", "Spread", "StepRate", "advise",
     "default_min_compute", "detect_late_decline", "evaluation_standard_error", "fit_sigmoid", "resolve_grid", "seed_spread",
-    "sigmoid",
+    "sigmoid", "step_rate",
 ]

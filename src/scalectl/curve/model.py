@@ -186,14 +186,18 @@ class SigmoidFit:
         s = self.samples
         curves = sigmoid(C.reshape(1, -1), s[:, [0]], s[:, [2]], s[:, [1]], s[:, [3]])
         if kind == "prediction":
+            # one noise draw per bootstrap curve, the same at every C: each C's band is the
+            # quantile of the same distribution as with a draw per (curve, C), and the
+            # band's edges run as smoothly as the curves (no Monte Carlo jitter along C)
             rng = np.random.default_rng(seed)
+            shape = (curves.shape[0], 1)
             if math.isfinite(self.noise_sd) and self.dof > 0:
                 sd = math.hypot(self.noise_sd, drift_sd)
-                curves = curves + sd * rng.standard_t(self.dof, size=curves.shape)
+                curves = curves + sd * rng.standard_t(self.dof, size=shape)
             else:
                 res = (self.residuals if self.residuals is not None and len(self.residuals)
                        else np.array([0.0]))
-                curves = curves + rng.choice(res, size=curves.shape, replace=True)
+                curves = curves + rng.choice(res, size=shape, replace=True)
         elif kind != "confidence":
             raise ValueError(f"band kind {kind!r} is not one of: prediction, confidence")
         q = (1 - level) / 2

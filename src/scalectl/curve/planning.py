@@ -1,16 +1,21 @@
-"""Planning helpers on fitted curves: the spread of repeated seeds, and what would
-narrow the interval of the ceiling (extend the run, or add seeds)."""
+"""Planning helpers on fitted curves: the spread of repeated seeds, what a step of a run
+costs (:class:`StepRate`), and what would narrow the interval of the ceiling (extend the
+run, or add seeds), in steps, device-hours and wall-clock."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
 from scalectl.curve.model import SigmoidFit
 from scalectl.defaults import MARGIN
+from scalectl.display import duration_text, format_number
+
+#: The unit of each compute axis in sentences.
+AXIS_UNITS = {"gpu_hours": "GPU-hours", "flops": "FLOPs", "tokens": "tokens", "step": "steps"}
 
 
 @dataclass(frozen=True)
@@ -51,24 +56,98 @@ def seed_spread(fits: Sequence[SigmoidFit]) -> dict[str, Spread]:
 
 
 @dataclass(frozen=True)
+class StepRate:
+    """What one optimiser step of a run costs, measured on its evaluation points.
+
+    Attributes:
+        axis: the compute axis (``gpu_hours``, ``flops``, ``tokens``, ``step``).
+        compute_per_step: compute on ``axis`` per step (> 0).
+        last_step, last_compute: where the run's points end.
+        hours_per_step: device-hours (GPU-hours on GPUs) per step, None when not measured.
+        seconds_per_step: wall-clock seconds of generation and training per step (what
+            GPU-hours count; evaluations add to it), None when not measured.
+        source: where the rate was measured (for sentences).
+    """
+
+    axis: str
+    compute_per_step: float
+    last_step: int
+    last_compute: float
+    hours_per_step: float | None = None
+    seconds_per_step: float | None = None
+    source: str = "this run"
+
+    def steps_to(self, compute: float) -> int:
+        """Steps more, past the last point, until the run's compute reaches ``compute`` (>= 0)."""
+        return max(0, math.ceil((compute - self.last_compute) / self.compute_per_step - 1e-9))
+
+    def cost_text(self, steps: int) -> str:
+        """``0.17 device-hours, about 25 min`` for ``steps`` steps at this rate ('' when
+        neither was measured)."""
+        parts = []
+        if self.hours_per_step is not None:
+            parts.append(f"{format_number(steps * self.hours_per_step, 3)} device-hours")
+        if self.seconds_per_step is not None:
+            parts.append(f"about {duration_text(steps * self.seconds_per_step)}")
+        return ", ".join(parts)
+
+
+def step_rate(points: Sequence[Mapping[str, Any]], axis: str, source: str = "this run") -> StepRate | None:
+    """The :class:`StepRate` of a run from its evaluation points (dicts with ``step``, the
+    ``axis`` key, and where present ``gpu_hours`` and ``wall_seconds``): the change of each
+    between the first and the last point over the steps between them.  None when fewer than
+    two points at different steps carry the axis, or the compute did not grow.
+    """
+    pts = [p for p in points if p.get("step") is not None and (axis == "step" or p.get(axis) is not None)]
+    if len(pts) < 2 or pts[-1]["step"] <= pts[0]["step"]:
+        return None
+    first, last = pts[0], pts[-1]
+    steps = last["step"] - first["step"]
+
+    def per_step(key: str) -> float | None:
+        a, b = first.get(key), last.get(key)
+        return (float(b) - float(a)) / steps if a is not None and b is not None and b > a else None
+
+    value = (lambda p: float(p["step"])) if axis == "step" else (lambda p: float(p[axis]))
+    cps = (value(last) - value(first)) / steps
+    if not cps > 0:
+        return None
+    return StepRate(axis, cps, int(last["step"]), value(last), per_step("gpu_hours"), per_step("wall_seconds"),
+                    source)
+
+
+@dataclass(frozen=True)
 class Advice:
-    """What would narrow the interval of A: ``action`` is none, extend or seeds."""
+    """What would narrow the interval of A: ``action`` is none, extend or seeds.
+
+    With a :class:`StepRate`, ``steps`` is how many more steps the extension needs (or
+    the steps of each seed's run), and ``device_hours`` / ``seconds`` what they cost
+    (None where not measured)."""
 
     action: Literal["none", "extend", "seeds"]
     width: float
     margin: float
     message: str
     seeds_needed: int | None = None
+    steps: int | None = None
+    device_hours: float | None = None
+    seconds: float | None = None
 
 
-def advise(fit: SigmoidFit, margin: float = MARGIN, n_seeds: int = 1) -> Advice:
+def _compute_text(value: float, axis: str) -> str:
+    return f"{format_number(value, 4)} {AXIS_UNITS.get(axis, axis)}"
+
+
+def advise(fit: SigmoidFit, margin: float = MARGIN, n_seeds: int = 1, rate: StepRate | None = None) -> Advice:
     """Say whether the A interval is wider than ``margin`` and what would help more.
 
     Data that stop before ~2 x C_mid (or a ceiling/bound flag) leave A traded off
     against C_mid and B: extending the run helps, more seeds do not.  Otherwise the
     width is noise: averaging s seeds shrinks it about as 1/sqrt(s), so about
-    n_seeds * (width / margin)^2 seeds are needed.  Raises ValueError when the fit
-    has no interval for A.
+    n_seeds * (width / margin)^2 seeds are needed.  With the run's ``rate``
+    (:func:`step_rate`) the advice also says how many more steps the extension takes,
+    or how long each seed's run is, and what that costs in device-hours and wall-clock.
+    Raises ValueError when the fit has no interval for A.
     """
     iv = fit.interval("A")
     if iv is None:
@@ -86,12 +165,33 @@ def advise(fit: SigmoidFit, margin: float = MARGIN, n_seeds: int = 1) -> Advice:
             why = (f"{' and '.join(on) or 'a parameter'} lie{'s' if len(on) < 2 else ''} on a bound "
                    f"although the data reach {reach:.2f} x C_mid")
             target = 2.0 * reach
+        more, steps = "", None
+        if rate is not None and rate.axis == fit.axis:
+            steps = rate.steps_to(target * fit.C_mid)
+            cost = rate.cost_text(steps)
+            more = (f": about {steps:,} more steps (to step {rate.last_step + steps:,}"
+                    + (f"; {cost} at {rate.source}'s measured rate" if cost else "") + ")")
         return Advice("extend", width, margin,
                       f"A interval width {width:.3f} exceeds the margin {margin:.3f} and {why}: extend "
-                      f"the run to about {target:.3g} x C_mid ({target * fit.C_mid:.4g}); more seeds "
-                      "would not pin the ceiling")
+                      f"the run to about {target:.3g} x C_mid ({_compute_text(target * fit.C_mid, fit.axis)})"
+                      f"{more}; more seeds would not pin the ceiling", steps=steps,
+                      **_cost(rate, steps))
     need = max(n_seeds + 1, math.ceil(n_seeds * (width / margin) ** 2))
+    more, steps = "", None
+    if rate is not None:
+        steps = rate.last_step
+        cost = rate.cost_text(steps * (need - n_seeds))
+        more = (f": {need - n_seeds} more run(s) of {steps:,} steps"
+                + (f", {cost} in all at {rate.source}'s measured rate" if cost else ""))
     return Advice("seeds", width, margin,
                   f"A interval width {width:.3f} exceeds the margin {margin:.3f} although the data "
                   f"reach {reach:.2f} x C_mid: the width is noise; about {need} seeds (or more "
-                  "evaluation prompts) would bring it within the margin", seeds_needed=need)
+                  f"evaluation prompts) would bring it within the margin{more}", seeds_needed=need, steps=steps,
+                  **_cost(rate, None if steps is None else steps * (need - n_seeds)))
+
+
+def _cost(rate: StepRate | None, steps: int | None) -> dict:
+    if rate is None or steps is None:
+        return {}
+    return {"device_hours": None if rate.hours_per_step is None else steps * rate.hours_per_step,
+            "seconds": None if rate.seconds_per_step is None else steps * rate.seconds_per_step}

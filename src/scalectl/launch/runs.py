@@ -381,7 +381,8 @@ class Started:
 @dataclass(frozen=True)
 class Planned:
     """What :func:`dry_run` found: the run that :func:`start` would create, its layout
-    (:func:`scalectl.job.layout.check_layout`) and what its launcher would submit
+    (:func:`scalectl.job.layout.check_layout`), its booking (:mod:`scalectl.job.booking`),
+    the warnings of the dry run and what its launcher would submit
     (:class:`scalectl.launch.base.DryRun`)."""
 
     recipe: Any
@@ -390,17 +391,22 @@ class Planned:
     run_dir: Path
     layout: Any
     described: Any
+    booking: Any = None
+    warnings: tuple[str, ...] = ()
 
     def to_dict(self) -> dict:
         """JSON-ready: recipe, hash, launcher, run name and folder, layout (lines, memory,
-        weight sync) and the launcher's own data (Slurm: parameters and sbatch script)."""
+        weight sync), the booking (:class:`scalectl.job.booking.Booking`), the warnings and
+        the launcher's own data (Slurm: parameters and sbatch script)."""
         layout = self.layout
         data: dict = {"recipe": self.recipe.to_dict(), "hash": self.recipe.content_hash, "launcher": self.launcher,
                       "run_name": self.name, "run_dir": str(self.run_dir),
                       "layout": {"lines": layout.lines,
                                  "memory": asdict(layout.memory) | {"total": layout.memory.total}
                                  if layout.memory else None,
-                                 "weight_sync": asdict(layout.weight_sync) if layout.weight_sync else None}}
+                                 "weight_sync": asdict(layout.weight_sync) if layout.weight_sync else None},
+                      "booking": self.booking.to_dict() if self.booking is not None else None,
+                      "warnings": list(self.warnings)}
         return data | self.described.data
 
 
@@ -511,10 +517,16 @@ def _source_problems(recipe, origins: dict[str, str], label: str, kind: str, des
 
 def dry_run(recipe_file, *, setup=None, overrides: Sequence[str] = (), name: str | None = None,
             runs_dir: str | Path = "runs", launcher: str | None = None, detach: bool = False,
-            log: Callable[[str], None] = _quiet) -> Planned:
-    """What :func:`start` would create and submit, touching neither the store nor a run folder.
+            log: Callable[[str], None] = _quiet, stores: Stores | None = None) -> Planned:
+    """What :func:`start` would create and submit, creating neither a store nor a run folder.
 
-    Logs the plan and the layout (role map, memory, weight sync).
+    Logs the plan, the layout (role map, memory, weight sync), the booking
+    (:mod:`scalectl.job.booking`: the rate per step, measured on runs of ``stores`` when
+    it holds some of this recipe on this hardware, else estimated; the steps the budget
+    buys, the wall-clock, the checkpoint disk), for Slurm the jobs the time limit makes of
+    it and the sbatch options missing (:func:`scalectl.launch.slurm.booking_lines`), and
+    as warnings what ``scalectl validate`` refuses on this machine (a model or data path
+    that is not here, which the cluster's nodes may still hold).
 
     Raises:
         UserError: an unknown launcher, a recipe that does not load, a tracker library
@@ -525,8 +537,40 @@ def dry_run(recipe_file, *, setup=None, overrides: Sequence[str] = (), name: str
     recipe, kind, layout = _prepare(recipe_file, setup, overrides, launcher, True, log)
     run_name = check_name(name or f"{recipe.name}-s{recipe.seed}")
     run_dir = (Path(runs_dir) / run_name).resolve()
+    booking, notes = _booking(recipe, kind, layout, stores)
+    for line in notes:
+        log(line)
     described = get_launcher(kind).dry_run(recipe, run_name, run_dir, detach=detach)
-    return Planned(recipe, kind, run_name, run_dir, layout, described)
+    return Planned(recipe, kind, run_name, run_dir, layout, described, booking,
+                   tuple(n for n in notes if n.startswith("warning: ")))
+
+
+def _booking(recipe, kind: str, layout, stores: Stores | None):
+    """The dry run's booking (:func:`scalectl.job.booking.book`) and its lines: the budget at the
+    measured or estimated rate, the Slurm time limits and options, and the file checks of
+    ``validate`` as warnings."""
+    from scalectl.job.booking import book, booking_lines, estimated_rate, measured_rate
+    from scalectl.recipe.load import check_sources
+
+    params = layout.memory.params if layout.memory is not None else None
+    rate = None
+    if stores is not None:
+        try:
+            with stores() as store:
+                stored = [(r, store.points(r["id"])) for r in store.list_runs() if r.get("n_points")]
+                rate = measured_rate(recipe, stored, str(store.path))
+        except UserError:                  # no store here (or none readable): the estimate
+            pass
+    booking = book(recipe, params, rate or estimated_rate(recipe, params))
+    lines = booking_lines(recipe, params, booking)
+    if kind == "slurm":
+        from scalectl.launch.slurm import booking_lines as slurm_lines
+
+        lines += slurm_lines(recipe, booking.wall_seconds, booking.redo_seconds)
+    here = Path.cwd()
+    lines += [f"warning: {msg} on this machine (from {here}; `scalectl validate` refuses it): the job fails at "
+              "start unless the machines it runs on hold it there" for _key, msg in check_sources(recipe)]
+    return booking, lines
 
 
 def start(stores: Stores, recipe_file, *, setup=None, overrides: Sequence[str] = (), name: str | None = None,

@@ -300,7 +300,7 @@ class SlurmLauncher(Launcher):
 
         check_slurm_path(folder)
         try:
-            executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=3)
+            executor = submitit.SlurmExecutor(folder=folder, max_num_timeout=MAX_TIMEOUTS)
         except RuntimeError as exc:
             raise UserError(f"the slurm launcher needs Slurm on this machine: {exc} "
                             "(scripts/slurm-local.sh start sets up a one-node cluster)") from None
@@ -494,3 +494,58 @@ def wait(job: JobHandle, timeout_s: float, poll_s: float = 0.5) -> list:
             raise JobFailed(f"Slurm job {job.job_id} task {t} raised:\n{value}")
         results.append(value)
     return results
+
+
+# --------------------------------------------------------------------------- booking (dry run)
+
+#: submitit's ``max_num_timeout`` for every job: it requeues a checkpointable job after each
+#: of its first MAX_TIMEOUTS time-limit hits (``JobEnvironment.checkpoint_and_try_requeue``
+#: counts down from it and requeues while the count is >= 0), and the next hit ends the run,
+#: marked ``timed_out``: a run gets at most MAX_TIMEOUTS + 1 jobs of ``time_min`` each.
+MAX_TIMEOUTS = 3
+
+
+def time_limit_jobs(wall_seconds: float, limit_seconds: float, redo_seconds: float) -> int | None:
+    """Jobs of ``limit_seconds`` each that ``wall_seconds`` of training need when every requeue
+    trains again up to ``redo_seconds`` (the steps since the last checkpoint): the least n with
+    n limit - (n - 1) redo >= wall.  None when a job is no longer than the redo (no progress)."""
+    if wall_seconds <= limit_seconds:
+        return 1
+    if limit_seconds <= redo_seconds:
+        return None
+    return max(1, -int(-(wall_seconds - redo_seconds) // (limit_seconds - redo_seconds)))
+
+
+def booking_lines(recipe, wall_seconds: float | None, redo_seconds: float) -> list[str]:
+    """What the dry run says about the Slurm booking: the jobs the wall-clock needs at
+    ``launcher.slurm.time_min`` and whether they fit the ``timed_out`` rule (:data:`MAX_TIMEOUTS`),
+    and a warning for each sbatch option the cluster may need that the script lacks."""
+    from scalectl.display import duration_text
+
+    s = recipe.launcher.slurm
+    limit = s.time_min * 60.0
+    most = MAX_TIMEOUTS + 1
+    lines = []
+    if wall_seconds is not None:
+        jobs = time_limit_jobs(wall_seconds, limit, redo_seconds)
+        head = (f"time limit: launcher.slurm.time_min = {s.time_min} ({duration_text(limit)}) per job: about "
+                f"{duration_text(wall_seconds)}")
+        redo = (f"; each requeue trains again up to checkpoint.every_steps = {recipe.checkpoint.every_steps} steps "
+                f"({duration_text(redo_seconds)})")
+        rule = (f"submitit requeues a run after each of its first {MAX_TIMEOUTS} time-limit hits and marks it "
+                f"timed_out at hit {most} (at most {most} jobs, {duration_text(most * limit)})")
+        if jobs is None:
+            lines.append(f"warning: {head} cannot finish: a job is no longer than the steps a requeue trains again"
+                         f"{redo}; raise launcher.slurm.time_min or lower checkpoint.every_steps")
+        elif jobs == 1:
+            lines.append(f"{head} fit one job")
+        elif jobs <= most:
+            lines.append(f"{head} need {jobs} jobs, the first and {jobs - 1} requeue(s){redo}; within the rule: {rule}")
+        else:
+            lines.append(f"warning: {head} need {jobs} jobs{redo}: more than the rule allows ({rule}); raise "
+                         f"launcher.slurm.time_min, or continue with `scalectl run --resume` after it stops")
+    for key, what in (("partition", "the job goes to the cluster's default partition, which may hold no GPU nodes"),
+                      ("account", "the job is charged to your default account, if the cluster gives you one")):
+        if getattr(s, key) is None:
+            lines.append(f"warning: the sbatch script has no --{key} (launcher.slurm.{key} is unset): {what}")
+    return lines

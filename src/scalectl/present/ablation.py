@@ -123,19 +123,41 @@ def staged_line(staged) -> str:
             + f"; margin {limits.margin:g}, launcher {staged.kind}")
 
 
+def _wall(seconds, per_step, parallel: int) -> str:
+    if seconds is None:
+        return ""
+    from scalectl.display import duration_text
+
+    return (f", wall-clock about {duration_text(seconds)} ({per_step:.3g} s per step, {parallel} run(s) at a "
+            "time: launcher.max_parallel)")
+
+
 def print_power(out: Console, err: Console, p: dict, name: str) -> None:
-    """The power plan of ``ablate --plan`` (:func:`scalectl.ablation.staged.power_plan`), its warning on ``err``."""
-    cost = "no cost rate (--rate)" if p["device_hours"] is None else f"about {p['device_hours']:.4g} device-hours"
-    out.print(f"power plan for {name} from {p['source']}:", soft_wrap=True, highlight=False)
+    """The power plan of ``ablate --plan`` (:func:`scalectl.ablation.staged.power_plan`): the budget
+    in steps with what it reaches, the seeds, the cost in device-hours and wall-clock, and what its
+    terms mean; its warning on ``err``."""
+    from scalectl.display import format_number
+
+    runs, steps = p["arms"] * p["seeds"], p["arms"] * p["seeds"] * p["budget_steps"]
+    cost = ("no cost rate (--rate)" if p["device_hours"] is None
+            else f"about {p['device_hours']:.4g} device-hours ({p['rate']:.3g} per step)")
+    secs, parallel = p.get("seconds_per_step"), p.get("parallel", 1)
+    say = lambda text: out.print(text, soft_wrap=True, highlight=False, markup=False)  # noqa: E731
+    say(f"power plan for {name} from {p['source']}:")
     if p.get("warning"):
-        err.print(f"[yellow]warning:[/yellow] {p['warning']}", soft_wrap=True, highlight=False)
-    out.print(f"  budget {p['budget_steps']} steps per run (reaches {p['reach']:.1f} x C_mid), "
-              f"{p['seeds']} seed(s) per arm, {p['arms']} arms: {cost}"
-              + (f" (capped by --max-budget/--max-seeds: resolving the margin needs {p['budget_uncapped']} steps "
-                 f"x {p['seeds_uncapped']} seeds)" if p["capped"] else ""), soft_wrap=True, highlight=False)
-    out.print(f"  dA half-width with these seeds {p['half_width']:.4f} (target <= margin/2 = {p['margin'] / 2:.4f}); "
-              f"sd of A per run: fit {p['s_fit']:.4f}, seed-to-seed {p['s_seed']:.4f}", soft_wrap=True,
-              highlight=False)
+        err.print(f"[yellow]warning:[/yellow] {escape(p['warning'])}", soft_wrap=True, highlight=False)
+    say(f"  budget {p['budget_steps']:,} steps per run (reaches {p['reach']:.1f} x C_mid; C_mid "
+        f"{format_number(p['C_mid'], 3)} {p['axis']} at {format_number(p['compute_per_step'], 3)} per step), "
+        f"{p['seeds']} seed(s) per arm, {p['arms']} arms")
+    say(f"  {runs} runs, {steps:,} steps: {cost}{_wall(p.get('wall_seconds'), secs, parallel)}"
+        + (f"; capped by --max-budget/--max-seeds: resolving the margin needs {p['budget_uncapped']:,} steps "
+           f"x {p['seeds_uncapped']} seeds" if p["capped"] else ""))
+    say(f"  dA half-width with these seeds {p['half_width']:.4f} (target <= margin/2 = {p['margin'] / 2:.4f}); "
+        f"sd of A per run: s_fit {p['s_fit']:.4f}, s_seed {p['s_seed']:.4f}")
     if p["worst_case_hours"] is not None:
-        out.print(f"  --until-decided spends at most {p['worst_case_hours']:.4g} device-hours "
-                  "(every arm to --max-budget with --max-seeds); usually far less", soft_wrap=True, highlight=False)
+        say(f"  --until-decided spends at most {p['worst_case_hours']:.4g} device-hours"
+            + _wall(p.get("worst_case_seconds"), secs, parallel)
+            + " (every arm to --max-budget with --max-seeds); usually far less")
+    say("where:")
+    for term, meaning in (p.get("terms") or {}).items():
+        say(f"  {term}: {meaning}")

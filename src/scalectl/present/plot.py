@@ -1,8 +1,11 @@
-"""Figures: scaling curves of several runs, an extrapolation check, leave-one-out lines.
+"""Figures: scaling curves of several runs, an extrapolation check, leave-one-out lines,
+truncation rates.
 
-Matplotlib's object API on the Agg canvas (no pyplot, no global state); the
-format follows the file extension, ``.png`` or ``.svg`` (SVG keeps its text as
-text).  Every function returns the path it wrote.
+Every figure has the style of :mod:`scalectl.present.style` (one colour per run,
+compute axes in the run's units, pass-rate limits from the data and the identified
+ceilings, the step-0 point at the left edge, the legend inside the figure).  The format
+follows the file extension, ``.png`` or ``.svg`` (SVG keeps its text as text).  The
+``plot_*`` functions return the path they wrote; the ``*_figure`` functions the figure.
 """
 
 from __future__ import annotations
@@ -10,123 +13,154 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Mapping, Sequence
 
-import matplotlib
 import numpy as np
-from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from scalectl.curve import SigmoidFit
 from scalectl.defaults import MARGIN, TRUNCATION_THRESHOLD
 from scalectl.display import format_estimate, format_number
+from scalectl.present import style
 from scalectl.science.compare import LooLine, RunCurve
 from scalectl.science.extrapolate import Extrapolation
 
-AXIS_LABELS = {
-    "gpu_hours": "training compute (GPU-hours)",
-    "flops": "training compute (FLOPs)",
-    "tokens": "tokens trained",
-    "step": "training steps",
-}
-FORMATS = (".png", ".svg")
-_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2",
-           "#17becf", "#7f7f7f", "#bcbd22"]
+AXIS_LABELS = style.AXIS_LABELS
+FORMATS = style.FORMATS
 
 
-def _new_figure(size: tuple[float, float] = (7.5, 5.0)) -> Figure:
-    fig = Figure(figsize=size, dpi=100, layout="constrained")
-    FigureCanvasAgg(fig)
-    return fig
+def a_on_bound(fit: SigmoidFit) -> bool:
+    """Whether the fit's ceiling A lies on its bound (an ``on_bound`` flag on A): then it is
+    not a ceiling the data show, and is drawn as a bound, not as a ceiling."""
+    return any(f.code == "on_bound" and f.param == "A" for f in fit.flags)
 
 
-def _save(fig: Figure, path: str | Path) -> Path:
-    path = Path(path)
-    if path.suffix.lower() not in FORMATS:
-        raise ValueError(f"plot file {str(path)!r}: extension {path.suffix or '(none)'!r} is not "
-                         f"one of {', '.join(FORMATS)}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with matplotlib.rc_context({"svg.fonttype": "none"}):
-        fig.savefig(path, dpi=fig.dpi)
-    return path
-
-
-def _log_x(ax) -> None:
-    """A log compute axis whose labels do not overlap: over two decades or more only the
-    powers of 10 are labelled; over less, the 2 and 5 multiples as well (matplotlib's own
-    choice on short spans labels 2, 3, 4, 6 x 10^k, which run into each other)."""
-    from matplotlib.ticker import LogFormatterSciNotation, LogLocator, NullFormatter
-
-    ax.set_xscale("log")
-    lo, hi = ax.get_xlim()
-    if lo > 0 and hi / lo >= 100:
-        ax.xaxis.set_minor_formatter(NullFormatter())
-    else:
-        ax.xaxis.set_minor_locator(LogLocator(subs=(2.0, 5.0)))
-        ax.xaxis.set_minor_formatter(LogFormatterSciNotation(labelOnlyBase=False,
-                                                             minor_thresholds=(np.inf, np.inf)))
+def identified(fit: SigmoidFit) -> bool:
+    """Whether the fit's ceiling is one the data show: not on its bound and not flagged
+    ``ceiling_not_identified``.  Only those set the limits of a pass-rate axis."""
+    return not a_on_bound(fit) and not fit.has_flag("ceiling_not_identified")
 
 
 def _label(name: str, fit: SigmoidFit) -> str:
     a = format_estimate(fit.A, fit.interval("A"))
-    text = f"{name}: A {a}, B {fit.B:.2f}, C_mid {format_number(fit.C_mid, 2)}"
+    text = f"{name}: A {a}" + (" (on its bound)" if a_on_bound(fit) else "")
+    text += f", B {fit.B:.2f}, C_mid {format_number(fit.C_mid, 2)}"
     if fit.flags:
         text += "  [" + ", ".join(dict.fromkeys(fit.flag_codes)) + "]"
     return text
 
 
-def _positive_range(xs: Sequence[np.ndarray]) -> tuple[float, float]:
-    pos = np.concatenate([x[x > 0] for x in xs])
-    return float(pos.min()), float(pos.max())
+def _run_handle(color: str) -> Line2D:
+    return Line2D([], [], color=color, lw=2, marker="o", ms=4)
 
 
 def plot_curves(runs: Mapping[str, RunCurve], path: str | Path, *, baseline: str | None = None,
                 margin: float = MARGIN, title: str | None = None) -> Path:
     """Write :func:`curves_figure` to ``path`` (.png or .svg) and return the path.  Raises
     ValueError as :func:`curves_figure` does, and on an unsupported extension."""
-    return _save(curves_figure(runs, baseline=baseline, margin=margin, title=title), path)
+    return style.save(curves_figure(runs, baseline=baseline, margin=margin, title=title), path)
 
 
 def curves_figure(runs: Mapping[str, RunCurve], *, baseline: str | None = None,
                   margin: float = MARGIN, title: str | None = None) -> Figure:
-    """Pass rate against compute (log axis) for several runs.
+    """Pass rate against compute (log axis, the fit's units) for several runs.
 
-    Points (faded below the fit window), fitted curves, dashed ceilings A with
-    their intervals shaded, and a band of +-``margin`` around the baseline's ceiling.  The legend gives A (with
-    its interval), B, C_mid and each fit's flag codes.  Points at compute 0 cannot
-    sit on a log axis and are left out (R0 is in the fit).  The legend sits below
-    the axes, where it covers no point.  Raises ValueError on an empty mapping or an
-    unknown baseline.
+    Per run, in its own colour: the points (hollow below the fit window; those at compute
+    0 as diamonds at the left edge), the fitted curve, its ceiling A as a dashed line
+    (dotted when the fit flags it ``ceiling_not_identified``, none when A lies on its
+    bound) and, in a strip right of the axes, the interval of A as a bar (one slot per
+    run, so that intervals never blur into one another).  A grey band of +-``margin``
+    around the baseline's ceiling.  The y limits hold the points, the curves and the
+    identified ceilings (:func:`identified`); an interval or a ceiling past them runs to
+    the edge and ends in an arrow.  The legend (below the axes) gives A with its
+    interval, B, C_mid and each fit's flag codes.
+
+    Raises:
+        ValueError: an empty mapping, an unknown baseline, or no point with compute > 0.
     """
     if not runs:
         raise ValueError("plot_curves needs at least one run")
     if baseline is not None and baseline not in runs:
         raise ValueError(f"baseline {baseline!r} is not one of the plotted runs: {list(runs)}")
-    fig = _new_figure()
-    ax = fig.add_subplot()
-    lo, hi = _positive_range([np.asarray(c.compute, dtype=float) for c in runs.values()])
-    grid = np.geomspace(lo, hi * 1.5, 300)
-    for i, (name, cur) in enumerate(runs.items()):
-        color = _COLORS[i % len(_COLORS)]
-        x = np.asarray(cur.compute, dtype=float)
-        y = np.asarray(cur.pass_rate, dtype=float)
-        inside = (x >= cur.fit.window[0]) & (x > 0)
-        ax.scatter(x[inside], y[inside], s=14, color=color, alpha=0.8, zorder=3)
-        early = (x > 0) & ~inside
-        ax.scatter(x[early], y[early], s=14, facecolors="none", edgecolors=color, alpha=0.5)
-        ax.plot(grid, cur.fit.predict(grid), color=color, lw=2, label=_label(name, cur.fit))
-        ax.axhline(cur.fit.A, color=color, ls="--", lw=1)
-        iv = cur.fit.interval("A")
-        if iv is not None:
-            ax.axhspan(iv[0], iv[1], color=color, alpha=0.12, lw=0,
-                       label=f"{name}: {cur.fit.level:.0%} interval of A")
+    fig = style.new_figure()
+    ax, strip = style.axes_with_strip(fig, len(runs))
+    xs = {n: np.asarray(c.compute, dtype=float) for n, c in runs.items()}
+    ys = {n: np.asarray(c.pass_rate, dtype=float) for n, c in runs.items()}
+    lo, hi = style.positive_range(xs.values())
+    zero = any((x == 0).any() for x in xs.values())
+    end = hi * 1.5
+    axis = next(iter(runs.values())).fit.axis
+    style.compute_axis(ax, axis, lo, end, zero_edge=zero)
+    grid = np.geomspace(ax.get_xlim()[0], end, 400)
+    curves = {n: c.fit.predict(grid) for n, c in runs.items()}
+    shown = [*np.concatenate(list(ys.values())), *np.concatenate(list(curves.values()))]
+    shown += [c.fit.A for c in runs.values() if identified(c.fit)]
+    if baseline is not None and identified(runs[baseline].fit):
+        shown += [runs[baseline].fit.A - margin, runs[baseline].fit.A + margin]
+    style.pass_rate_axis(ax, style.pass_rate_limits(shown))
+    handles, labels = [], []
     if baseline is not None:
         a = runs[baseline].fit.A
-        # A pass rate lies in [0, 1]: the band stops there (A at 1 draws only its lower half).
-        ax.axhspan(max(a - margin, 0.0), min(a + margin, 1.0), color="grey", alpha=0.15, lw=0,
-                   label=f"{baseline} ceiling +-{margin:g}")
-    axis = next(iter(runs.values())).fit.axis
-    _log_x(ax)
-    ax.set_xlabel(AXIS_LABELS.get(axis, axis))
-    ax.set_ylabel("pass rate (mean@k)")
+        # a pass rate lies in [0, 1]: the band stops there (A at 1 draws only its lower half)
+        for where in (ax, strip):
+            where.axhspan(max(a - margin, 0.0), min(a + margin, 1.0), color="grey", alpha=0.18, lw=0,
+                          label=f"{baseline} ceiling +-{margin:g}")
+    for i, (name, cur) in enumerate(runs.items()):
+        c, x, y, fit = style.color(i), xs[name], ys[name], cur.fit
+        inside = (x >= fit.window[0]) & (x > 0)
+        early = (x > 0) & ~inside
+        ax.scatter(x[inside], y[inside], s=14, color=c, alpha=0.85, zorder=3, lw=0)
+        ax.scatter(x[early], y[early], s=16, facecolors="none", edgecolors=c, alpha=0.7, zorder=3)
+        style.draw_compute_zero(ax, y[x == 0], c)
+        ax.plot(grid, curves[name], color=c, lw=2, zorder=2)
+        if not a_on_bound(fit):
+            for where in (ax, strip):
+                where.axhline(fit.A, color=c, lw=1, alpha=0.8,
+                              ls=":" if fit.has_flag("ceiling_not_identified") else "--")
+        iv = fit.interval("A")
+        style.interval_bar(strip, i, fit.A, iv if iv is not None else (fit.A, fit.A), c)
+        handles.append(_run_handle(c))
+        labels.append(_label(name, fit))
+    strip.set_xlabel(f"A, {next(iter(runs.values())).fit.level:.0%}\ninterval", fontsize=8)
+    handles, labels = _curve_notes(ax, runs, xs, baseline, margin, handles, labels)
+    style.set_title(ax, title or "Pass rate against compute: points, fitted sigmoids, ceilings A"
+                    + _warnings(runs), loc="left")
+    style.legend_below(fig, ax, handles, labels)
+    return fig
+
+
+def _curve_notes(ax, runs, xs, baseline, margin, handles, labels):
+    """The legend's key to the marks: ceilings, interval bars, the margin band, hollow and
+    step-0 points (those the figure has)."""
+    level = next(iter(runs.values())).fit.level
+    handles.append(Line2D([], [], color="grey", lw=1, ls="--"))
+    labels.append("ceiling A (dotted: not identified; none: A on its bound)")
+    handles.append(Line2D([], [], color="grey", lw=2.2, marker="_", ms=9, mew=2.2))
+    labels.append(f"bars at the right: {level:.0%} interval of A (arrow: it goes on)")
+    if baseline is not None:
+        handles.append(Patch(color="grey", alpha=0.18, lw=0))
+        labels.append(f"{baseline} ceiling +-{margin:g}" + _off_axes(ax, runs[baseline].fit.A, margin))
+    if any(((x > 0) & (x < c.fit.window[0])).any() for x, c in zip(xs.values(), runs.values())):
+        handles.append(Line2D([], [], ls="", marker="o", ms=4, mfc="none", color="grey"))
+        labels.append("hollow: before the fit window")
+    if any((x == 0).any() for x in xs.values()):
+        handles.append(Line2D([], [], ls="", marker="D", ms=5, mfc="white", color="grey"))
+        labels.append("diamonds at the left edge: compute 0 (step 0)")
+    return handles, labels
+
+
+def _off_axes(ax, a: float, margin: float) -> str:
+    """'' when the band ``a +- margin`` crosses the y limits of ``ax``, else where it lies
+    (the limits leave out a ceiling that is not identified, and its band with it)."""
+    y0, y1 = ax.get_ylim()
+    if a - margin > y1:
+        return f" (above the axes, at {a:.2f})"
+    if a + margin < y0:
+        return f" (below the axes, at {a:.2f})"
+    return ""
+
+
+def _warnings(runs: Mapping[str, RunCurve]) -> str:
     hardware = sorted({c.hardware for c in runs.values() if c.hardware})
     axes = sorted({c.fit.axis for c in runs.values()})
     warn = []
@@ -134,109 +168,154 @@ def curves_figure(runs: Mapping[str, RunCurve], *, baseline: str | None = None,
         warn.append(f"mixed hardware: {', '.join(hardware)}")
     if len(axes) > 1:
         warn.append(f"mixed compute axes: {', '.join(axes)}")
-    ax.set_title(title or "Pass rate against compute, fitted sigmoid (dashed: ceiling A)"
-                 + ("\n[" + "; ".join(warn) + ": not comparable]" if warn else ""))
-    ax.grid(True, which="both", alpha=0.3)
-    _legend_below(fig, ax)
-    return fig
-
-
-def _legend_below(fig: Figure, ax) -> None:
-    # Below the axes, not over them: a run's points and curve can fill any corner.
-    handles, labels = ax.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", fontsize=8,
-               ncol=1 if len(labels) <= 4 else 2, frameon=False)
+    return "\n[" + "; ".join(warn) + ": not comparable]" if warn else ""
 
 
 def plot_extrapolation(ex: Extrapolation, path: str | Path, *, name: str = "run",
                        fitted_compute: Sequence[float] | None = None,
                        fitted_pass_rate: Sequence[float] | None = None,
                        title: str | None = None) -> Path:
-    """A prefix fit (solid), its prediction past the cut (dashed, with band), held-out points.
+    """Write :func:`extrapolation_figure` to ``path`` and return the path."""
+    return style.save(extrapolation_figure(ex, name=name, fitted_compute=fitted_compute,
+                                           fitted_pass_rate=fitted_pass_rate, title=title), path)
 
-    ``fitted_compute``/``fitted_pass_rate``: the points the fit used (drawn filled);
-    the held-out points come from ``ex`` (drawn hollow).  The title gives the mean
-    and max absolute error and the share of held-out points inside the band.
+
+def extrapolation_figure(ex: Extrapolation, *, name: str = "run",
+                         fitted_compute: Sequence[float] | None = None,
+                         fitted_pass_rate: Sequence[float] | None = None,
+                         title: str | None = None) -> Figure:
+    """A prefix fit (solid), its prediction past the cut (dashed, with its band), the held-out points.
+
+    ``fitted_compute``/``fitted_pass_rate``: the points the fit used (drawn filled; one at
+    compute 0 as a diamond at the left edge); the held-out points come from ``ex`` (drawn
+    hollow).  The title gives the mean and max absolute error and the share of held-out
+    points inside the band.
     """
     fit = ex.fit
-    fig = _new_figure()
-    ax = fig.add_subplot()
-    hx = np.asarray(ex.heldout_compute, dtype=float)
+    fig = style.new_figure()
+    ax = style.new_axes(fig)
+    hx, hy = np.asarray(ex.heldout_compute, dtype=float), np.asarray(ex.heldout_pass_rate, dtype=float)
     fx = np.asarray(fitted_compute if fitted_compute is not None else [], dtype=float)
     fy = np.asarray(fitted_pass_rate if fitted_pass_rate is not None else [], dtype=float)
-    lo, hi = _positive_range([hx, fx, np.array([fit.window[0]])])
-    before = np.geomspace(lo, ex.cut, 150)
-    after = np.geomspace(ex.cut, hi * 1.2, 150)
-    color = _COLORS[0]
-    if fx.size:
-        ax.scatter(fx[fx > 0], fy[fx > 0], s=14, color=color, label="points fitted", zorder=3)
-    ax.scatter(hx, ex.heldout_pass_rate, s=22, facecolors="none", edgecolors="black",
-               label="held-out points", zorder=3)
-    ax.plot(before, fit.predict(before), color=color, lw=2, label=_label(name, fit))
-    ax.plot(after, fit.predict(after), color=color, lw=2, ls="--", label="prediction")
+    lo, hi = style.positive_range([hx, fx, np.array([fit.window[0]])])
+    style.compute_axis(ax, fit.axis, lo, hi * 1.2, zero_edge=bool((fx == 0).any()))
+    before = np.geomspace(ax.get_xlim()[0], ex.cut, 200)
+    after = np.geomspace(ex.cut, hi * 1.2, 200)
+    band = None
     if fit.samples is not None and len(fit.samples):
-        b_lo, b_hi = fit.band(after, kind="prediction", drift_sd=ex.drift_sd)
-        ax.fill_between(after, b_lo, b_hi, color=color, alpha=0.15, lw=0,
+        band = fit.band(after, kind="prediction", drift_sd=ex.drift_sd)
+    shown = [*fy, *hy, *fit.predict(before), *fit.predict(after)]
+    shown += [] if band is None else [*band[0], *band[1]]
+    shown += [fit.A] if identified(fit) else []
+    style.pass_rate_axis(ax, style.pass_rate_limits(shown))
+    c = style.color(0)
+    if fx.size:
+        ax.scatter(fx[fx > 0], fy[fx > 0], s=14, color=c, label="points fitted", zorder=3, lw=0)
+        style.draw_compute_zero(ax, fy[fx == 0], c, label="compute 0 (step 0), at the left edge"
+                                if (fx == 0).any() else None)
+    ax.scatter(hx, hy, s=22, facecolors="none", edgecolors="black", label="held-out points", zorder=3)
+    ax.plot(before, fit.predict(before), color=c, lw=2, label=_label(name, fit))
+    ax.plot(after, fit.predict(after), color=c, lw=2, ls="--", label="prediction")
+    if band is not None:
+        ax.fill_between(after, band[0], band[1], color=c, alpha=0.15, lw=0,
                         label=f"{fit.level:.0%} prediction band")
-    ax.axvline(ex.cut, color="grey", ls=":", lw=1)
-    ax.axhline(fit.A, color=color, ls="--", lw=0.8, alpha=0.6)
-    _log_x(ax)
-    ax.set_xlabel(AXIS_LABELS.get(fit.axis, fit.axis))
-    ax.set_ylabel("pass rate (mean@k)")
+    ax.axvline(ex.cut, color="grey", ls=":", lw=1, label=f"cut at {style.compute_text(ex.cut, fit.axis)}")
+    if not a_on_bound(fit):
+        ax.axhline(fit.A, color=c, ls="--", lw=0.8, alpha=0.6)
     inside = "" if ex.share_in_band is None else f", {ex.share_in_band:.0%} inside band"
-    ax.set_title(title or f"{name}: fitted to {ex.cut:.4g}, held-out error mean "
-                          f"{ex.mean_abs_error:.3f} / max {ex.max_abs_error:.3f}{inside}",
-                 fontsize=10)
-    ax.grid(True, which="both", alpha=0.3)
-    _legend_below(fig, ax)
-    return _save(fig, path)
+    style.set_title(ax, title or f"{name}: fitted up to {style.compute_text(ex.cut, fit.axis)}, held-out error "
+                                 f"mean {ex.mean_abs_error:.3f} / max {ex.max_abs_error:.3f}{inside}")
+    style.legend_below(fig, ax)
+    return fig
 
 
 def plot_loo(lines: Sequence[LooLine], path: str | Path, *, axis: str = "gpu_hours",
-             title: str | None = None) -> Path:
-    """Leave-one-out lines: log F(R) against log compute with A shared; slopes are B.
+             fits: Mapping[str, SigmoidFit] | None = None, title: str | None = None) -> Path:
+    """Write :func:`loo_figure` to ``path`` and return the path."""
+    return style.save(loo_figure(lines, axis=axis, fits=fits, title=title), path)
 
-    Points from :func:`scalectl.science.compare.loo_lines`; each run's line is
-    log F = B log C, the fitted curve in this transform.
+
+def loo_figure(lines: Sequence[LooLine], *, axis: str = "gpu_hours",
+               fits: Mapping[str, SigmoidFit] | None = None, title: str | None = None) -> Figure:
+    """Leave-one-out lines: each run refitted with one shared ceiling A, linearised.
+
+    With A and R0 fixed the sigmoid is (R - R0) / (A - R) = (C / C_mid)^B, a straight line
+    of slope B on log-log axes that crosses 1 at C = C_mid (Khatri et al. 2025, section 4).
+    Both axes are logarithmic in their own units: compute in the run's units, the ratio
+    as a plain number.  Points from :func:`scalectl.science.compare.loo_lines`.  The
+    legend gives each run's B and C_mid with A shared, and, from ``fits`` (name -> the
+    run's own fit), its own A and B: the two differ when the ceilings differ.
+
+    Raises:
+        ValueError: no line, or no point with compute > 0.
     """
     if not lines:
         raise ValueError("plot_loo needs at least one line")
-    fig = _new_figure()
-    ax = fig.add_subplot()
-    for i, ln in enumerate(lines):
-        color = _COLORS[i % len(_COLORS)]
-        ax.scatter(ln.log_c, ln.log_f, s=14, color=color, alpha=0.8)
-        if ln.log_c.size:
-            xs = np.linspace(ln.log_c.min(), ln.log_c.max(), 2)
-            ax.plot(xs, ln.B * xs, color=color, lw=2, label=f"{ln.name}: B {ln.B:.2f}, "
-                                                            f"C_mid {ln.C_mid:.3g}")
-    ax.set_xlabel(f"log {AXIS_LABELS.get(axis, axis)}")
-    ax.set_ylabel("log F(R) = log[C_mid^B / ((A - R0)/(R - R0) - 1)]")
-    ax.set_title(title or f"Linearised curves with shared A = {lines[0].A:.3f} (slope = B)")
-    ax.grid(True, alpha=0.3)
-    ax.legend(loc="upper left", fontsize=8)
-    return _save(fig, path)
+    fig = style.new_figure()
+    ax = style.new_axes(fig)
+    cs = [np.exp(ln.log_c) for ln in lines]
+    odds = [np.exp(ln.log_f - ln.B * np.log(ln.C_mid)) for ln in lines]
+    lo, hi = style.positive_range(cs)
+    style.compute_axis(ax, axis, lo, hi)
+    for i, (ln, c, o) in enumerate(zip(lines, cs, odds)):
+        col = style.color(i)
+        ax.scatter(c, o, s=14, color=col, alpha=0.85, lw=0, zorder=3)
+        label = f"{ln.name}: B {ln.B:.2f}, C_mid {format_number(ln.C_mid, 3)} with A shared"
+        own = (fits or {}).get(ln.name)
+        if own is not None:
+            label += f" (own fit: A {own.A:.3f}, B {own.B:.2f})"
+        if c.size:
+            xs = np.geomspace(c.min(), c.max(), 50)
+            ax.plot(xs, (xs / ln.C_mid) ** ln.B, color=col, lw=2, label=label)
+    ax.set_yscale("log")
+    o_lo, o_hi = style.positive_range(odds)
+    style.log_ticks(ax.yaxis, o_lo, o_hi)
+    ax.axhline(1.0, color="grey", lw=0.8, ls=":", label="ratio 1: compute = C_mid")
+    style.set_ylabel(ax, "(R - R0) / (A - R), A shared")
+    style.set_title(ax, title or f"Runs refitted with one shared ceiling A = {lines[0].A:.3f}: slope = B\n"
+                          "(with A shared, B differs from a run's own fit when its ceiling differs)")
+    style.legend_below(fig, ax, max_cols=1)
+    return fig
 
 
 def plot_truncation(series: dict[str, list[tuple[np.ndarray, np.ndarray]]], path: str | Path, *,
                     axis: str = "gpu_hours", threshold: float = TRUNCATION_THRESHOLD) -> Path:
-    """Truncation rate (share of completions cut at the length limit) against
-    compute, one colour per variant (one line per seed), with the flag
-    threshold (docs/method.md, section 5: runs past 10-15% became unstable)."""
-    fig = _new_figure((7.5, 4.0))
-    ax = fig.add_subplot()
+    """Write :func:`truncation_figure` to ``path`` and return the path."""
+    return style.save(truncation_figure(series, axis=axis, threshold=threshold), path)
+
+
+def truncation_figure(series: dict[str, list[tuple[np.ndarray, np.ndarray]]], *,
+                      axis: str = "gpu_hours", threshold: float = TRUNCATION_THRESHOLD) -> Figure:
+    """Truncation rate (share of completions cut at the length limit) against compute,
+    one colour per variant (one line per seed), with the flag threshold (docs/method.md,
+    section 5: runs past 10-15 % became unstable).  Points at compute 0 (step 0) are
+    drawn as hollow diamonds at the left edge of the log axis, as in :func:`curves_figure`.
+
+    Raises:
+        ValueError: no finite rate at compute > 0.
+    """
+    fig = style.new_figure((7.5, 4.0))
+    ax = style.new_axes(fig)
+    finite = [x[np.isfinite(t) & (x > 0)] for runs in series.values() for x, t in runs]
+    lo, hi = style.positive_range(finite)
+    zero = any((np.isfinite(t) & (x == 0)).any() for runs in series.values() for x, t in runs)
+    style.compute_axis(ax, axis, lo, hi, zero_edge=zero)
+    top = threshold
     for i, (name, runs) in enumerate(series.items()):
-        color = _COLORS[i % len(_COLORS)]
+        col = style.color(i)
         for j, (x, t) in enumerate(runs):
             ok = np.isfinite(t) & (x > 0)
-            ax.plot(x[ok], t[ok], "o-", ms=3, lw=1.2, color=color, alpha=0.85,
-                    label=name if j == 0 else None)
+            at_zero = np.isfinite(t) & (x == 0)
+            if (ok | at_zero).any():
+                top = max(top, float(np.max(t[ok | at_zero])))
+            ax.plot(x[ok], t[ok], "o-", ms=3, lw=1.2, color=col, alpha=0.85, label=name if j == 0 else None)
+            style.draw_compute_zero(ax, t[at_zero], col)
     ax.axhline(threshold, color="black", ls=":", lw=1, label=f"flag threshold {threshold:g}")
-    _log_x(ax)
-    ax.set_xlabel(AXIS_LABELS.get(axis, axis))
-    ax.set_ylabel("truncation rate")
-    ax.set_ylim(bottom=0)
-    ax.set_title("Truncation rate against compute")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(loc="best", fontsize=8)
-    return _save(fig, path)
+    if zero:
+        ax.scatter([], [], marker="D", s=26, facecolors="white", edgecolors="grey",
+                   label="diamonds at the left edge: compute 0 (step 0)")
+    ax.set_ylim(0, min(1.0, 1.15 * top))
+    style.set_ylabel(ax, "truncation rate")
+    style.set_title(ax, "Truncation rate against compute")
+    style.legend_below(fig, ax)
+    return fig

@@ -15,6 +15,9 @@ def summarize_run(store, run_id: int, plot: Path, margin: float = MARGIN) -> tup
     to ``plot`` (points, curve, ceiling with its interval, +-``margin`` band) and say
     what came out.
 
+    The advice (:func:`scalectl.curve.advise`) is in steps, device-hours and wall-clock at
+    the run's measured rate (:func:`scalectl.curve.step_rate` of its points).
+
     Returns (lines for people, JSON-ready {"fit", "advice", "plot"}).  A run that
     cannot be fitted yet (too few points) gives one line and {"error": why}; no
     exception, the run itself succeeded.
@@ -27,13 +30,14 @@ def summarize_run(store, run_id: int, plot: Path, margin: float = MARGIN) -> tup
         curve = fit_run(store, run, FitOptions())[0]
     except UserError as exc:
         return [f"fit: not yet possible: {exc}"], {"error": str(exc)}
-    from scalectl.curve import advise
+    from scalectl.curve import advise, step_rate
     from scalectl.present.plot import plot_curves
 
     f = curve.fit
     path = plot_curves({run["name"]: curve}, plot, baseline=run["name"], margin=margin)
     lines = [fit_line(run["name"], f)] + [f"{run['name']} {fl.code}: {fl.message}" for fl in f.flags]
-    advice = advise(f, margin) if f.interval("A") else None
+    rate = step_rate(store.points(run["id"]), f.axis, source=run["name"])
+    advice = advise(f, margin, rate=rate) if f.interval("A") else None
     if advice is not None:
         lines.append(f"advice: {advice.message}")
     lines.append(f"plot: {path}")

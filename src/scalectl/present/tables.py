@@ -81,8 +81,10 @@ def sensitivity_table(sens: Any, width: int):
         else:
             rows.append([_window(row.window), str(g.n_points), estimate_text(g, "A"), estimate_text(g, "B"),
                          estimate_text(g, "C_mid"), _flags(g)])
-    return fitted_table(f"sensitivity of the fit to its window (A spread {sens.A_spread:.3f})",
-                        cols, rows, width)
+    fitted = sum(r.fit is not None for r in sens.rows)
+    spread = (f"A spread {sens.A_spread:.3f} over {fitted} windows" if fitted > 1 else
+              f"{'one window' if fitted else 'no window'} fitted: no spread to show")
+    return fitted_table(f"sensitivity of the fit to its window ({spread})", cols, rows, width)
 
 
 def fit_line(name: str, fit: Any) -> str:

@@ -488,7 +488,7 @@ class Slurm(_Section):
         "Memory per node, in GB (sbatch --mem, which takes MB). Unset: the partition's default."))
     time_min: int = Field(default=60, ge=1, le=366 * 24 * 60, description=(
         "Time limit of one job, in minutes (sbatch --time). Before it the job is requeued and resumes "
-        "from its latest checkpoint; the third time it is hit the run is timed_out "
+        "from its latest checkpoint, after each of the first three hits; at the fourth the run is timed_out "
         "(docs/launching.md, \"Pre-emption, time limits, requeue\")."))
     additional_parameters: dict[Line, Line] = Field(default_factory=dict, max_length=256, description=(
         "Further sbatch options, name = value (submitit's slurm_additional_parameters)."))

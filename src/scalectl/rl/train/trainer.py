@@ -47,6 +47,17 @@ from scalectl.rl.policy.logprobs import packed_token_logprobs, route_head_throug
 from scalectl.rl.train.packing import PackingSupport, packing_support, pack as pack_rows
 
 
+def import_deepspeed(device: str):
+    """DeepSpeed, with its CPU accelerator named (``DS_ACCELERATOR=cpu``, unless set) when the
+    policy trains on a CPU: DeepSpeed then takes it without looking for a GPU, which it reported
+    in every run as "[WARNING] ... Setting accelerator to CPU" although nothing was wrong."""
+    if device == "cpu":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+    import deepspeed
+
+    return deepspeed
+
+
 def init_distributed_env() -> None:
     """Join torch.distributed for DeepSpeed.
 
@@ -223,8 +234,7 @@ class PolicyTrainer:
 
     def __init__(self, model, *, loss, optim, head_fp32: bool, temperature: float,
                  micro_batch_size: int, zero_stage: int = 0, dtype: str = "fp32", pack: bool = True):
-        import deepspeed
-
+        deepspeed = import_deepspeed(next(model.parameters()).device.type)
         init_distributed_env()
         deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False  # skip a 27 s compile on CPU
         self.loss_cfg = loss

@@ -1,0 +1,144 @@
+"""What the dry run books (scalectl.job.booking, scalectl.launch.slurm.booking_lines): the rate
+per step, the steps the budget buys, the wall-clock, the Slurm jobs it takes, the checkpoint
+disk and the warnings; and the submitit rule that decides how many jobs a run gets."""
+
+from __future__ import annotations
+
+import json
+import math
+import types
+from datetime import datetime, timedelta, timezone
+
+import pytest
+
+from conftest import ROOT, run_cli
+from scalectl.job.booking import ESTIMATE_UTILISATION, book, estimated_rate, measured_rate
+from scalectl.launch.slurm import MAX_TIMEOUTS, booking_lines, time_limit_jobs
+from scalectl.recipe.load import load
+
+PAPER = (ROOT / "recipes/scalerl.toml", ROOT / "setups/paper-8b.toml")
+
+
+def test_submitit_requeues_a_run_after_three_time_limits_and_ends_it_at_the_fourth(tmp_path):
+    """submitit's own SignalHandler, driven as Slurm drives it (SIGUSR2 before each time limit),
+    on the job the launcher submits: requeued with a count of 2, 1 and 0 left, then 'timed-out
+    too many times' (the job body marks the run timed_out): at most MAX_TIMEOUTS + 1 = 4 jobs."""
+    from submitit.core import job_environment, utils
+    from submitit.core.utils import DelayedSubmission
+
+    from scalectl.launch.slurm import SlurmRunJob
+
+    delayed = DelayedSubmission(SlurmRunJob(), str(tmp_path / "run"))
+    delayed.set_timeout(60, MAX_TIMEOUTS)              # as SlurmExecutor(max_num_timeout=MAX_TIMEOUTS) does
+    requeued = []
+    env = types.SimpleNamespace(global_rank=0, _requeue=requeued.append)
+    paths = types.SimpleNamespace(submitted_pickle=tmp_path / "submitted.pkl")
+    jobs, ended = 0, None
+    while ended is None and jobs < 10:
+        jobs += 1
+        handler = job_environment.SignalHandler(env, paths, delayed)
+        handler.has_timed_out = lambda: True
+        handler._exit = lambda: None
+        try:
+            handler.checkpoint_and_try_requeue(12)
+        except utils.UncompletedJobError as exc:
+            ended = str(exc)
+        delayed = DelayedSubmission.load(paths.submitted_pickle)
+    assert requeued == [2, 1, 0] and jobs == MAX_TIMEOUTS + 1 == 4
+    assert "timed-out too many times" in ended
+
+
+def test_jobs_a_wall_clock_takes_with_the_steps_each_requeue_trains_again():
+    h = 3600.0
+    assert time_limit_jobs(200 * h, 72 * h, 0.0) == 3                # 200 / 72 = 2.8
+    # each requeue trains up to 100 steps again (5.7 h): 3 jobs hold 216 - 2 x 5.7 = 204.6 h < 211 h
+    assert time_limit_jobs(211 * h, 72 * h, 5.7 * h) == 4
+    assert time_limit_jobs(204 * h, 72 * h, 5.7 * h) == 3
+    assert time_limit_jobs(10 * h, 72 * h, 5.7 * h) == 1
+    assert time_limit_jobs(100 * h, 5 * h, 6 * h) is None             # a job no longer than the redo
+
+
+def test_the_paper_budget_at_the_estimated_rate():
+    """8B parameters, 48 x 16 completions of at most 2,048 + 14,336 tokens: 8 x 8e9 x 768 x 16,384
+    FLOPs a step, at 5 % of 80 H100s' 989 TFLOP/s; the 16,000 GPU-hours buy floor(16000 / (80 x
+    seconds / 3600)) steps; a checkpoint is 8e9 x (2 + 12) bytes, three of them on disk at once."""
+    recipe = load(*PAPER, [])
+    rate = estimated_rate(recipe, 8_000_000_000)
+    flops = 8 * 8e9 * 768 * 16_384
+    seconds = flops / (80 * 989e12 * ESTIMATE_UTILISATION)
+    assert rate.seconds_per_step == pytest.approx(seconds) and not rate.measured
+    assert rate.gpu_hours_per_step == pytest.approx(80 * seconds / 3600)
+    assert rate.eval_seconds == pytest.approx(2 * 8e9 * 1000 * 16 * 16_384 / (80 * 989e12 * ESTIMATE_UTILISATION))
+    b = book(recipe, 8_000_000_000, rate)
+    steps = math.floor(16_000 / (80 * seconds / 3600))
+    assert b.steps == steps and b.evaluations == len(range(100, steps + 1, 100)) + 2   # step 0 and the last
+    assert b.wall_seconds == pytest.approx(steps * seconds + b.evaluations * rate.eval_seconds)
+    assert b.checkpoint_bytes == 8e9 * 14 and b.disk_bytes == 3 * 8e9 * 14
+    assert b.redo_seconds == pytest.approx(100 * seconds)
+    lines = booking_lines(recipe, b.wall_seconds, b.redo_seconds)
+    jobs = time_limit_jobs(b.wall_seconds, 4320 * 60, b.redo_seconds)
+    assert jobs <= MAX_TIMEOUTS + 1
+    assert lines[0].startswith("time limit: launcher.slurm.time_min = 4320 (72 h) per job") and \
+        f"need {jobs} jobs, the first and {jobs - 1} requeue(s)" in lines[0] and "within the rule" in lines[0]
+    assert [line.split(" (")[0] for line in lines[1:]] == ["warning: the sbatch script has no --partition",
+                                                          "warning: the sbatch script has no --account"]
+    short = load(*PAPER, ["launcher.slurm.time_min=1440", "launcher.slurm.partition=gpu",
+                          "launcher.slurm.account=lab"])
+    lines = booking_lines(short, b.wall_seconds, b.redo_seconds)
+    assert len(lines) == 1 and lines[0].startswith("warning: time limit") and "more than the rule allows" in lines[0]
+
+
+def _stamp(seconds: float) -> str:
+    return (datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=seconds)).isoformat(timespec="seconds")
+
+
+def test_a_stored_run_of_the_recipe_on_the_hardware_gives_the_measured_rate(tmp_path):
+    """A run of the same recipe shape on H100-80GB stored a point every 100 steps, 6 h apart,
+    at 4 GPU-hours a step: 216 s a step (evaluations included), 16,000 / 4 = 4,000 steps; the
+    dry run says so, names the run, and no evaluation time is added on top."""
+    from scalectl.store.database import Store
+
+    recipe = load(*PAPER, [])
+    db = tmp_path / "s.db"
+    with Store.open(db) as store:
+        rid = store.create_run("paper-s0", recipe=recipe.to_dict(), hardware="H100-80GB", status="completed")
+        store.add_points(rid, [{"step": s, "pass_rate": 0.3, "gpu_hours": 4.0 * s, "time": _stamp(216.0 * s)}
+                               for s in range(0, 501, 100)])
+        other = store.create_run("other-s0", recipe=load(*PAPER, ["batch.prompts_per_step=64"]).to_dict())
+        store.add_points(other, [{"step": s, "pass_rate": 0.3, "gpu_hours": 1.0 * s, "time": _stamp(s)}
+                                 for s in (0, 100)])
+        stored = [(r, store.points(r["id"])) for r in store.list_runs()]
+    rate = measured_rate(recipe, stored, str(db))
+    assert rate.measured and rate.seconds_per_step == pytest.approx(216.0) and rate.gpu_hours_per_step == 4.0
+    assert rate.eval_seconds is None and "(paper-s0)" in rate.source
+    b = book(recipe, 8_000_000_000, rate)
+    assert b.steps == 4000 and b.wall_seconds == pytest.approx(4000 * 216.0)
+    proc = run_cli("run", str(PAPER[0]), "--setup", str(PAPER[1]), "--dry-run", db=db, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "rate: 216 s and 4 GPU-hours per step, measured on 1 stored run(s) of this recipe on H100-80GB" in proc.stderr
+    assert "budget: budget.gpu_hours = 16000 buys 4,000 steps, 16000 GPU-hours, 41 evaluations" in proc.stderr
+    assert "wall-clock: about 240 h\n" in proc.stderr
+
+
+def test_the_paper_dry_run_books_a_cluster(tmp_path):
+    """`scalectl run scalerl --setup paper-8b --dry-run` from a folder without the cluster's
+    files: wall-clock, steps, jobs under the time limit, checkpoint disk, the sbatch options
+    missing, and the model and data paths that do not exist here, named; no store is made."""
+    proc = run_cli("run", "scalerl", "--setup", "paper-8b", "--dry-run", db=tmp_path / "s.db", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr
+    recipe = load(*PAPER, [])
+    b = book(recipe, 8_000_000_000, estimated_rate(recipe, 8_000_000_000))
+    assert f"budget: budget.gpu_hours = 16000 buys {b.steps:,} steps" in err
+    assert "wall-clock: about 211 h = 200 h of steps + 37 evaluations x 18 min" in err
+    assert "time limit: launcher.slurm.time_min = 4320 (72 h) per job: about 211 h need 4 jobs" in err
+    assert "checkpoint disk: 112.0 GB per checkpoint" in err and "336.0 GB in the run folder" in err
+    assert "warning: the sbatch script has no --partition" in err and "no --account" in err
+    assert (f"warning: model.path = 'checkpoints/8b-sft': no such folder on this machine (from {tmp_path}; "
+            "`scalectl validate` refuses it)") in err
+    assert "warning: data.source = 'data/polaris-53k.parquet': no such file on this machine" in err
+    assert not (tmp_path / "s.db").exists()
+    data = json.loads(run_cli("run", "scalerl", "--setup", "paper-8b", "--dry-run", "--json", db=tmp_path / "s.db",
+                              cwd=tmp_path, check=True).stdout)
+    assert data["booking"]["steps"] == b.steps and data["booking"]["disk_bytes"] == 336e9
+    assert sum(w.startswith("warning: model.path") for w in data["warnings"]) == 1
