@@ -60,7 +60,7 @@ def test_plan_from_the_simulated_base(tmp_path):
     assert p["device_hours"] == pytest.approx(3 * p["seeds"] * 500 * 0.001)
     assert p["source"].startswith("the simulated base curve")
     bad = run_cli("ablate", _ablation(tmp_path), "--until-decided", "--max-seeds", "0", db=tmp_path / "s.db")
-    assert bad.returncode == 2 and "--max-seeds 0 must be >= 1" in bad.stderr
+    assert bad.returncode == 2 and "0 is out of range; allowed: 1..1,000" in " ".join(bad.stderr.replace("│", " ").split())
 
 
 def test_plan_and_its_settings_from_python(tmp_path):

@@ -61,6 +61,7 @@ class AblationResult:
     loo_error: str | None = None
     truncation_threshold: float = TRUNCATION_THRESHOLD
     notes: list[str] = field(default_factory=list)
+    margin_source: dict = field(default_factory=dict)
 
     def variant(self, name: str) -> VariantResult:
         """The variant called ``name``.  Raises KeyError naming the known ones."""
@@ -73,6 +74,7 @@ class AblationResult:
         """JSON-ready summary: fits, verdicts and sentences."""
         return {
             "name": self.name, "kind": self.kind, "baseline": self.baseline, "margin": self.margin,
+            "margin_source": self.margin_source,
             "axis": self.axis, "plan": self.plan, "notes": self.notes,
             "comparison": None if self.comparison is None else self.comparison.to_dict(),
             "variants": [{"name": v.name, "runs": v.runs, "error": v.error, "sentence": v.sentence,
@@ -92,23 +94,28 @@ def gather(store, manifest: dict, *, bootstrap: int = 1000, seed: int = 0, margi
         bootstrap: bootstrap resamples per fit (0: no intervals, and every
             comparison is undecided or decided on point values only).
         seed: bootstrap seed.
-        margin: noise margin on A (default: the manifest's, else :data:`~scalectl.defaults.MARGIN`).
+        margin: noise margin on A, or ``"auto"`` (measured from the baseline recipe's seeds in
+            the store); default: the manifest's, else :data:`~scalectl.defaults.MARGIN`
+            (:func:`scalectl.science.margin.for_ablation`; ``margin_source`` says which).
 
     Returns:
         The :class:`AblationResult`, sentences filled in.  Variants without
         runs, points or a fit carry an ``error`` instead of a curve.
     """
     from scalectl.science.fits import FitOptions
+    from scalectl.science.margin import for_ablation
 
-    margin = float(margin if margin is not None else manifest.get("margin", MARGIN))
     opts = FitOptions(bootstrap=bootstrap, seed=seed)
     thresholds: list[float] = []        # the truncation threshold of every stored run, in order
     variants = [_fit_variant(store, v, opts, thresholds) for v in manifest["variants"]]
     axes = {v.curve.fit.axis for v in variants if v.curve is not None}
     baseline = manifest.get("baseline") or variants[0].name
+    base_hash = next((v.get("recipe_hash") for v in manifest["variants"] if v["name"] == baseline), None)
+    used = for_ablation(store, margin, manifest.get("margin", MARGIN), manifest.get("margin_where", ""),
+                        base_hash, opts)
     result = AblationResult(
-        name=manifest["name"], kind=manifest.get("kind", "unknown"),
-        description=manifest.get("description", ""), baseline=baseline, margin=margin,
+        name=manifest["name"], kind=manifest.get("kind", "unknown"), margin_source=used.to_dict(),
+        description=manifest.get("description", ""), baseline=baseline, margin=used.value,
         axis=", ".join(sorted(axes)) or "-", plan=manifest, variants=variants,
         truncation_threshold=max(thresholds) if thresholds else TRUNCATION_THRESHOLD,
         notes=list(manifest.get("notes", [])))

@@ -87,7 +87,7 @@ def manifest_from_store(store, name: str) -> dict:
         changes = [] if v == baseline or rec is None or base_recipe is None else \
             [[c.key, c.old, c.new] for c in diff(base_recipe, rec)]
         variants.append({"name": v, "is_base": v == baseline, "lead": "", "changes": changes,
-                         "runs": [r["name"] for r in runs]})
+                         "runs": [r["name"] for r in runs], "recipe_hash": runs[0].get("recipe_hash")})
     variants.sort(key=lambda v: not v["is_base"])
     return {"name": name, "kind": "unknown", "baseline": baseline, "variants": variants,
             "notes": [f"no manifest: runs found by their names {name}--VARIANT--sSEED"]}

@@ -26,7 +26,7 @@ An ablation file (``ablations/*.toml``)::
     setup = "../setups/tiny-cpu.toml" # default: setups/tiny-cpu.toml
     repeats = 1                       # seeds per variant
     set = ["budget.steps=150"]        # overrides applied to every run
-    margin = 0.02                     # noise margin on A
+    margin = 0.02                     # noise margin on A, or "auto" (default: the paper's 0.02)
     device_hours_per_step = 0.001     # optional configured cost rate
     baseline = "base"                 # variants kind: the variant judged against
 
@@ -55,8 +55,14 @@ from scalectl import presets
 from scalectl.defaults import MARGIN
 from scalectl.errors import UserError
 from scalectl.names import check_name
+from scalectl.recipe.load import (
+    find_default_setup,
+    flatten,
+    load,
+    parse_override,
+    read_toml,
+)
 from scalectl.recipe.schema import UNHASHED_KEYS, Recipe
-from scalectl.recipe.load import find_default_setup, flatten, load, parse_override, read_toml
 
 KINDS = ("forward", "leave_one_out", "variants")
 #: Name of the base variant of forward and leave-one-out ablations.
@@ -108,7 +114,9 @@ class AblationSpec:
     every variant and ``baseline`` names the one the others are judged against.
     ``forward`` maps a dotted key to the values tried.  ``device_hours_per_step``
     (device-hours, GPU-hours on GPUs) is a configured cost rate, used when the
-    store has no measured one.
+    store has no measured one.  ``margin``: the noise margin on A, or ``"auto"``
+    (measured from the baseline recipe's seeds, :mod:`scalectl.science.margin`);
+    ``margin_where`` says where a file set it ("" for the paper's default).
     """
 
     name: str
@@ -120,10 +128,11 @@ class AblationSpec:
     baseline: str = BASE
     repeats: int = 1
     overrides: tuple[str, ...] = ()
-    margin: float = DEFAULT_MARGIN
+    margin: float | str = DEFAULT_MARGIN
     device_hours_per_step: float | None = None
     description: str = ""
     source: Path | None = None
+    margin_where: str = ""
 
 
 @dataclass(frozen=True)
@@ -204,7 +213,8 @@ class Plan:
             "name": s.name, "kind": s.kind, "description": s.description,
             "base": None if s.base is None else str(s.base), "setup": str(self.setup),
             "source": None if s.source is None else str(s.source), "repeats": s.repeats,
-            "overrides": list(s.overrides), "margin": s.margin, "baseline": self.baseline,
+            "overrides": list(s.overrides), "margin": s.margin, "margin_where": s.margin_where,
+            "baseline": self.baseline,
             "device_hours_per_step": s.device_hours_per_step, "notes": list(self.notes),
             "variants": [{"name": v.name, "is_base": v.is_base, "lead": v.lead, "what": v.what,
                           "recipe_hash": v.recipe_hash, "seeds": list(v.seeds),
@@ -380,8 +390,10 @@ def read_ablation(path: str | Path) -> AblationSpec:
     if not isinstance(repeats, int) or repeats < 1:
         raise UserError(f"{path}: repeats = {repeats!r} must be an integer >= 1")
     margin = data.get("margin", DEFAULT_MARGIN)
-    if not isinstance(margin, (int, float)) or margin <= 0:
-        raise UserError(f"{path}: margin = {margin!r} must be a number > 0")
+    if margin != "auto":
+        from scalectl.science.margin import check_value
+
+        margin = check_value(margin, f"{path}: margin")
     rate = data.get("device_hours_per_step")
     if rate is not None and (not isinstance(rate, (int, float)) or rate <= 0):
         raise UserError(f"{path}: device_hours_per_step = {rate!r} must be a number > 0")
@@ -396,7 +408,8 @@ def read_ablation(path: str | Path) -> AblationSpec:
         setup=rel(data.get("setup"), "setup"), variants=tuple(variants),
         forward=tuple((k, tuple(v)) for k, v in forward.items()),
         baseline=data.get("baseline", default_baseline), repeats=repeats,
-        overrides=strings(data.get("set", []), "set"), margin=float(margin),
+        overrides=strings(data.get("set", []), "set"), margin=margin,
+        margin_where=f"margin = {margin!r} in {path}" if "margin" in data else "",
         device_hours_per_step=None if rate is None else float(rate),
         description=data.get("description", ""), source=path)
 
@@ -444,11 +457,12 @@ def plan(spec: AblationSpec, *, setup: str | Path | None = None, overrides: tupl
     setup_path = Path(setup) if setup is not None else (spec.setup or find_default_setup(first_recipe))
     common = tuple(spec.overrides) + tuple(overrides)
 
-    def load_variant(v: VariantSpec, seed: int | None = None) -> Recipe:
+    def load_variant(v: VariantSpec, seed: int | None = None, layers: _Layers | None = None) -> Recipe:
         extra = with_companions(v.overrides) + ((f"name={v.name!r}",) if v.name != BASE else ())
         try:
             return load(v.recipe or spec.base, setup_path,
-                        common + extra + ((f"seed={seed}",) if seed is not None else ()))
+                        common + extra + ((f"seed={seed}",) if seed is not None else ()),
+                        **({} if layers is None else {"origins": layers.origin, "overridden": layers.overridden}))
         except UserError as exc:
             raise UserError(f"variant {v.name}: {exc}") from None
 
@@ -466,20 +480,22 @@ def plan(spec: AblationSpec, *, setup: str | Path | None = None, overrides: tupl
     if dup:
         raise UserError(f"ablation {spec.name}: variant name {dup!r} appears twice")
 
-    base_recipe = load_variant(specs[0])
+    base_layers = _Layers()
+    base_recipe = load_variant(specs[0], layers=base_layers)
     seed0 = base_recipe.seed
     seeds = tuple(range(seed0, seed0 + repeats))
     variants, runs, notes, hashes = [], [], [], {}
     for v in specs:
-        recipe = base_recipe if v is specs[0] else load_variant(v)
+        layers = _Layers()
+        recipe = base_recipe if v is specs[0] else load_variant(v, layers=layers)
         changes = () if v is specs[0] else diff(base_recipe, recipe)
         h = recipe.content_hash
-        if v is not specs[0] and not changes:
-            if spec.kind == "forward":
+        if v is not specs[0] and h == base_recipe.content_hash:
+            if spec.kind == "forward" and not changes:
                 key, value = parse_override(v.overrides[0])
                 notes.append(f"{key} = {format_value(value)} is the base's own value: the base stands for it")
                 continue
-            raise UserError(f"variant {v.name} trains exactly what {specs[0].name} trains (no key differs)")
+            raise UserError(same_as_base(v, specs[0].name, base_recipe, recipe, changes, base_layers, layers))
         if h in hashes:
             raise UserError(f"variants {hashes[h]} and {v.name} train the same recipe (hash {h})")
         hashes[h] = v.name
@@ -490,6 +506,53 @@ def plan(spec: AblationSpec, *, setup: str | Path | None = None, overrides: tupl
                                    recipe if s == recipe.seed else load_variant(v, s)))
     return Plan(replace(spec, repeats=repeats, overrides=common), setup_path, tuple(variants), tuple(runs),
                 tuple(notes))
+
+
+@dataclass
+class _Layers:
+    """Where a loaded variant's keys came from (the loader's ``origins``) and what replaced
+    what (its ``overridden``: :mod:`scalectl.recipe.layers`)."""
+
+    origin: dict[str, str] = field(default_factory=dict)
+    overridden: list = field(default_factory=list)
+
+    def sources(self) -> set[str]:
+        """Every file or ``--set`` that set a key, whether its value won or was replaced."""
+        return set(self.origin.values()) | {src for o in self.overridden for _, src in o.replaced}
+
+
+#: Keys of a recipe the content hash leaves out besides :data:`UNHASHED_KEYS` (speed only).
+_SPEED_KEYS = ("hardware.threads", "eval.background")
+
+
+def same_as_base(v: VariantSpec, baseline: str, base: Recipe, recipe: Recipe, changes: tuple[Change, ...],
+                 base_layers: _Layers, layers: _Layers) -> str:
+    """Why variant ``v`` resolves to the baseline's content hash, key by key: each key the
+    variant sets (in its recipe file or its ``set``) that another layer overrode, that is the
+    baseline's own value, or that the hash leaves out.  The message of the refusal: such a
+    variant would reuse the baseline's runs and report a tie."""
+    from scalectl.recipe.explain import shown_source, toml_text, value_at
+
+    theirs = base_layers.sources()
+    own_sources = layers.sources() - theirs
+    reasons = [f"{o.key} = {toml_text(val)} from {shown_source(src)} is overridden by "
+               f"{toml_text(o.value)} from {shown_source(o.source)}"
+               for o in layers.overridden for val, src in o.replaced if src in own_sources]
+    own = {k: src for k, src in layers.origin.items() if src in own_sources and k != "name"}
+    own.update({k: f"--set {k}" for k in _explicit(v.overrides) if k != "name"})
+    data, base_data = recipe.to_dict(), base.to_dict()
+    for key in sorted(own):
+        value, where = value_at(data, key), shown_source(own[key])
+        if key.split(".")[0] in UNHASHED_KEYS or key in _SPEED_KEYS:
+            reasons.append(f"{key} (from {where}) is left out of the content hash (it changes how or "
+                           f"where a run goes, not what it trains)")
+        elif value == value_at(base_data, key):
+            reasons.append(f"{key} = {toml_text(value)} from {where} is {baseline}'s own value")
+    if not reasons:
+        reasons = [f"{'; '.join(map(str, changes))} only" if changes else "it sets no key of its own"]
+    return (f"variant {v.name} trains exactly what {baseline} trains (content hash {base.content_hash}): "
+            + "; ".join(reasons) + f". It would reuse {baseline}'s runs and report a tie: change a training "
+            "key, or drop the variant")
 
 
 def _lead(spec: AblationSpec, v: VariantSpec, changes: tuple[Change, ...], baseline: str) -> str:

@@ -112,8 +112,10 @@ def _flag_lines(result: AblationResult) -> list[str]:
 
 def _header_lines(result: AblationResult) -> list[str]:
     p = result.plan
-    lines = [f"kind: {result.kind}; baseline: {result.baseline}; margin on A: {result.margin:g}; "
+    lines = [f"kind: {result.kind}; baseline: {result.baseline}; margin on A: {result.margin:.3g}; "
              f"compute axis: {result.axis}"]
+    if result.margin_source:
+        lines.append(f"margin from {result.margin_source['where']}")
     if p.get("base") or p.get("setup"):
         lines.append(f"base recipe: {p.get('base') or '-'}; setup: {p.get('setup') or '-'}")
     if p.get("overrides"):

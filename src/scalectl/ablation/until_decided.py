@@ -12,6 +12,7 @@ Ctrl-C resumes after the last recorded stage.  Progress goes to a ``log`` callba
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -51,7 +52,8 @@ class Staged:
     initial: the first stage's budget (optimiser steps per run); rate: device-hours per step
     before a run has measured one (None: unknown); db: the store's path; total_budget:
     device-hours the ablation may spend in all (None: no cap); level: the interval level of
-    the stage decisions.
+    the stage decisions; margin: the :class:`scalectl.science.margin.Margin` of the
+    decisions (its value is ``limits.margin``) and where it came from.
     """
 
     plan: Any
@@ -62,6 +64,7 @@ class Staged:
     db: str
     total_budget: float | None
     level: float
+    margin: Any = None
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,8 @@ class Outcome:
 
 
 def parse_assume(values: list[str]) -> dict[str, float]:
-    """``C_mid=0.1,s_fit=0.004`` (repeatable) -> dict; raises UserError naming the allowed keys."""
+    """``C_mid=0.1,s_fit=0.004`` (repeatable) -> dict; raises UserError naming the allowed keys,
+    or a value that is not finite, not > 0 (``s_seed``: not >= 0)."""
     out_: dict[str, float] = {}
     for v in values:
         for part in filter(None, v.split(",")):
@@ -92,9 +96,14 @@ def parse_assume(values: list[str]) -> dict[str, float]:
             if not sep or k.strip() not in ASSUME_KEYS:
                 raise UserError(f"--assume {part!r}: expected KEY=NUMBER with KEY one of: {', '.join(ASSUME_KEYS)}")
             try:
-                out_[k.strip()] = float(raw)
+                value = float(raw)
             except ValueError:
                 raise UserError(f"--assume {part!r}: {raw!r} is not a number") from None
+            low = 0.0 if k.strip() == "s_seed" else None     # a seed-to-seed sd may be 0; the rest are > 0
+            if not math.isfinite(value) or (value < low if low is not None else value <= 0):
+                raise UserError(f"--assume {part!r}: {k.strip()} must be a finite number "
+                                + (">= 0" if low is not None else "> 0"))
+            out_[k.strip()] = value
     return out_
 
 
@@ -132,11 +141,25 @@ def prepare(spec, *, db: str, setup=None, overrides=(), launcher: str | None = N
     kind = launcher or first.launcher.type
     if kind not in LAUNCHER_TYPES:
         raise UserError(f"--launcher {kind!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
-    limits = Limits(max_budget=max_budget, max_seeds=max_seeds, margin=margin or spec.margin,
+    used = _margin(spec, margin, plan.variants[0].recipe_hash, db)
+    limits = Limits(max_budget=max_budget, max_seeds=max_seeds, margin=used.value,
                     step_multiple=first.eval.every_steps, race=race)
     if rate is None:
         rate = _rate(spec, first, db)
-    return Staged(plan, kind, limits, initial, rate, db, total_budget, level)
+    return Staged(plan, kind, limits, initial, rate, db, total_budget, level, used)
+
+
+def _margin(spec, choice, base_hash: str, db: str):
+    """The margin of the decisions (:func:`scalectl.science.margin.for_ablation`): ``choice``
+    (``--margin``), else the spec's; ``auto`` measured from the base's seeds in the store."""
+    from scalectl.science.fits import FitOptions
+    from scalectl.science.margin import for_ablation
+    from scalectl.store.journal import open_with_journals
+
+    if not Path(db).exists():
+        return for_ablation(None, choice, spec.margin, spec.margin_where, base_hash, FitOptions())
+    with open_with_journals(db) as store:
+        return for_ablation(store, choice, spec.margin, spec.margin_where, base_hash, FitOptions())
 
 
 def _rate(spec, recipe, db: str) -> float | None:
@@ -159,8 +182,39 @@ def _rate(spec, recipe, db: str) -> float | None:
 def power(staged: Staged, assume: dict[str, float], from_run: str | None = None) -> dict:
     """``--plan``: the budget, seeds, cost and wall-clock that resolve a difference of the margin
     (:func:`scalectl.ablation.staged.power_plan`; ``assume`` as :func:`parse_assume` reads it;
-    ``from_run``: a stored run to take the base's curve and rate from, ``--from-run``)."""
-    return power_plan(staged.db, staged.plan, staged.limits, staged.rate, assume, staged.level, from_run)
+    ``from_run``: a stored run to take the base's curve and rate from, ``--from-run``), the
+    margin's source and the seed runs that would measure the user's own (:func:`margin_seeds`)."""
+    p = power_plan(staged.db, staged.plan, staged.limits, staged.rate, assume, staged.level, from_run)
+    p["margin_source"] = None if staged.margin is None else staged.margin.to_dict()
+    p["margin_seeds"] = margin_seeds(staged, p.get("rate"))
+    return p
+
+
+def margin_seeds(staged: Staged, rate: float | None) -> dict:
+    """The seed runs that measure the user's own margin (:mod:`scalectl.science.margin`): runs
+    of the base recipe as this ablation trains it (its first budget: one content hash, the one
+    ``--margin auto`` measures) until the store holds :data:`~scalectl.science.margin.MIN_RUNS`
+    completed ones; their seeds, the ``scalectl run`` commands that train them and their
+    device-hours at ``rate`` (None: unknown)."""
+    from scalectl.science.margin import MIN_RUNS, seed_groups
+    from scalectl.store.journal import open_with_journals
+
+    plan = staged.plan
+    base = plan.variants[0].recipe
+    budget = base.budget.steps
+    digest = base.content_hash
+    have: list[dict] = []
+    if Path(staged.db).exists():
+        with open_with_journals(staged.db) as store:
+            have = seed_groups(store).get(digest, [])
+    taken = {r.get("seed") for r in have}
+    seeds = [s for s in range(base.seed, base.seed + MIN_RUNS + len(have)) if s not in taken][:MIN_RUNS - len(have)]
+    sets = "".join(f" --set {o}" for o in plan.spec.overrides)
+    source = plan.spec.base or plan.variants[0].name
+    return {"recipe_hash": digest, "budget_steps": budget, "have": [r["name"] for r in have],
+            "more": len(seeds), "seeds": seeds,
+            "device_hours": None if rate is None or budget is None else len(seeds) * budget * rate,
+            "commands": [f"scalectl run {source} --setup {plan.setup}{sets} --seed {s}" for s in seeds]}
 
 
 def run(staged: Staged, *, runs_dir: str | Path = "runs", out_dir: str | Path | None = None, bootstrap: int = 1000,
@@ -238,6 +292,8 @@ def _report(staged: Staged, backend: StoreBackend, result, out_dir: Path) -> Out
         rows = store.stages(plan.spec.name)
     hps = {v.name: backend.hours_per_step(v.name) for v in plan.variants}
     s = summary(rows, hps, backend.spent_hours(), limits.margin)
+    if staged.margin is not None:
+        s["margin_source"] = staged.margin.to_dict()
     wanted = needs(rows, result.state, backend, limits)
     if result.ended == "total budget":
         wanted.insert(0, total_budget_line(result.state, backend, staged.total_budget))
@@ -265,8 +321,10 @@ def markdown(s: dict, name: str, ended: str, needs: list[str]) -> str:
     """The adaptive report as Markdown: each variant's path through the stages and its
     verdict, the device-hours spent against a fixed design's, and what the variants
     without a verdict would need (``s``: :func:`scalectl.ablation.staged.summary`)."""
+    where = s.get("margin_source", {}).get("where")
     lines = [f"# {name}: adaptive ablation", "",
-             f"{s['stages']} stage(s), ended: {ended}. Budgets are optimiser steps per run x seeds.", "",
+             f"{s['stages']} stage(s), ended: {ended}. Budgets are optimiser steps per run x seeds. "
+             f"Margin on A: {s['margin']:.3g}" + (f" ({where})." if where else "."), "",
              "| variant | path (stage: budget x seeds, A, dA, action) | verdict |", "|---|---|---|"]
     for v in s["variants"]:
         path = " -> ".join(f"{h['stage']}: {_step_text(h)}" for h in v["path"])

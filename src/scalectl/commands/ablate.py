@@ -16,8 +16,18 @@ from typing import Annotated
 
 import typer
 
-from scalectl.commands.common import DbOption, JsonOption, err, out, print_ablation, print_json, user_errors
-from scalectl.defaults import MARGIN
+from scalectl.commands.bounds import MAX_POLL_S, MAX_SEEDS, MAX_STEPS, number
+from scalectl.commands.common import (
+    BootstrapOption,
+    DbOption,
+    JsonOption,
+    MarginChoiceOption,
+    err,
+    out,
+    print_ablation,
+    print_json,
+    user_errors,
+)
 from scalectl.errors import UserError
 
 FileArg = Annotated[Path | None, typer.Argument(
@@ -30,27 +40,29 @@ BaseOption = Annotated[Path | None, typer.Option(help="Base recipe of --leave-on
 NameOption = Annotated[str | None, typer.Option(help="Ablation name (prefix of its run names).")]
 SetupOption = Annotated[Path | None, typer.Option(help="Setup TOML or preset name (default: the ablation's, else tiny-cpu).")]
 SetOption = Annotated[list[str], typer.Option("--set", help="Override KEY=VALUE on every run (repeatable).")]
-StepsOption = Annotated[int | None, typer.Option("--budget-steps", help="Optimiser steps per run (budget.steps).")]
-RepeatsOption = Annotated[int | None, typer.Option(help="Seeds per variant.")]
+StepsOption = Annotated[int | None, typer.Option(
+    "--budget-steps", callback=number(1, MAX_STEPS), help="Optimiser steps per run (budget.steps).")]
+RepeatsOption = Annotated[int | None, typer.Option(callback=number(1, MAX_SEEDS), help="Seeds per variant.")]
 LauncherOption = Annotated[str | None, typer.Option(help="local or slurm (default: the setup's launcher.type).")]
 DryRunOption = Annotated[bool, typer.Option("--dry-run", help="Print the plan; create and launch nothing.")]
 RunsDirOption = Annotated[Path, typer.Option(help="Where run folders (and ablation manifests) go.")]
 OutOption = Annotated[Path | None, typer.Option("--out", help="Report folder (default reports/NAME).")]
-MarginOption = Annotated[float | None, typer.Option(help=f"Noise margin on A (default: the ablation's, {MARGIN}).")]
-BootstrapOption = Annotated[int, typer.Option(help="Bootstrap resamples per fit (0: none).")]
-PollOption = Annotated[float, typer.Option(help="Seconds between looks at the runs.")]
-RateOption = Annotated[float | None, typer.Option(help="Device-hours per step for the cost estimate.")]
+PollOption = Annotated[float, typer.Option(callback=number(0.0, MAX_POLL_S, lo_open=True),
+                                           help="Seconds between looks at the runs.")]
+RateOption = Annotated[float | None, typer.Option(callback=number(0.0, lo_open=True),
+                                                  help="Device-hours per step for the cost estimate.")]
 UntilOption = Annotated[bool, typer.Option("--until-decided", help=(
     "Extend runs and add seeds, stage by stage, until every verdict is decided "
     "(--budget-steps is the first stage's budget)."))]
 MaxBudgetOption = Annotated[int | None, typer.Option(
-    "--max-budget", help="--until-decided: optimiser steps per run at most (default 8 x the first budget).")]
-MaxSeedsOption = Annotated[int, typer.Option("--max-seeds", help="--until-decided / --plan: seeds per variant at most.")]
+    "--max-budget", callback=number(1, MAX_STEPS), help="--until-decided: optimiser steps per run at most (default 8 x the first budget).")]
+MaxSeedsOption = Annotated[int, typer.Option("--max-seeds", callback=number(1, MAX_SEEDS),
+                                             help="--until-decided / --plan: seeds per variant at most.")]
 TotalOption = Annotated[float | None, typer.Option(
-    "--total-budget", help="--until-decided: device-hours the ablation may spend in all.")]
+    "--total-budget", callback=number(0.0, lo_open=True), help="--until-decided: device-hours the ablation may spend in all.")]
 RaceOption = Annotated[bool, typer.Option("--race", help="--until-decided: also stop a variant that cannot beat another variant.")]
 LevelOption = Annotated[float, typer.Option(
-    help="--until-decided / --plan: interval level of the stage decisions (repeated looks).")]
+    callback=number(0.0, 1.0, lo_open=True, hi_open=True), help="--until-decided / --plan: interval level of the stage decisions (repeated looks).")]
 PlanOption = Annotated[bool, typer.Option(
     "--plan", help="Estimate the budget and seeds that resolve a difference of the margin, and their cost.")]
 AssumeOption = Annotated[list[str], typer.Option("--assume", help=(
@@ -65,7 +77,7 @@ def ablate(
     base: BaseOption = None, name: NameOption = None, setup: SetupOption = None, set_: SetOption = [],
     budget_steps: StepsOption = None, repeats: RepeatsOption = None, launcher: LauncherOption = None,
     dry_run: DryRunOption = False, runs_dir: RunsDirOption = Path("runs"), out_dir: OutOption = None,
-    margin: MarginOption = None, bootstrap: BootstrapOption = 1000, rate: RateOption = None, poll: PollOption = 2.0,
+    margin: MarginChoiceOption = None, bootstrap: BootstrapOption = 1000, rate: RateOption = None, poll: PollOption = 2.0,
     until_decided: UntilOption = False, max_budget: MaxBudgetOption = None, max_seeds: MaxSeedsOption = 6,
     total_budget: TotalOption = None, race: RaceOption = False, level: LevelOption = 0.99,
     plan_power: PlanOption = False, assume: AssumeOption = [], from_run: FromRunOption = None,
@@ -81,13 +93,15 @@ def ablate(
     from scalectl.store.database import default_db_path
 
     spec = _spec(file, leave_one_out, forward, base, name)
+    if margin is not None:                  # recorded in the manifest: `scalectl report` later says the same
+        spec = replace(spec, margin=margin, margin_where=f"given: --margin {margin}")
     planned = {"setup": setup, "launcher": launcher, "db": db or default_db_path(),
                "overrides": tuple(set_) + ((f"budget.steps={budget_steps}",) if budget_steps is not None else ())}
     ran = {"runs_dir": runs_dir, "out_dir": out_dir, "bootstrap": bootstrap, "poll": poll}
     if until_decided or plan_power:
         from scalectl.ablation import until_decided as until
 
-        staged = until.prepare(spec, **planned, margin=margin, max_budget=max_budget, max_seeds=max_seeds,
+        staged = until.prepare(spec, **planned, max_budget=max_budget, max_seeds=max_seeds,
                                total_budget=total_budget, race=race, level=level, rate=rate)
         if plan_power and not until_decided:
             _print_power(spec.name, until.power(staged, until.parse_assume(assume), from_run), json_)
@@ -109,7 +123,7 @@ def ablate(
 
         print_plan(out, prepared)
     if not dry_run:
-        _run(prepared, ran, margin, json_)
+        _run(prepared, ran, json_)
 
 
 def _spec(file, leave_one_out: bool, forward: list[str], base: Path | None, name: str | None):
@@ -134,33 +148,18 @@ def _log(message: str) -> None:
     err.print(message, highlight=False)
 
 
-class _CampaignProgress:
-    """The campaign's progress (:class:`scalectl.ablation.campaign.Progress`) on stderr: a live
-    table of the runs (:mod:`scalectl.present.watch`), then the runs that did not complete."""
-
-    def __init__(self, view):
-        self.view = view
-
-    def log(self, message: str) -> None:
-        _log(message)
-
-    def runs(self, rows: list[dict]) -> None:
-        self.view.show(rows)
-
-    def watched(self, rows: list[dict] | None) -> None:
-        from scalectl.present.ablation import print_failures
-
-        self.view.stop()
-        print_failures(err, rows or [])
-
-
-def _run(prepared, ran: dict, margin: float | None, json_: bool) -> None:
+def _run(prepared, ran: dict, json_: bool) -> None:
     from scalectl.ablation import campaign
-    from scalectl.present.ablation import run_key, run_line, runs_table
+    from scalectl.present.ablation import (
+        CampaignProgress,
+        run_key,
+        run_line,
+        runs_table,
+    )
     from scalectl.present.watch import LiveRows
 
     with LiveRows(err, runs_table, run_line, run_key) as view:
-        outcome = campaign.run(prepared, **ran, margin=margin, progress=_CampaignProgress(view))
+        outcome = campaign.run(prepared, **ran, progress=CampaignProgress(err, view))
     if outcome.interrupted:
         err.print(f"cancelled {outcome.cancelled} run(s); run the same command again to continue where it stopped")
         raise typer.Exit(130)

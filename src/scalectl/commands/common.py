@@ -17,6 +17,8 @@ from typing import Annotated, Any, Callable, Sequence
 import typer
 from rich.markup import escape
 
+from scalectl.commands.bounds import MAX_SEED, margin_choice, number, r0_choice
+from scalectl.defaults import MAX_BOOTSTRAP
 from scalectl.errors import UserError
 from scalectl.present.console import err, out  # noqa: F401  (the commands' consoles)
 
@@ -66,8 +68,8 @@ AxisOption = Annotated[str | None, typer.Option(
 
 
 MinComputeOption = Annotated[float | None, typer.Option(
-    "--min-compute", help="Fit window start, in axis units (default: the recipe's fit.min_compute "
-                          "on its own axis, else 1500 GPU-hours at paper scale or 1.5% of the run).")]
+    "--min-compute", callback=number(0.0), help="Fit window start, in axis units, >= 0 (default: the recipe's "
+    "fit.min_compute on its own axis, else 1500 GPU-hours at paper scale or 1.5% of the run).")]
 
 
 MethodOption = Annotated[str, typer.Option(
@@ -76,16 +78,30 @@ MethodOption = Annotated[str, typer.Option(
 
 
 R0Option = Annotated[str, typer.Option(
-    "--r0", help="auto (measured at compute 0 if there, else fitted), measured, fit, or a number.")]
+    "--r0", callback=r0_choice, help="auto (measured at compute 0 if there, else fitted), measured, fit, or a number.")]
 
 
-BootstrapOption = Annotated[int, typer.Option("--bootstrap", help="Bootstrap resamples (0: none).")]
+BootstrapOption = Annotated[int, typer.Option(
+    "--bootstrap", callback=number(0, MAX_BOOTSTRAP, note="what a resample keeps in memory"),
+    help=f"Bootstrap resamples, 0..{MAX_BOOTSTRAP:,} (0: none).")]
 
 
-SeedOption = Annotated[int, typer.Option("--seed", help="Bootstrap seed.")]
+SeedOption = Annotated[int, typer.Option("--seed", callback=number(0, MAX_SEED), help="Bootstrap seed.")]
 
 
-MarginOption = Annotated[float, typer.Option("--margin", help="Noise margin on A (paper: 0.02).")]
+MarginOption = Annotated[float, typer.Option(
+    "--margin", callback=number(0.0, 1.0, lo_open=True, hi_open=True, note="a difference of pass rates"),
+    help="Noise margin on A, > 0 and < 1 (paper: 0.02).")]
+
+
+MarginChoiceOption = Annotated[str | None, typer.Option(
+    "--margin", callback=margin_choice, metavar="auto|NUMBER",
+    help="Noise margin on A: a number > 0 and < 1, or auto: measured from the baseline recipe's seeds in the "
+         "store (scalectl margin); default: the paper's 0.02.")]
+
+
+LevelOption = Annotated[float, typer.Option(
+    "--level", callback=number(0.0, 1.0, lo_open=True, hi_open=True), help="Interval level, > 0 and < 1.")]
 
 
 PlotOption = Annotated[Path | None, typer.Option("--plot", help="Write a figure (.png or .svg).")]
@@ -128,6 +144,9 @@ def print_ablation(result, paths: dict, data: dict | None = None) -> None:
         print_json(data)
         return
     out.print(verdict_table(result))
+    if result.margin_source:
+        out.print(f"margin {result.margin:.3g} ({result.margin_source['where']})", soft_wrap=True, markup=False,
+                  highlight=False)
     for v in result.variants:
         out.print(v.sentence, soft_wrap=True)
     for note in result.notes:

@@ -12,7 +12,7 @@ from scalectl.commands.common import (
     BootstrapOption,
     DbOption,
     JsonOption,
-    MarginOption,
+    MarginChoiceOption,
     MethodOption,
     MinComputeOption,
     PlotOption,
@@ -27,10 +27,10 @@ from scalectl.commands.common import (
     user_errors,
     write_figure,
 )
-from scalectl.defaults import MARGIN
 from scalectl.errors import UserError
 from scalectl.present.tables import compare_table
 from scalectl.science.fits import FitOptions, fit_run
+from scalectl.science.margin import resolve as resolve_margin
 
 
 @user_errors
@@ -38,7 +38,7 @@ def compare(
     runs: Annotated[list[str] | None, typer.Argument(help="Runs to compare (default: every run that can be fitted).")] = None,
     baseline: Annotated[str | None, typer.Option("--baseline", help="Run the others are judged "
                                                                     "against (default: the first).")] = None,
-    margin: MarginOption = MARGIN,
+    margin: MarginChoiceOption = None,
     axis: AxisOption = None,
     min_compute: MinComputeOption = None,
     method: MethodOption = "vp",
@@ -51,8 +51,12 @@ def compare(
     db: DbOption = None,
     json_: JsonOption = False,
 ) -> None:
-    """Rank runs by ceiling A and give each a verdict against the baseline (a run without values on
-    the axis is fitted on the axis it has, with a note; mixed axes are flagged)."""
+    """Rank runs by ceiling A and give each a verdict against the baseline.
+
+    The margin (ceilings closer than it tie) is the paper's 0.02 unless --margin gives one;
+    --margin auto measures it from the completed runs of the baseline's recipe hash (at
+    least 3 seeds: `scalectl margin`).  The line under the table names the margin used.  A run
+    without values on the axis is fitted on the axis it has, with a note; mixed axes are flagged."""
     from scalectl.science import compare as cmp
 
     opts = FitOptions(axis, min_compute, method, "auto", bootstrap, 0.95, seed, series)
@@ -74,20 +78,16 @@ def compare(
                 if runs:
                     raise
                 left_out.append(str(exc))
-    for reason in left_out:
-        err.print(f"left out: {reason}", markup=False)
-    if len(curves) < 2 and left_out:
-        raise UserError(f"fewer than two runs in {store.path} can be fitted; compare needs two")
-    if baseline is not None and baseline not in curves:
-        ids = {str(r["id"]): r["name"] for r in infos}
-        if baseline not in ids:
-            raise UserError(f"--baseline {baseline!r} is not one of the compared runs: "
-                            f"{', '.join(curves)}")
-        baseline = ids[baseline]
+        for reason in left_out:
+            err.print(f"left out: {reason}", markup=False)
+        baseline = _baseline(baseline, curves, infos, left_out, store.path)
+        hashes = {r["name"]: r.get("recipe_hash") for r in infos}
+        used = resolve_margin(store, margin, hashes.get(baseline or next(iter(curves))), opts)
     try:
-        result = cmp.compare(curves, baseline=baseline, margin=margin)
+        result = cmp.compare(curves, baseline=baseline, margin=used.value)
     except ValueError as exc:
         raise UserError(str(exc)) from None
+    margin = used.value
     written = []
     if plot is not None:
         from scalectl.present.plot import plot_curves
@@ -102,11 +102,13 @@ def compare(
                                         fits={n: c.fit for n, c in curves.items()})))
     if json_:
         data = result.to_dict()
+        data["margin_source"] = used.to_dict()
         data["fits"] = {n: c.fit.to_dict() for n, c in curves.items()}
         data["plots"] = written
         print_json(data)
         return
     out.print(compare_table(result, curves, margin, out.width))
+    out.print(used.line(), soft_wrap=True, markup=False, highlight=False)
     reasons = [row.reason for row in result.rows if row.reason]
     for row in result.rows:
         if row.reason:
@@ -116,6 +118,22 @@ def compare(
         out.print(f"[red]{f.code}[/red]: {f.message}", soft_wrap=True)
     for path in written:
         err.print(f"wrote {path}")
+
+
+def _baseline(baseline: str | None, curves: dict, infos: list[dict], left_out: list[str], path) -> str | None:
+    """The baseline's name: ``--baseline`` as a name or id of a compared run (None: the first).
+
+    Raises:
+        UserError: fewer than two runs fitted, or a baseline not among them.
+    """
+    if len(curves) < 2 and left_out:
+        raise UserError(f"fewer than two runs in {path} can be fitted; compare needs two")
+    if baseline is None or baseline in curves:
+        return baseline
+    ids = {str(r["id"]): r["name"] for r in infos}
+    if baseline not in ids:
+        raise UserError(f"--baseline {baseline!r} is not one of the compared runs: {', '.join(curves)}")
+    return ids[baseline]
 
 
 def register(app: typer.Typer) -> None:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from scalectl.commands.bounds import number
 from scalectl.commands.common import (
     AxisOption,
     BootstrapOption,
@@ -41,9 +42,11 @@ from scalectl.science.fits import (
 @user_errors
 def extrapolate(
     run: Annotated[str, typer.Argument(help="Run name or id.")],
-    until: Annotated[float | None, typer.Option("--until", help="Fit up to this compute.")] = None,
+    until: Annotated[float | None, typer.Option(
+        "--until", callback=number(0.0, lo_open=True), help="Fit up to this compute (> 0).")] = None,
     fraction: Annotated[float | None, typer.Option(
-        "--fraction", help="Fit up to this fraction of the run's last compute (paper: 0.5).")] = None,
+        "--fraction", callback=number(0.0, 1.0, lo_open=True),
+        help="Fit up to this fraction of the run's last compute, in (0, 1] (paper: 0.5).")] = None,
     axis: AxisOption = None,
     min_compute: MinComputeOption = None,
     method: MethodOption = "vp",
@@ -51,7 +54,7 @@ def extrapolate(
     bootstrap: BootstrapOption = 1000,
     seed: SeedOption = 0,
     drift_sd: Annotated[float, typer.Option(
-        "--drift-sd", help="Sd of a run's drift from its curve past the fitted points, added to "
+        "--drift-sd", callback=number(0.0, 1.0, note="a pass-rate sd"), help="Sd of a run's drift from its curve past the fitted points, added to "
                            "the prediction band (default 0.01: half the paper's seed margin).")] = 0.01,
     plot: PlotOption = None,
     db: DbOption = None,

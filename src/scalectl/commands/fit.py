@@ -12,6 +12,7 @@ from scalectl.commands.common import (
     BootstrapOption,
     DbOption,
     JsonOption,
+    LevelOption,
     MarginOption,
     MethodOption,
     MinComputeOption,
@@ -30,8 +31,6 @@ from scalectl.commands.common import (
 from scalectl.defaults import MARGIN
 from scalectl.present.tables import fit_table
 from scalectl.science.fits import FitOptions, fit_run
-
-LevelOption = Annotated[float, typer.Option("--level", help="Interval level.")]
 
 
 @user_errors

@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 
+from scalectl.commands.bounds import number
 from scalectl.commands.common import DbOption, err, open_store, user_errors
 from scalectl.errors import UserError
 
@@ -28,8 +29,9 @@ def _run_status(db, run_id: int) -> str:
 def logs(
     run: Annotated[str, typer.Argument(help="Run name or id.")],
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing until the job ends.")] = False,
-    lines: Annotated[int | None, typer.Option("--lines", "-n", help="Only the last N lines.")] = None,
-    task: Annotated[int, typer.Option(help="Task of a multi-task Slurm job.")] = 0,
+    lines: Annotated[int | None, typer.Option("--lines", "-n", callback=number(0, 10**9),
+                                              help="Only the last N lines.")] = None,
+    task: Annotated[int, typer.Option(callback=number(0, 10**6), help="Task of a multi-task Slurm job.")] = 0,
     db: DbOption = None,
 ) -> None:
     """Print a run's job log (stdout and stderr of its latest job)."""

@@ -8,13 +8,14 @@ from typing import Annotated
 import typer
 
 from scalectl.commands.common import (
+    BootstrapOption,
     DbOption,
     JsonOption,
+    MarginChoiceOption,
     open_store,
     print_ablation,
     user_errors,
 )
-from scalectl.defaults import MARGIN
 
 
 @user_errors
@@ -22,8 +23,8 @@ def report(
     ablation: Annotated[str, typer.Argument(metavar="ABLATION", help="Ablation name or file (ablations/*.toml).")],
     out_dir: Annotated[Path | None, typer.Option("--out", help="Report folder (default reports/NAME).")] = None,
     runs_dir: Annotated[Path, typer.Option(help="Where ablation manifests are (RUNS_DIR/.ablations).")] = Path("runs"),
-    margin: Annotated[float | None, typer.Option(help=f"Noise margin on A (default: the ablation's, {MARGIN}).")] = None,
-    bootstrap: Annotated[int, typer.Option(help="Bootstrap resamples per fit (0: none).")] = 1000,
+    margin: MarginChoiceOption = None,
+    bootstrap: BootstrapOption = 1000,
     db: DbOption = None,
     json_: JsonOption = False,
 ) -> None:

@@ -14,6 +14,7 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+from scalectl.commands.bounds import MAX_SEED, number
 from scalectl.commands.common import (
     DbOption,
     JsonOption,
@@ -40,7 +41,8 @@ def run(
         help="Setup TOML (where and how big) or preset name; default tiny-cpu.")] = None,
     set_: Annotated[list[str], typer.Option("--set", help="Override KEY=VALUE (repeatable).")] = [],
     name: Annotated[str | None, typer.Option(help="Run name (default: recipe name and seed).")] = None,
-    seed: Annotated[int | None, typer.Option(help="Seed (overrides the recipe's).")] = None,
+    seed: Annotated[int | None, typer.Option(callback=number(0, MAX_SEED),
+                                             help="Seed (overrides the recipe's).")] = None,
     resume: Annotated[str | None, typer.Option(help=
         "Continue run RUN from its last checkpoint; a completed run only with a raised budget "
         "(--set budget.steps=N).")] = None,

@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
+from scalectl.commands.bounds import MAX_POLL_S, number
 from scalectl.commands.common import (
     DbOption,
     JsonOption,
@@ -86,7 +87,8 @@ def status(
     run: Annotated[list[str] | None, typer.Argument(metavar="[RUN]...", help="Runs (names or ids); default all.")] = None,
     watch: Annotated[bool, typer.Option(
         "--watch", "-w", help="Keep refreshing the active runs (or RUN...) until they end.")] = False,
-    interval: Annotated[float, typer.Option(help="Seconds between refreshes with --watch.", min=0.1)] = 2.0,
+    interval: Annotated[float, typer.Option(callback=number(0.1, MAX_POLL_S),
+                                            help="Seconds between refreshes with --watch.")] = 2.0,
     db: DbOption = None,
     json_: JsonOption = False,
 ) -> None:

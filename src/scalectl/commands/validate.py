@@ -30,7 +30,9 @@ def validate(
     EOS, a chat template when asked), the first rows of a prompt file (prompt and answer
     columns, tokens, lengths), and keys that have no effect for the model or data (warned about).
     Without --setup each recipe is checked alone, while `scalectl run` merges the
-    default setup under it: give that setup to see the hash a run will have.
+    default setup under it: give that setup to see the hash a run will have.  A key
+    the recipe sets wins over the setup's, --set over both; each value that replaced
+    another layer's is printed as `# override: KEY = NEW from FILE overrides OLD from FILE`.
     With --explain KEY, print what KEY means instead (with recipe files: its value in each).
     """
     import tomli_w
@@ -48,7 +50,8 @@ def validate(
         try:
             notes: list[str] = []
             origins: dict[str, str] = {}
-            recipe = load(path, setup, set_, check_files=True, notes=notes, origins=origins)
+            overridden: list = []
+            recipe = load(path, setup, set_, check_files=True, notes=notes, overridden=overridden, origins=origins)
             inputs = check_inputs(recipe, origins) if setup is not None else None   # alone: no run trains it
         except UserError as exc:
             problems.append(str(exc))
@@ -58,8 +61,12 @@ def validate(
             continue
         results.append({"file": str(path), "hash": recipe.content_hash, "recipe": recipe.to_dict(),
                         "taken": notes, "warnings": inputs.warnings if inputs is not None else [],
+                        "overridden": [o.to_dict() for o in overridden],
+                        "overridden_lines": [str(o) for o in overridden],
                         **(_as_run(path, set_, recipe.to_dict()) if setup is None else {})})
     if json_:
+        for r in results:
+            r.pop("overridden_lines")
         print_json(results if not problems else {"ok": results, "errors": problems})
     else:
         for r in results:
@@ -69,6 +76,8 @@ def validate(
                 out.print(_as_run_line(r), markup=False, soft_wrap=True, highlight=False)
             for note in r["taken"]:
                 out.print(f"# taken: {note}", markup=False, soft_wrap=True)
+            for line in r.pop("overridden_lines"):
+                out.print(f"# override: {line}", markup=False, soft_wrap=True)
             data = {k: v for k, v in r["recipe"].items()}
             out.print(tomli_w.dumps(_drop_none(data)), markup=False)
     for r in results:
@@ -127,8 +136,9 @@ def _explain(key: str, files: list[Path], setup: Path | None, overrides: list[st
     values = []
     for path in files:
         origin: dict[str, str] = {}
-        data = load(path, setup, overrides, origins=origin).to_dict()
-        values.append((str(path), recipe_values(doc, data, origin)))
+        overridden: list = []
+        data = load(path, setup, overrides, origins=origin, overridden=overridden).to_dict()
+        values.append((str(path), recipe_values(doc, data, origin, overridden)))
     if json_:
         print_json({**doc.to_dict(), "values": [{"file": f, "key": k, "value": v, "from": w}
                                                 for f, found in values for k, v, w in found]})

@@ -26,7 +26,8 @@ from typing import Literal
 import numpy as np
 
 from scalectl.curve.model import FitError, _model
-from scalectl.curve.solvers import _lm
+from scalectl.curve.solvers import _lm, block_rows
+from scalectl.defaults import MAX_BOOTSTRAP
 
 BootstrapKind = Literal["block", "residual", "pairs"]
 KINDS = ("block", "residual", "pairs")
@@ -61,31 +62,49 @@ def bootstrap_draws(theta: np.ndarray, free: np.ndarray, logc: np.ndarray, y: np
     them in order of compute.  Residuals of the window are centred and scaled by
     sqrt(n/(n-p)) (p fitted parameters) and by ``inflate`` (the variance inflation
     of dependent noise, :func:`scalectl.curve.fit.ar1_inflation`).  ``block``: block
-    length for ``"block"`` (default :func:`default_block_length`).  Raises FitError on an unknown kind.
+    length for ``"block"`` (default :func:`default_block_length`).  The refits run in blocks of
+    resamples whose arrays hold at most :data:`scalectl.curve.solvers.GRID_BLOCK_ELEMENTS`
+    elements each (one block, the same draws as ever, while n_boot x n is below it), so the
+    memory grows linearly in the points.  Raises FitError on an unknown kind or n_boot
+    outside 1..:data:`MAX_BOOTSTRAP`.
     """
     if kind not in KINDS:
         raise FitError(f"bootstrap kind {kind!r} is not one of: {', '.join(KINDS)}")
+    if not 0 < n_boot <= MAX_BOOTSTRAP:
+        raise FitError(f"bootstrap resamples must lie in 1..{MAX_BOOTSTRAP:,} (given {n_boot})")
     rng = np.random.default_rng(seed)
     n = y.size
     nw = n - n0
     p = int(free.sum())
     rw = resid[n0:]
     res = (rw - rw.mean()) * math.sqrt(nw / max(nw - p, 1)) * inflate
-    start = np.tile(theta, (n_boot, 1))
-    w = None if weights is None else np.broadcast_to(weights, (n_boot, n))
+    rows = block_rows(n)
+    parts = [_refits(theta, free, logc, y, res, n0, lo, hi, min(rows, n_boot - j), rng, kind,
+                     weights, r0_se, block or default_block_length(nw))
+             for j in range(0, n_boot, rows)]
+    return np.concatenate(parts)
+
+
+def _refits(theta, free, logc, y, res, n0, lo, hi, m: int, rng, kind: str, weights, r0_se, block: int):
+    """One block of ``m`` bootstrap refits (:func:`bootstrap_draws`): (m, 4) parameter draws.
+    Each array of the block holds m x n elements (n points)."""
+    n = y.size
+    nw = n - n0
+    start = np.tile(theta, (m, 1))
+    w = None if weights is None else np.broadcast_to(weights, (m, n))
     if kind == "pairs":
-        draw = rng.multinomial(n, np.full(n, 1.0 / n), size=n_boot).astype(float)
+        draw = rng.multinomial(n, np.full(n, 1.0 / n), size=m).astype(float)
         w = draw if w is None else draw * w
         draws, _ = _lm(start, free, logc, y, lo, hi, w=w, iters=30)
         return draws
     if kind == "block":
-        idx = block_indices(nw, block or default_block_length(nw), n_boot, rng)
+        idx = block_indices(nw, block, m, rng)
     else:
-        idx = rng.integers(0, nw, (n_boot, nw))
-    noise = np.empty((n_boot, n))
+        idx = rng.integers(0, nw, (m, nw))
+    noise = np.empty((m, n))
     noise[:, n0:] = res[idx]
     if n0:
-        noise[:, :n0] = (rng.normal(0.0, r0_se, (n_boot, n0)) if r0_se is not None
-                         else res[rng.integers(0, nw, (n_boot, n0))])
+        noise[:, :n0] = (rng.normal(0.0, r0_se, (m, n0)) if r0_se is not None
+                         else res[rng.integers(0, nw, (m, n0))])
     draws, _ = _lm(start, free, logc, _model(theta, logc) + noise, lo, hi, w=w, iters=30)
     return draws

@@ -23,6 +23,59 @@ from scalectl.curve.model import (_A, _B, _R0, _U, PAPER_A_GRID, PAPER_C_MID_GRI
                                   GridSpec, _jacobian, _model)
 
 
+#: Largest number of float64 elements of one array of a grid search (8 MiB): the searches
+#: below evaluate their grid in blocks of rows (grid points) x n points within it, so that
+#: their memory grows linearly in the points, not in grid points x points.
+GRID_BLOCK_ELEMENTS = 1 << 20
+
+
+def block_rows(per_row: int, budget: int | None = None) -> int:
+    """Rows of a block whose arrays hold at most ``budget`` elements (default
+    :data:`GRID_BLOCK_ELEMENTS`) when each row holds ``per_row`` (at least 1 row, so a row
+    larger than the budget is one block)."""
+    budget = GRID_BLOCK_ELEMENTS if budget is None else budget
+    return max(1, budget // max(int(per_row), 1))
+
+
+#: Most points of one stretch of a run that a fit of stored points solves on: beyond it,
+#: :func:`bin_points` averages consecutive points (scalectl.science.fits).
+MAX_FIT_POINTS = 2_000
+
+
+def bin_points(x: np.ndarray, y: np.ndarray, truncation: np.ndarray | None = None,
+               max_points: int = MAX_FIT_POINTS) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, np.ndarray]:
+    """At most ``max_points`` bins of consecutive points, for a run with more points than a
+    fit needs (an imported per-step log of 300,000 evaluations).
+
+    The rule: the points, in order of compute (x (n,) > 0, sorted ascending), are cut into
+    ``max_points`` runs of consecutive points whose sizes differ by at most one (n //
+    max_points or one more); each bin is one point at the geometric mean of its compute
+    (the curve is fitted in log compute) with the mean of its pass rates y (n,), and the
+    largest of its truncation rates (n,) (the flag looks at the largest; NaN where none).
+    Equal counts give every bin the same noise variance, sigma^2 / count, so the least
+    squares and the residual bootstrap on the bins need no weights; the information about
+    the curve is that of the points while the curve is near-linear within a bin.  n <=
+    ``max_points``: the points unchanged.
+
+    Returns (x (m,), y (m,), truncation (m,) or None, counts (m,)).  Raises ValueError on
+    a compute <= 0 or max_points < 1.
+    """
+    n = x.size
+    if max_points < 1:
+        raise ValueError(f"max_points must be >= 1 (given {max_points})")
+    if n <= max_points:
+        return x, y, truncation, np.ones(n, dtype=int)
+    if np.any(x <= 0):
+        raise ValueError("bin_points needs compute > 0 (points at compute 0 observe R0 and stay as they are)")
+    edges = np.linspace(0, n, max_points + 1).round().astype(int)
+    counts = np.diff(edges)
+    starts = edges[:-1]
+    xb = np.exp(np.add.reduceat(np.log(x), starts) / counts)
+    yb = np.add.reduceat(y, starts) / counts
+    tb = None if truncation is None else np.fmax.reduceat(truncation, starts)
+    return xb, yb, tb, counts
+
+
 def resolve_grid(spec: GridSpec | None, x: np.ndarray, y: np.ndarray, axis: str
                  ) -> tuple[np.ndarray, np.ndarray]:
     """A values and C_mid values of the grid method.
@@ -157,14 +210,19 @@ def _fit_vp(logc, y, r0, a_fixed, lo, hi, w=None):
     sw = np.ones_like(y) if w is None else np.sqrt(w)
     u_grid = np.linspace(lo[_U], hi[_U], 48)
     b_grid = np.geomspace(max(lo[_B], 0.3), min(hi[_B], 10.0), 24)
-    uu, bb = np.meshgrid(u_grid, b_grid, indexing="ij")
-    s = expit(bb[..., None] * (logc - uu[..., None]))
-    a, r = _linear_ar0(s, y, a_fixed, r0)
-    a = np.clip(np.nan_to_num(a, nan=0.5), lo[_A], hi[_A])
-    r = np.clip(np.nan_to_num(r, nan=0.0), lo[_R0], hi[_R0])
-    ssr = ((((r[..., None] + (a - r)[..., None] * s) - y) * sw) ** 2).sum(-1)
-    i = np.unravel_index(np.argmin(ssr), ssr.shape)
-    theta0 = np.array([a[i], uu[i], bb[i], r[i]])
+    uu, bb = (g.ravel() for g in np.meshgrid(u_grid, b_grid, indexing="ij"))
+    best, theta0 = np.inf, None
+    rows = block_rows(y.size)
+    for j in range(0, uu.size, rows):         # blocks of grid points: memory rows x n, not 1152 x n
+        u, b = uu[j:j + rows], bb[j:j + rows]
+        s = expit(b[:, None] * (logc - u[:, None]))
+        a, r = _linear_ar0(s, y, a_fixed, r0)
+        a = np.clip(np.nan_to_num(a, nan=0.5), lo[_A], hi[_A])
+        r = np.clip(np.nan_to_num(r, nan=0.0), lo[_R0], hi[_R0])
+        ssr = ((((r[:, None] + (a - r)[:, None] * s) - y) * sw) ** 2).sum(-1)
+        i = int(np.argmin(ssr))
+        if ssr[i] < best:                      # strict: the first of equal minima, as one argmin
+            best, theta0 = ssr[i], np.array([a[i], u[i], b[i], r[i]])
     free = np.array([a_fixed is None, True, True, r0 is None])
     idx = np.flatnonzero(free)
 
@@ -187,6 +245,20 @@ def _fit_vp(logc, y, r0, a_fixed, lo, hi, w=None):
     return theta, free, active
 
 
+def _scan_sums(log_c_mid: np.ndarray, b_scan: np.ndarray, logc: np.ndarray, y: np.ndarray
+               ) -> tuple[np.ndarray, ...]:
+    """Sums over the points of s^2, s y, s p, p y and p^2 (s the logistic fraction at each
+    C_mid and B, p = 1 - s), each (nc, nb), from blocks of C_mid values of at most
+    :data:`GRID_BLOCK_ELEMENTS` elements (nb x n per C_mid value)."""
+    parts = []
+    rows = block_rows(b_scan.size * logc.size)
+    for j in range(0, log_c_mid.size, rows):
+        s = expit(b_scan[None, :, None] * (logc - log_c_mid[j:j + rows, None, None]))  # (rows, nb, n)
+        p = 1.0 - s
+        parts.append(((s * s).sum(-1), (s * y).sum(-1), (s * p).sum(-1), (p * y).sum(-1), (p * p).sum(-1)))
+    return tuple(np.concatenate(k) for k in zip(*parts))
+
+
 def _fit_grid(x, logc, y, r0, a_fixed, lo, hi, grid, axis, w=None):
     """Paper A.5: grid over (A, C_mid), least-squares B per pair, smallest SSR wins.
 
@@ -203,10 +275,7 @@ def _fit_grid(x, logc, y, r0, a_fixed, lo, hi, grid, axis, w=None):
     aa, uu = aa.ravel(), np.log(cc.ravel())
     b_scan = np.geomspace(max(lo[_B], 0.05), min(hi[_B], 20.0), 16)
     # Scan B with the sums that make up the SSR: s depends on (C_mid, B) only.
-    s = expit(b_scan[None, :, None] * (logc - np.log(c_values)[:, None, None]))  # (nc, nb, n)
-    p = 1.0 - s
-    ss, sy, sp, py, pp = ((s * s).sum(-1), (s * y).sum(-1), (s * p).sum(-1), (p * y).sum(-1),
-                          (p * p).sum(-1))
+    ss, sy, sp, py, pp = _scan_sums(np.log(c_values), b_scan, logc, y)
     a = a_values[:, None, None]  # (na, 1, 1) against (nc, nb)
     if r0 is None:  # R0 solved linearly for each (A, C_mid, B) in the scan (unclipped)
         r = (py - a * sp) / np.maximum(pp, 1e-300)
@@ -218,7 +287,7 @@ def _fit_grid(x, logc, y, r0, a_fixed, lo, hi, grid, axis, w=None):
     r = np.take_along_axis(r, j.reshape(ssr.shape[:2] + (1,)), axis=-1).ravel()
     theta0 = np.stack([aa, uu, b_scan[j], np.clip(r, lo[_R0], hi[_R0])], axis=1)
     free = np.array([False, False, True, r0 is None])
-    block = max(1, 2_000_000 // max(logc.size, 1))
+    block = block_rows(logc.size, 2 * GRID_BLOCK_ELEMENTS)
     parts = [_lm(theta0[i:i + block], free, logc, y, lo, hi, iters=40,
                  w=None if w is None else np.broadcast_to(w, (len(theta0[i:i + block]), w.size)))
              for i in range(0, len(theta0), block)]

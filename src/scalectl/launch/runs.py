@@ -474,7 +474,9 @@ def _prepare(recipe_file, setup, overrides: Sequence[str], launcher: str | None,
     """Load the recipe (with its setup and ``--set`` overrides), check what its model and data
     name (:func:`scalectl.recipe.load.check_sources`, :func:`scalectl.job.preflight.check_inputs`:
     the tokenizer, the first rows of the prompt set, keys without effect), its trackers'
-    libraries and its layout, and log its plan: (recipe, launcher name, layout)."""
+    libraries and its layout, and log its plan: (recipe, launcher name, layout).  Each value that
+    replaced another layer's explicit one is logged as ``override: ...``
+    (:mod:`scalectl.recipe.layers`), each companion a change of loss type reset as ``taken: ...``."""
     from scalectl.job.preflight import check_inputs
     from scalectl.job.trackers import check_installed
     from scalectl.recipe.load import find_default_setup, load
@@ -482,7 +484,11 @@ def _prepare(recipe_file, setup, overrides: Sequence[str], launcher: str | None,
     check_launcher(launcher)
     setup_path = setup or find_default_setup(recipe_file)
     origins: dict[str, str] = {}
-    recipe = load(recipe_file, setup_path, list(overrides), origins=origins)
+    notes: list[str] = []
+    overridden: list = []
+    recipe = load(recipe_file, setup_path, list(overrides), notes=notes, overridden=overridden, origins=origins)
+    for line in [*(f"override: {o}" for o in overridden), *(f"taken: {n}" for n in notes)]:
+        log(line)
     check_installed(recipe.logging)
     kind = launcher or recipe.launcher.type
     for line in plan_lines(recipe, setup_path, kind):

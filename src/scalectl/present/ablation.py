@@ -21,7 +21,7 @@ def print_plan(console: Console, prepared) -> None:
     plan, actions, cost, counts = prepared.plan, prepared.actions, prepared.cost, prepared.counts()
     s = plan.spec
     console.print(f"[bold]ablation {s.name}[/bold] ({s.kind}): base {s.base or '-'} on setup {plan.setup}, "
-                  f"{len(plan.variants[0].seeds)} seed(s) per variant, margin {s.margin:g}", soft_wrap=True)
+                  f"{len(plan.variants[0].seeds)} seed(s) per variant, {margin_text(s)}", soft_wrap=True)
     if s.overrides:
         console.print("  on every run: " + ", ".join(s.overrides), soft_wrap=True)
     for note in plan.notes:
@@ -93,10 +93,37 @@ def print_failures(console: Console, rows: list[dict]) -> None:
             console.print(f"[red]{escape(r['name'])}[/red] ended {r['status']}: {escape(first)}", markup=True)
 
 
+class CampaignProgress:
+    """A campaign's progress (:class:`scalectl.ablation.campaign.Progress`) on ``console``: a live
+    table of the runs (``view``, a :class:`scalectl.present.watch.LiveRows`), then the runs that
+    did not complete (:func:`print_failures`)."""
+
+    def __init__(self, console: Console, view):
+        self.console, self.view = console, view
+
+    def log(self, message: str) -> None:
+        self.console.print(message, highlight=False)
+
+    def runs(self, rows: list[dict]) -> None:
+        self.view.show(rows)
+
+    def watched(self, rows: list[dict] | None) -> None:
+        self.view.stop()
+        print_failures(self.console, rows or [])
+
+
+def margin_text(spec) -> str:
+    """The margin an ablation plan (:class:`scalectl.ablation.planner.AblationSpec`) will judge by."""
+    if spec.margin == "auto":
+        return "margin auto (measured from the baseline recipe's seeds when the runs are done)"
+    where = spec.margin_where or "the paper's default"
+    return f"margin {spec.margin:g} ({where})"
+
+
 def verdict_table(result) -> Table:
     """Every variant of an :class:`scalectl.ablation.analysis.AblationResult` against its
     baseline: A with its interval, B, C_mid, dA with its interval, the verdict."""
-    table = Table(title=f"{result.name}: variants against {result.baseline} (margin {result.margin:g})")
+    table = Table(title=f"{result.name}: variants against {result.baseline} (margin {result.margin:.3g})")
     for col in ("variant", "A", "B", "C_mid", "dA", "verdict"):
         table.add_column(col, justify="left" if col in ("variant", "verdict") else "right")
     for v in result.variants:
@@ -120,7 +147,29 @@ def staged_line(staged) -> str:
     return (f"adaptive ablation {plan.spec.name}: {len(plan.variants)} arms (baseline: {plan.baseline}), first stage "
             f"{staged.initial} steps x1 seed; at most {limits.max_budget} steps and {limits.max_seeds} seeds per variant"
             + (f", {staged.total_budget:g} device-hours in all" if staged.total_budget else "")
-            + f"; margin {limits.margin:g}, launcher {staged.kind}")
+            + f"; margin {limits.margin:.3g}" + (f" ({staged.margin.where})" if staged.margin else "")
+            + f", launcher {staged.kind}")
+
+
+def _print_margin_plan(out: Console, p: dict) -> None:
+    """The margin of the plan and where it came from; the seed runs that would measure the
+    user's own (``p["margin_seeds"]``: :func:`scalectl.ablation.until_decided.margin_seeds`)."""
+    if p.get("margin_source"):
+        out.print(f"  margin {p['margin']:.3g} ({p['margin_source']['where']})", soft_wrap=True, highlight=False,
+                  markup=False)
+    m = p.get("margin_seeds")
+    if not m:
+        return
+    have = f"{len(m['have'])} completed run(s) of the base recipe at {m['budget_steps']} steps (hash {m['recipe_hash']})"
+    if not m["more"]:
+        out.print(f"  your own margin: {have} in the store: --margin auto measures it", soft_wrap=True,
+                  highlight=False, markup=False)
+        return
+    cost = "" if m["device_hours"] is None else f", about {m['device_hours']:.4g} device-hours"
+    out.print(f"  your own margin: {have}; {m['more']} more seed(s) measure it{cost}, then --margin auto:",
+              soft_wrap=True, highlight=False, markup=False)
+    for command in m["commands"]:
+        out.print(f"    {command}", soft_wrap=True, highlight=False, markup=False)
 
 
 def _wall(seconds, per_step, parallel: int) -> str:
@@ -154,6 +203,7 @@ def print_power(out: Console, err: Console, p: dict, name: str) -> None:
            f"x {p['seeds_uncapped']} seeds" if p["capped"] else ""))
     say(f"  dA half-width with these seeds {p['half_width']:.4f} (target <= margin/2 = {p['margin'] / 2:.4f}); "
         f"sd of A per run: s_fit {p['s_fit']:.4f}, s_seed {p['s_seed']:.4f}")
+    _print_margin_plan(out, p)
     if p["worst_case_hours"] is not None:
         say(f"  --until-decided spends at most {p['worst_case_hours']:.4g} device-hours"
             + _wall(p.get("worst_case_seconds"), secs, parallel)

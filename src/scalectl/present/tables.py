@@ -65,7 +65,7 @@ def compare_table(result: Any, curves: dict, margin: float, width: int):
         d = "-" if row.verdict == "baseline" else f"{row.delta_A:+.3f} [{lo:+.3f}, {hi:+.3f}]"
         rows.append([str(i), row.name, curves[row.name].hardware or "-", estimate_text(f, "A"),
                      f"{f.B:.2f}", format_number(f.C_mid), d, row.verdict])
-    return fitted_table(f"runs ranked by ceiling A (baseline {result.baseline}, margin {margin:g})",
+    return fitted_table(f"runs ranked by ceiling A (baseline {result.baseline}, margin {margin:.3g})",
                         cols, rows, width)
 
 

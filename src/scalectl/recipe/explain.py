@@ -17,19 +17,24 @@ from __future__ import annotations
 import difflib
 import functools
 import json
+import os
 import re
 import types
 import typing
+from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel
 from pydantic.fields import FieldInfo
 
+from scalectl import presets
 from scalectl.errors import UserError
 from scalectl.recipe.launcher_choices import LAUNCHER_CHOICES
 from scalectl.recipe.loss_choices import COMPANIONS, LOSS_CHOICES
 from scalectl.recipe.schema import Recipe
+
 
 @dataclass(frozen=True)
 class KeyDoc:
@@ -324,11 +329,23 @@ def explain_lines(doc: KeyDoc, values: list[tuple[str, list[tuple[str, Any, str]
     return lines
 
 
-def recipe_values(doc: KeyDoc, data: dict, origin: dict[str, str]) -> list[tuple[str, Any, str]]:
+def recipe_values(doc: KeyDoc, data: dict, origin: dict[str, str], overridden: Sequence[Any] = ()
+                  ) -> list[tuple[str, Any, str]]:
     """(key, value, where it came from) in a merged recipe for a key, or for each value key of
-    a section; ``data`` is ``Recipe.to_dict()``, ``origin`` the loader's ``origins``."""
+    a section; ``data`` is ``Recipe.to_dict()``, ``origin`` the loader's ``origins``,
+    ``overridden`` its :class:`~scalectl.recipe.layers.Overridden` list (the values of lower
+    layers a key replaced are named after where it came from)."""
     keys = [k.key for k in doc.keys if k.kind != "section"] if doc.kind == "section" else [doc.key]
-    return [(key, value_at(data, key), provenance(key, origin, data)) for key in keys]
+    replaced = {o.key: o for o in overridden}
+    return [(key, value_at(data, key), provenance(key, origin, data) + _replaced(replaced.get(key)))
+            for key in keys]
+
+
+def _replaced(o: Any) -> str:
+    """'; overrides 0.0001 from setups/tiny-cpu.toml' for an overridden key, else ''."""
+    if o is None:
+        return ""
+    return "; overrides " + " and ".join(f"{toml_text(v)} from {shown_source(s)}" for v, s in o.replaced)
 
 
 def value_at(data: dict, key: str) -> Any:
@@ -351,4 +368,20 @@ def provenance(key: str, origin: dict[str, str], data: dict) -> str:
         return "default"
     if where.startswith(("--set", "default of")):
         return where
-    return f"set in {where}"
+    return f"set in {shown_source(where)}"
+
+
+def shown_source(source: str) -> str:
+    """A layer's source as a person reads it: a packaged preset as ``setups/NAME.toml``, a
+    file given by absolute path relative to the current folder when inside it, else as given."""
+    if source.startswith(("--set", "default of")):
+        return source
+    path = Path(source)
+    if not path.is_absolute():
+        return source
+    for base in (presets.root(), Path.cwd()):
+        try:
+            return os.path.normpath(path.relative_to(base))
+        except ValueError:
+            continue
+    return source

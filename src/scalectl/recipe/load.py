@@ -1,8 +1,8 @@
 """Loading recipe and setup files: TOML, ``extends`` inheritance, overrides, errors.
 
 One loader for every command: :func:`load` reads a recipe file, a setup file
-and ``--set key=value`` overrides, merges them (setup over recipe, overrides
-over both), validates the result as a :class:`~scalectl.recipe.schema.Recipe` and
+and ``--set key=value`` overrides, merges them (the recipe over the setup,
+overrides over both: :mod:`scalectl.recipe.layers`), validates the result as a :class:`~scalectl.recipe.schema.Recipe` and
 turns every pydantic error into a :class:`~scalectl.errors.UserError` that
 names the file the key came from, the dotted key, the value and what is
 allowed.
@@ -28,6 +28,8 @@ from scalectl import presets
 from scalectl.errors import UserError
 from scalectl.files import decode_utf8, read_limited
 from scalectl.recipe.explain import unknown_key_hint
+from scalectl.recipe.layers import Layer, Overridden
+from scalectl.recipe.layers import overridden as find_overridden
 from scalectl.recipe.loss_choices import companion_defaults
 from scalectl.recipe.reward_function import function_problems
 from scalectl.recipe.schema import Recipe
@@ -304,8 +306,13 @@ def load(
     check_files: bool = False,
     notes: list[str] | None = None,
     origins: dict[str, str] | None = None,
+    overridden: list[Overridden] | None = None,
 ) -> Recipe:
     """Load, merge and validate a recipe with a setup and ``--set`` overrides.
+
+    The layers merge in the order of :mod:`scalectl.recipe.layers`: schema defaults <
+    setup < the recipe file (with its ``extends`` chain) < ``--set``.  A key the recipe file
+    sets wins over the setup's; the setup gives what the recipe leaves unset.
 
     Args:
         recipe: path of the recipe TOML (how to train), or a preset name
@@ -316,10 +323,13 @@ def load(
         check_files: also check what ``model.path`` and ``data.source`` name
             on this machine, without loading them (:func:`check_sources`).
         notes: when given, a line is appended for each companion of ``loss.type``
-            that ``--set loss.type`` reset to the new loss's default.
+            that a change of loss type reset to the new loss's default.
         origins: when given, filled with where each dotted key was set last: a file's
             path, ``--set KEY``, or ``default of loss.type = ...`` for a companion a change
             of loss type reset (keys set nowhere are absent).
+        overridden: when given, filled with each key whose value replaced another layer's
+            explicit, different value (:class:`~scalectl.recipe.layers.Overridden`; its
+            ``str`` is the line ``validate`` and ``run`` print).
 
     Returns:
         The frozen :class:`Recipe`; its ``name`` defaults to the recipe file's stem.
@@ -328,20 +338,17 @@ def load(
         UserError: any problem, naming file, key, value and what is allowed.
     """
     recipe = presets.resolve(recipe, "recipes")
-    data, origin = read_layered(recipe)
+    data, origin, layers = _over_setup(recipe, setup)
     data.setdefault("name", Path(recipe).stem)
-    if setup is not None:
-        sdata, sorigin = read_layered(presets.resolve(setup, "setups"))
-        sdata.pop("name", None)
-        sdata.pop("description", None)
-        data = _merge(data, sdata)
-        origin.update(sorigin)
     layer: dict = {}
+    set_origin: dict[str, str] = {}
     for text in overrides:
         key, value = parse_override(text)
         layer = _merge(layer, _nest(key, value))
-        origin[key] = f"--set {key}"
+        set_origin[key] = f"--set {key}"
+    origin.update(set_origin)
     taken = _companions_of(data, layer, origin, "--set loss.type")
+    layers.append(Layer(flatten(layer), {**set_origin, **taken}, "--set"))
     data = _merge(data, layer)
     origin.update(taken)
     if notes is not None:
@@ -350,12 +357,30 @@ def load(
     result = validate(data, origin, str(recipe))
     if origins is not None:
         origins.update(origin)
+    if overridden is not None:
+        overridden.extend(find_overridden(layers))
     if check_files:
         problems = check_sources(result)
         if problems:
             raise UserError("\n".join(f"{_error_file(tuple(key.split('.')), origin, str(recipe))}: {msg}"
                                        for key, msg in problems))
     return result
+
+
+def _over_setup(recipe: Path, setup: str | Path | None) -> tuple[dict, dict[str, str], list[Layer]]:
+    """The recipe file (with its ``extends`` chain) laid over the setup: the merged table, the
+    origin of each key, and the two layers (:mod:`scalectl.recipe.layers`).  A recipe that
+    changes the setup's ``loss.type`` gives the new loss's companions their defaults."""
+    data, origin = read_layered(recipe)
+    if setup is None:
+        return data, origin, [Layer(flatten(data), origin, str(recipe))]
+    setup = presets.resolve(setup, "setups")
+    sdata, sorigin = read_layered(setup)
+    sdata.pop("name", None)
+    sdata.pop("description", None)
+    origin.update(_companions_of(sdata, data, sorigin, str(recipe)))
+    layers = [Layer(flatten(sdata), sorigin, str(setup)), Layer(flatten(data), origin, str(recipe))]
+    return _merge(sdata, data), {**sorigin, **origin}, layers
 
 
 #: ``data.source`` files by suffix (scalectl.rl.data.files reads these).

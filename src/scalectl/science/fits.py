@@ -62,20 +62,13 @@ def parse_r0(value: str) -> str | float:
                         "in [0, 1]") from None
 
 
-def _stored_points(store, run: dict, series: str | None) -> list[dict]:
-    """The run's validation points, or those of its evaluation series ``series``.
-
-    Raises:
-        UserError: no points (naming the run's series when ``series`` has none).
-    """
-    pts = store.points(run["id"], series)
-    if pts:
-        return pts
+def _no_points(store, run: dict, series: str | None) -> UserError:
+    """The error of a run without points (naming the run's series when ``series`` has none)."""
     if series is None:
-        raise UserError(f"run {run['name']!r} has no evaluation points yet")
+        return UserError(f"run {run['name']!r} has no evaluation points yet")
     names = [s["series"] for s in store.series(run["id"])]
-    raise UserError(f"run {run['name']!r} has no evaluation series {series!r}; its series: "
-                    f"{', '.join(names) or 'none'} (scalectl evaluate {run['name']} makes one)")
+    return UserError(f"run {run['name']!r} has no evaluation series {series!r}; its series: "
+                     f"{', '.join(names) or 'none'} (scalectl evaluate {run['name']} makes one)")
 
 
 def choose_axis(store, run: dict, opts: FitOptions, log=_stderr) -> str:
@@ -86,8 +79,10 @@ def choose_axis(store, run: dict, opts: FitOptions, log=_stderr) -> str:
         UserError: an unknown axis, a run without points.
     """
     wanted = resolve_axis(run, opts)
-    pts = _stored_points(store, run, opts.series)
-    has = [a for a in AXES if any(p.get(a) is not None and p.get("pass_rate") is not None for p in pts)]
+    rows = store.point_values(run["id"], [*AXES, "pass_rate"], series=opts.series)
+    if not rows:
+        raise _no_points(store, run, opts.series)
+    has = [a for i, a in enumerate(AXES) if any(r[i] is not None and r[-1] is not None for r in rows)]
     if wanted in has or not has:
         return wanted
     asked = "asked for by --axis" if opts.axis else "its default axis"
@@ -97,31 +92,36 @@ def choose_axis(store, run: dict, opts: FitOptions, log=_stderr) -> str:
 
 def load_points(store, run: dict, axis: str, log=_stderr, series: str | None = None) -> tuple:
     """(compute, pass_rate, truncation_rate) of a run on ``axis`` (of its evaluation series
-    ``series`` when given); points without a value dropped."""
+    ``series`` when given), each (n,) in step order; points without a value dropped (and
+    counted in a line to ``log``).  Reads only those columns
+    (:meth:`scalectl.store.database.Store.point_values`): a run of 300,000 points costs arrays,
+    not a dict per point."""
     import numpy as np
 
-    pts = _stored_points(store, run, series)
-    have = [p for p in pts if p.get(axis) is not None and p.get("pass_rate") is not None]
+    rows = store.point_values(run["id"], [axis, "pass_rate", "truncation_rate"], series=series)
+    if not rows:
+        raise _no_points(store, run, series)
+    have = [r for r in rows if r[0] is not None and r[1] is not None]
     if not have:
-        filled = [a for a in AXES if any(p.get(a) is not None for p in pts)]
+        filled = [a for a in AXES
+                  if any(v is not None for (v,) in store.point_values(run["id"], [a], series=series))]
         raise UserError(f"run {run['name']!r} has no {axis!r} values; axes with values: "
                         f"{', '.join(filled) or 'none'} (choose one with --axis)")
-    if len(have) < len(pts):
-        log(f"run {run['name']}: {len(pts) - len(have)} points without {axis} left out")
-    x = np.array([float(p[axis]) for p in have])
-    y = np.array([float(p["pass_rate"]) for p in have])
-    t = np.array([np.nan if p.get("truncation_rate") is None else float(p["truncation_rate"])
-                  for p in have])
-    return x, y, t
+    if len(have) < len(rows):
+        log(f"run {run['name']}: {len(rows) - len(have)} points without {axis} left out")
+    values = np.array(have, dtype=float)          # None (no truncation rate) becomes NaN
+    return values[:, 0], values[:, 1], values[:, 2]
 
 
 def r0_standard_error(store, run: dict, axis: str, series: str | None = None) -> float | None:
     """Standard error of the run's evaluation at compute 0 (from its per-prompt correct
     counts), or None when there is none or it did not store them."""
+    import json
+
     from scalectl.curve import evaluation_standard_error
 
-    zero = [p for p in store.points(run["id"], series) if p.get(axis) == 0 and p.get("correct_counts")]
-    ses = [evaluation_standard_error(p["correct_counts"], p.get("samples_per_prompt") or 0) for p in zero]
+    zero = store.point_values(run["id"], ["correct_counts", "samples_per_prompt"], zero=axis, series=series)
+    ses = [evaluation_standard_error(json.loads(c), k or 0) for c, k in zero if c]
     ses = [s for s in ses if s is not None]
     return None if not ses else (sum(s * s for s in ses) / len(ses)) ** 0.5   # per evaluation
 
@@ -146,6 +146,34 @@ def fit_window(section: dict, axis: str, compute, override: float | None = None)
     return default_min_compute(compute, axis)
 
 
+def thin(x, y, truncation, min_compute: float, log=None, name: str = "") -> tuple:
+    """The points a stored run is fitted on: (x, y, truncation, note).  Points at compute 0
+    stay; the points before the window and those in it (compute >= ``min_compute``) are each
+    cut into at most :data:`scalectl.curve.solvers.MAX_FIT_POINTS` bins of consecutive points
+    (:func:`scalectl.curve.solvers.bin_points`: equal counts, mean pass rate at the geometric
+    mean compute) when there are more, so a fit's time and memory stay bounded whatever the
+    run's length; ``note`` says so (None when nothing was binned), and is logged."""
+    import numpy as np
+
+    from scalectl.curve.solvers import MAX_FIT_POINTS, bin_points
+
+    log = log or _stderr
+    zero, before, window = x == 0, (x > 0) & (x < min_compute), (x > 0) & (x >= min_compute)
+    if before.sum() <= MAX_FIT_POINTS and window.sum() <= MAX_FIT_POINTS:
+        return x, y, truncation, None
+    parts = [(x[zero], y[zero], truncation[zero])]
+    for part in (before, window):
+        xb, yb, tb, _ = bin_points(x[part], y[part], truncation[part])
+        parts.append((xb, yb, tb))
+    n = int(window.sum())
+    size = n // MAX_FIT_POINTS
+    note = (f"run {name}: {n:,} points in the fit window, fitted as {min(n, MAX_FIT_POINTS):,} bins of "
+            f"{size}{'' if n % MAX_FIT_POINTS == 0 else f'-{size + 1}'} consecutive points (mean pass rate "
+            "at the geometric mean compute; docs/fitting.md)")
+    log(note)
+    return (*(np.concatenate(k) for k in zip(*parts)), note)
+
+
 def fit_run(store, run: dict, opts: FitOptions, refit: bool = False, log=_stderr) -> tuple[Any, bool, str]:
     """Fit a stored run (or reuse its stored fit when its points are unchanged): its validation
     points, or its evaluation series ``opts.series``, on the axis :func:`choose_axis` picks
@@ -154,8 +182,11 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False, log=_stderr
     Returns (:class:`scalectl.science.compare.RunCurve`, cached, key).  Raises UserError on
     input that cannot be fitted, naming the run.
     """
-    from scalectl.science.compare import RunCurve
+    import numpy as np
+
     from scalectl.curve import FitError, SigmoidFit, fit_sigmoid
+    from scalectl.curve.solvers import MAX_FIT_POINTS
+    from scalectl.science.compare import RunCurve
 
     if opts.method not in ("vp", "grid"):
         raise UserError(f"--method {opts.method!r} is not one of: vp, grid")
@@ -164,18 +195,21 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False, log=_stderr
     section = fit_section(run)
     min_c = fit_window(section, axis, x, opts.min_compute)
     threshold = float(section.get("truncation_threshold", TRUNCATION_THRESHOLD))
+    order = np.argsort(x, kind="stable")
+    fx, fy, ft, binned = thin(x[order], y[order], trunc[order], min_c, log=log, name=run["name"])
     key = (f"{axis}/{opts.method}/min={min_c:g}/r0={opts.r0}/boot={opts.bootstrap}"
            f"/level={opts.level:g}/seed={opts.seed}/trunc={threshold:g}"
-           + ("" if opts.series is None else f"/series={opts.series}"))
+           + ("" if opts.series is None else f"/series={opts.series}")
+           + (f"/bins={MAX_FIT_POINTS}" if binned else ""))
     digest = store.points_digest(run["id"], opts.series)
     hardware = run.get("hardware") or None
     stored = None if refit else store.get_fit(run["id"], key)
     if stored is not None and stored[1] == digest:
         return RunCurve(x, y, SigmoidFit.from_dict(stored[0]), hardware), True, key
     try:
-        fit = fit_sigmoid(x, y, min_compute=min_c, r0=parse_r0(opts.r0), method=opts.method, axis=axis,
+        fit = fit_sigmoid(fx, fy, min_compute=min_c, r0=parse_r0(opts.r0), method=opts.method, axis=axis,
                           bootstrap=opts.bootstrap, level=opts.level, seed=opts.seed,
-                          truncation=trunc, truncation_threshold=threshold,
+                          truncation=ft, truncation_threshold=threshold,
                           r0_se=r0_standard_error(store, run, axis, opts.series))
     except (FitError, ValueError) as exc:
         of = "" if opts.series is None else f" (series {opts.series})"
