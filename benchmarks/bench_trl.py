@@ -34,7 +34,11 @@ run's ``steps.jsonl`` and compute meter, which leave out evaluation; TRL: its
 ``on_step_end`` callback and the completions its reward function saw).  The
 rate is taken over steps ``--warmup``+1 .. ``--steps`` (default: the first 8
 excluded, whole cycles of k = 8 for the off-policy modes), the same way on both
-sides, so start-up, first-call and model-loading costs are left out.
+sides, so start-up, first-call and model-loading costs are left out.  scalectl
+runs with ``hardware.compile = true`` (``--eager``: without): the trace and,
+without a cached build, the C++ build of its decoding step fall in its first
+step, inside the warm-up on its side as TRL's first ``model.generate`` calls
+fall inside the warm-up on its own.
 
 Load.  The runs of a round alternate between the two sides, each a fresh
 process, and the 1-minute load average is recorded before and after each run.
@@ -126,9 +130,12 @@ class TreeMemory:
 # -- the two sides (run inside a worker process) -----------------------------------------------------
 
 
-def load_recipe(loss: str, mode: str, k: int, steps: int, model: str | None = None, threads: int | None = None):
+def load_recipe(loss: str, mode: str, k: int, steps: int, model: str | None = None, threads: int | None = None,
+                compile_step: bool = True):
     """The benchmark's recipe: minimax + tiny-cpu, the loss variant, the mode, no filters, no warm-up;
-    ``model``: a checkpoint folder instead of the setup's (warm-started) model; ``threads``: torch threads."""
+    ``model``: a checkpoint folder instead of the setup's (warm-started) model; ``threads``: torch threads;
+    ``compile_step``: ``hardware.compile`` (the decoding step compiled; its trace and build fall in
+    the first, warm-up, steps)."""
     from scalectl.recipe.load import load
 
     overrides = ([f"model.path={model}"] if model else []) + LOSSES[loss][0] + [
@@ -137,11 +144,13 @@ def load_recipe(loss: str, mode: str, k: int, steps: int, model: str | None = No
         "filter.dynamic_sampling=false", "length.control=none", "advantage.normalization=prompt",
         "precision.lm_head=fp32", "batch.prompts_per_step=16", "batch.generations_per_prompt=8",
         f"eval.every_steps={steps}", "eval.prompts=16", "eval.samples_per_prompt=1",
-        f"checkpoint.every_steps={steps + 1}"] + ([f"hardware.threads={threads}"] if threads else [])
+        f"checkpoint.every_steps={steps + 1}", f"hardware.compile={str(compile_step).lower()}"] \
+        + ([f"hardware.threads={threads}"] if threads else [])
     return load(RECIPE, SETUP, overrides)
 
 
-def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None, threads: int | None) -> dict:
+def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None, threads: int | None,
+                 compile_step: bool = True) -> dict:
     """One scalectl training run; per step: seconds of training so far, completions and FLOPs so far."""
     from scalectl.job.body import StoreSink
     from scalectl.rl.data.splits import load_prompt_sets
@@ -151,7 +160,7 @@ def run_scalectl(loss: str, mode: str, k: int, steps: int, model: str | None, th
     from scalectl.rl.train.warmstart import ensure_warm_start
     from scalectl.store.database import Store
 
-    recipe = load_recipe(loss, mode, k, steps, model, threads)
+    recipe = load_recipe(loss, mode, k, steps, model, threads, compile_step)
     ensure_warm_start(recipe)   # built once and cached; run_training loads it
     train, held_out = load_prompt_sets(recipe)
     per_step = recipe.batch.prompts_per_step * recipe.batch.generations_per_prompt
@@ -269,12 +278,14 @@ def matmul_peak(size: int, seconds: float = 1.0, repeats: int = 3) -> float:
 
 
 def worker(side: str, loss: str, mode: str, k: int, steps: int, model: str | None, threads: int | None,
-           profile: str | None) -> dict:
+           profile: str | None, compile_step: bool = True) -> dict:
     """Run one side in this process and return its per-step record (with peak memory)."""
     import warnings
 
     warnings.filterwarnings("ignore")
-    fn = run_scalectl if side == "scalectl" else run_trl
+    import functools
+
+    fn = functools.partial(run_scalectl, compile_step=compile_step) if side == "scalectl" else run_trl
     profiler = None
     if profile:
         from pyinstrument import Profiler
@@ -330,7 +341,8 @@ def spawn(side: str, loss: str, mode: str, threads: int | None, args, profile: s
     cores); its JSON result with the load average before and after."""
     cmd = [sys.executable, __file__, "--worker", side, "--loss", loss, "--mode", mode, "--k", str(args.k),
            "--steps", str(args.steps)] + (["--model", args.model] if args.model else []) \
-        + (["--worker-threads", str(threads)] if threads else []) + (["--profile-out", profile] if profile else [])
+        + (["--worker-threads", str(threads)] if threads else []) + (["--profile-out", profile] if profile else []) \
+        + (["--eager"] if args.eager else [])
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "MKL_NUM_THREADS")}
     env["TOKENIZERS_PARALLELISM"] = "false"
     if threads:
@@ -383,6 +395,8 @@ def main() -> None:
     ap.add_argument("--peak-size", type=int, default=1024, help="matrix size of the matmul peak")
     ap.add_argument("--model", default=None, help="checkpoint folder (default: the setup's model, warm-started)")
     ap.add_argument("--profile", default=None, help="write pyinstrument profiles of one sync run per side here")
+    ap.add_argument("--eager", action="store_true",
+                    help="scalectl's decoding step eager (default: compiled, hardware.compile = true)")
     ap.add_argument("--worker", choices=["scalectl", "trl"], help=argparse.SUPPRESS)
     ap.add_argument("--worker-threads", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--loss", default="cispo", help=argparse.SUPPRESS)
@@ -391,7 +405,7 @@ def main() -> None:
     args = ap.parse_args()
     if args.worker:
         print(json.dumps(worker(args.worker, args.loss, args.mode, args.k, args.steps, args.model,
-                                args.worker_threads, args.profile_out)))
+                                args.worker_threads, args.profile_out, not args.eager)))
         return
     if args.quick:
         args.losses, args.off_policy, args.pipeline, args.rounds = ["cispo"], False, False, 1

@@ -112,6 +112,28 @@ def test_decide_each_rule():
     assert d["base"].action == HOLD                                     # nothing asks the base for more
 
 
+def test_a_difference_stops_only_when_its_whole_interval_lies_beyond_the_margin():
+    """dA +0.026 [+0.011, +0.041] (a simulated campaign's variant at a true +0.018 ended near
+    this): compare calls it higher (estimate beyond the margin, interval beyond half of it),
+    but the interval reaches inside the margin, where a true tie lies, so the loop does not
+    stop it (with the quarter-margin claim it did: "higher ceiling" for a tie).  Beyond the
+    margin on its whole interval it stops, as a tie stops only inside it."""
+    lim = Limits(max_budget=2000, max_seeds=3, step_multiple=10, min_reach=3.0)
+    base = _fit(0.600, 0.5925, 0.6075)
+    arms, cmp = _arms_and_comparison(base, {"edge": _fit(0.626, 0.6165, 0.6355),
+                                            "clear": _fit(0.640, 0.6335, 0.6465)})
+    assert cmp.row("edge").verdict == HIGHER and cmp.row("clear").verdict == HIGHER
+    lo, hi = cmp.row("edge").delta_A_interval                      # 0.026 -+ hypot(0.0095, 0.0075)
+    assert (lo, hi) == pytest.approx((0.026 - math.hypot(0.0095, 0.0075), 0.026 + math.hypot(0.0095, 0.0075)))
+    assert 0.01 < lo < 0.02
+    d = decide(arms, cmp, lim)
+    assert (d["edge"].action, d["edge"].verdict) == (SEED, UNDECIDED)
+    assert f"reaches within +-{lim.margin:.3f}" in d["edge"].reason
+    assert (d["clear"].action, d["clear"].verdict) == (STOP, HIGHER)   # dA 0.040 [0.030, 0.050]
+    old = decide(arms, cmp, replace(lim, claim=0.25))
+    assert (old["edge"].action, old["edge"].verdict) == (STOP, HIGHER)
+
+
 def test_decide_base_seed_caps_and_cannot_win():
     lim = Limits(max_budget=500, max_seeds=2, min_reach=3.0)
     base = _fit(0.60, 0.58, 0.62)
@@ -373,3 +395,23 @@ def test_twenty_variants_adaptive_against_fixed():
         v, _ = fixed_design(be, list(curves), "base", budget, seeds, limits, fit_kw=fit_kw)
         g, w = avf.score(v, truth, 0.02)
         assert g < good or w > 0, (budget, seeds, g, w)
+
+
+@pytest.mark.slow
+def test_a_campaign_with_variants_near_both_edges_of_the_margin_gets_no_wrong_verdict():
+    """scripts/adaptive_campaigns.py's "slow-rise" campaign (16 variants, 7 of them within
+    0.006 of an edge of the margin), one noise seed, 400 resamples: no wrong verdict (the
+    target is at most 1 in 20), and the far ones (|dA| >= 0.05) and the exact tie decided."""
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location("camp", ROOT / "scripts/adaptive_campaigns.py")
+    camp = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(camp)
+    base, offsets, initial = camp.CAMPAIGNS["report"]["slow-rise"]
+    rows, hours, _ = camp.run_campaign(base, offsets, initial, 3, 400)
+    assert [r for r in rows if r[3] is False] == []
+    decided = {d: ok for _, d, _, ok in rows}
+    assert decided[-0.06] and decided[0.05] and decided[0.0]
+    assert hours > 0

@@ -22,6 +22,7 @@ from scalectl.curve import (
     seed_spread,
     sigmoid,
 )
+from scalectl.defaults import MARGIN
 from scalectl.display import format_estimate
 
 # Paper, Table 1: (C_mid GPU-hours, B, A).
@@ -118,6 +119,105 @@ def test_curve_cut_before_midpoint_is_flagged(c_mid, b, a):
     lo, hi = fit.interval("A")
     assert hi - lo > 0.1                                      # the interval says so too
     assert advise(fit).action == "extend"
+
+
+@pytest.mark.parametrize("seed,row", [(34, 4), (54, 4), (56, 1)])
+def test_a_spurious_bend_before_the_midpoint_is_flagged_whatever_the_optimiser_returns(seed, row):
+    """Imported points (no evaluation at compute 0, R0 fitted) cut at 0.8 x C_mid with noise
+    sd 0.01, in draws whose noise bends the curve early: the fit puts C_mid at about half the
+    truth, so the points seem to reach past it, and the bootstrap, whose refits start from the
+    fit, agrees with itself.  Before the profile check these three came out unflagged with
+    A 0.511 [0.472, 0.574], 0.495 [0.463, 0.630] and 0.457 [0.433, 0.497] against true
+    ceilings of 0.71, 0.71 and 0.645.  The profile of A finds curves within the noise whose
+    midpoint lies at or past the last point: flagged, and the advice is to extend."""
+    c_mid, b, a = TABLE1[row]
+    x = np.linspace(0.0, 0.8 * c_mid, 41)
+    y = np.clip(sigmoid(x, a, b, c_mid, R0) + np.random.default_rng(seed).normal(0.0, 0.01, x.size), 0, 1)
+    x, y = x[1:], y[1:]
+    fit = fit_sigmoid(x, y, min_compute=default_min_compute(x), bootstrap=200, seed=0)
+    assert fit.C_mid < 0.6 * c_mid                                  # the spurious bend
+    assert fit.window[1] / fit.C_mid >= 1.3                         # reach measured on the estimate
+    flag = next(f for f in fit.flags if f.code == "ceiling_not_identified")
+    assert "profile likelihood" in flag.message and flag.param == "A"
+    assert advise(fit).action == "extend"
+    lo, hi = fit.a_profile
+    assert fit.interval("A")[0] <= lo <= fit.A <= hi <= fit.interval("A")[1]
+
+
+@pytest.mark.parametrize("c_mid,b,a", TABLE1)
+def test_the_same_noise_cut_at_0_6_x_c_mid_is_flagged_and_at_5_x_is_not(c_mid, b, a):
+    """One noise draw (sd 0.01, seed 7) on each Table 1 curve, 61 points from compute 0.
+    Cut at 0.6 x C_mid, curves within the noise reach A = 1: the profile interval is open
+    above, the fit is flagged and its interval of A runs to 1 (the estimates are 0.43-0.54,
+    far below the truth).  To 5 x C_mid: no flag, a closed profile interval narrower than 0.04,
+    and the interval of A within the margin of the true A."""
+    for reach in (0.6, 5.0):
+        x = np.linspace(0.0, reach * c_mid, 61)
+        y = np.clip(sigmoid(x, a, b, c_mid, R0) + np.random.default_rng(7).normal(0.0, 0.01, x.size), 0, 1)
+        fit = fit_sigmoid(x, y, min_compute=default_min_compute(x), bootstrap=200, seed=0)
+        lo, hi = fit.a_profile
+        if reach < 1:
+            assert fit.has_flag("ceiling_not_identified") and hi == 1.0 and fit.interval("A")[1] == 1.0
+            assert fit.A < a - 0.1
+        else:
+            assert not fit.flags and hi < 1.0 and hi - lo < 0.04
+            i_lo, i_hi = fit.interval("A")
+            assert i_lo - MARGIN < a < i_hi + MARGIN
+
+
+def test_profile_interval_ends_where_a_refit_with_A_held_rises_by_the_F_cutoff():
+    """The ends of the profile interval of A, checked with scipy's least squares: refit
+    (C_mid, B, R0) with A held at each end (several starts, the best kept) and compare the
+    rise of the residual sum of squares over the best fit with sigma^2 F(1, dof; 0.95),
+    sigma the fit's noise sd.  A step of 0.005 inside an end stays below the cutoff, a step
+    outside goes above it: the ends are right to better than 0.005 (the grid step is 0.02,
+    the ends interpolated on the signed root of the rise)."""
+    from scipy.optimize import least_squares
+    from scipy.stats import f as f_dist
+
+    c_mid, b, a = TABLE1[0]
+    x, y = synthetic(c_mid, b, a, reach=2.5, sd=0.01, seed=11)
+    fit = fit_sigmoid(x, y, min_compute=1500, bootstrap=0)
+    w = x >= 1500
+    xs, ys = np.concatenate([[0.0], x[w]]), np.concatenate([y[:1], y[w]])   # R0 observed at 0
+
+    def rss(A):
+        def resid(p):
+            return sigmoid(xs, A, p[1], math.exp(p[0]), p[2]) - ys
+        best = math.inf
+        for u0 in np.log(c_mid) + np.array([-1.0, 0.0, 1.0]):
+            for b0 in (1.0, 2.0, 4.0):
+                r = least_squares(resid, [u0, b0, 0.3], bounds=([np.log(x.max() * 1e-4), 0.05, 0.0],
+                                                                [np.log(x.max() * 1e2), 20.0, 1.0]))
+                best = min(best, float(np.sum(r.fun ** 2)))
+        return best
+
+    rss_min = float(np.sum((sigmoid(xs, fit.A, fit.B, fit.C_mid, fit.R0) - ys) ** 2))
+    assert rss(fit.A) == pytest.approx(rss_min, rel=1e-6)
+    cutoff = fit.noise_sd ** 2 * f_dist.ppf(0.95, 1, fit.dof)
+    lo, hi = fit.a_profile
+    assert 0.55 < lo < a < hi < 0.70
+    for end, inward in ((lo, +0.005), (hi, -0.005)):
+        assert rss(end + inward) - rss_min < cutoff < rss(end - inward) - rss_min
+        assert (rss(end) - rss_min) / cutoff == pytest.approx(1.0, abs=0.1)
+
+
+def test_the_profile_thins_a_long_run_and_keeps_its_sums():
+    """Window points beyond 2,000 are thinned to every k-th for the profile, each weighing k:
+    the weights still sum to the window's points, and a 20,000-point run gets the profile
+    interval of its 2,000 thinned points (their rise of RSS scaled by k = 10)."""
+    from scalectl.curve.profile import MAX_PROFILE_POINTS, _thin
+
+    assert MAX_PROFILE_POINTS == 2000
+    logc, y, w = np.arange(20_003.0), np.zeros(20_003), np.ones(20_003)
+    lt, _, wt = _thin(logc, y, w, n0=3)
+    assert lt.size == 3 + 2000 and np.all(lt[:3] == [0, 1, 2]) and lt[4] - lt[3] == 10
+    assert wt[:3].tolist() == [1, 1, 1] and wt[3:].sum() == pytest.approx(20_000)
+    x = np.linspace(0.0, 5 * 2542.0, 20_001)
+    y = np.clip(sigmoid(x, 0.61, 1.92, 2542.0, R0) + np.random.default_rng(2).normal(0, 0.01, x.size), 0, 1)
+    fit = fit_sigmoid(x, y, min_compute=1500, bootstrap=0)
+    lo, hi = fit.a_profile
+    assert lo < fit.A < hi and hi - lo < 0.01 and not fit.flags     # 20,000 points: A within +-0.005
 
 
 def test_late_decline_is_flagged_and_a_clean_curve_is_not():
@@ -326,6 +426,35 @@ def test_advice_extend_versus_seeds():
     assert noisy.action == "seeds" and noisy.seeds_needed == math.ceil((0.05 / 0.02) ** 2)
     with pytest.raises(ValueError, match="no interval for A"):
         advise(_fit(0.61))
+
+
+def _script(name: str):
+    import importlib.util
+
+    from conftest import ROOT
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("r0", ["measured", "fit"])
+def test_no_unflagged_fit_of_a_cut_curve_misses_its_ceiling_by_the_margin(r0):
+    """scripts/ceiling_identification.py on 40 draws per row (the tables of docs/fitting.md
+    have 200): curves cut at 0.5-1.2 x C_mid are all flagged, none of the unflagged fits at
+    2.5 x C_mid misses the true A by more than the margin, and the 95 % interval of A covers
+    the truth in at least 85 % of the draws of each row (a binomial 95 % at n = 40 falls below
+    that with probability 0.02)."""
+    study = _script("ceiling_identification").study
+    for sd in (0.005, 0.01):
+        for cut in (0.5, 0.8, 1.2, 2.5):
+            r = study(cut, sd, 40, 60_000, 1000, 0.02, r0)
+            if cut <= 1.2:
+                assert r["flagged"] == 40, (cut, sd, r)
+            assert r["unflagged_missed"] == 0, (cut, sd, r)
+            assert r["covered"] >= 34, (cut, sd, r)
 
 
 def test_advice_in_steps_device_hours_and_wall_clock_at_the_runs_measured_rate():

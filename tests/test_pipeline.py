@@ -512,3 +512,38 @@ def test_sync_on_two_generators_and_two_trainers_learns_as_one_process_does(tmp_
           f"(se {se4:.4f}); difference {r4 - r1:+.4f}, tolerance {tol:.4f}")
     assert r1 - r0 > tol                                   # training moved the pass rate by more than the noise
     assert abs(r4 - r1) <= tol
+
+
+@pytest.mark.slow   # three processes and a 15 s limit: test_board.py checks the watch in the default suite
+def test_a_generator_that_stops_sending_while_alive_fails_the_run_naming_it(tmp_path, policy):
+    """Generator 0 of 2 stops its loop after its second message of groups, its process and
+    heartbeat alive (``SCALECTL_TEST_STALL_GENERATOR``: what a deadlocked engine looks like to
+    the trainer).  Before, the trainer waited for its rollouts without bound; now, after
+    ``launcher.stall_timeout_s`` without progress, the run is stored failed naming that task
+    (role, rank, pid, host, log), and no process of the job is left."""
+    import socket
+
+    from scalectl.rl.processes.bodies import STALL_ENV
+
+    db, runs, name = tmp_path / "s.db", tmp_path / "runs", "stuck"
+    env = dict(os.environ, SCALECTL_DB=str(db), COLUMNS="200", **{STALL_ENV: "0:2"})
+    args = ["run", "recipes/scalerl.toml", "--name", name, "--runs-dir", str(runs), "--set", f"model.path={policy}",
+            *TINY, "--set", "budget.steps=1000000", "--set", "hardware.generators=2",
+            "--set", "launcher.stall_timeout_s=15", "--set", "filter.zero_variance=false"]
+    proc = subprocess.Popen([SCALECTL, *args], cwd=Path(__file__).resolve().parents[1], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        out, err = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1, (out, err)
+    tasks = json.loads((runs / name / "pipeline" / "tasks.json").read_text())["tasks"]
+    stuck = tasks[0]
+    assert f"{STALL_ENV}: generator rank 0 stops its loop after 2 message(s)" in err      # its log, relayed
+    row = json.loads(run_cli("show", name, "--json", db=db, check=True).stdout)["run"]
+    assert row["status"] == "failed"
+    assert (f"TaskStuck: generator task 0 (generator rank 0, pid {stuck['pid']} on {socket.gethostname()}) made "
+            f"no progress for " in row["error"]), row["error"]
+    assert f"while its heartbeat went on (limit 15 s, launcher.stall_timeout_s) (log: {stuck['log']})" in row["error"]
+    assert not any(pid_alive(t["pid"]) for t in tasks)             # no orphan, the stuck one included

@@ -90,9 +90,8 @@ def test_sampler_logprobs_equal_teacher_forced(model, tok, temperature):
 def test_finished_rows_leave_the_decoding_batch(model, tok):
     """After the prefill, each decoding step feeds only the rows still running: a completion
     of L tokens is fed to L - 1 steps (its last token is never fed back)."""
-    sizes = []
-    hook = model.model.register_forward_pre_hook(lambda mod, args, kw: sizes.append(kw["input_ids"].shape),
-                                                 with_kwargs=True)
+    sizes = []   # the embedding sees every forward pass's input ids: the prefill's, then each step's
+    hook = model.model.embed_tokens.register_forward_pre_hook(lambda mod, args: sizes.append(args[0].shape))
     try:
         comps = _flat(CPURolloutEngine(model, tok).generate(PROMPTS, 4, SamplingParams(max_new_tokens=16), seed=1))
     finally:

@@ -326,7 +326,10 @@ def test_pipeline_of_two_generators_and_two_trainers_as_one_four_task_job(slurm,
         assert (f"TaskLost: trainer task {victim} (trainer rank {role_rank}, pid {tasks[victim]} on "
                 f"{socket.gethostname()}) stopped answering (log: {log})") in row["error"], row["error"]
         assert took < 60, f"run {name} was marked failed {took:.0f} s after the kill"
-        _wait(lambda: _scontrol(job["job_id"]).get("JobState") in ("FAILED", None), 60, f"job {name} to end")
+        # the task that records the failure cancels the job (SlurmRunJob.end_job): CANCELLED, or FAILED
+        # when every task has already left
+        _wait(lambda: _scontrol(job["job_id"]).get("JobState") in ("CANCELLED", "FAILED", None), 60,
+              f"job {name} to end")
         _wait(lambda: not [p for p in every if Path(f"/proc/{p}").exists()], 30,
               f"every process of job {name} to exit")
 

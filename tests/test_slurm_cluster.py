@@ -354,3 +354,142 @@ def test_two_runs_on_two_nodes_reach_the_store_through_journals_and_a_kill_loses
     for name, node in (("kept", "c2"), ("killed", "c3")):
         log = Path(jobs[name]["log"]).read_text()
         assert f" on {node} (node 0 of {node})" in log and "store: journal mode" in log
+
+
+RUN_DIR = Path("/run/slurm-cluster")
+
+
+def _netns_pids(node: str) -> list[int]:
+    out = subprocess.run(["ip", "netns", "pids", f"sc-{node}"], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split()]
+
+
+def _kill_node(node: str) -> list[int]:
+    """SIGKILL every process of ``node``: its slurmd, its slurmstepd and the job's tasks there
+    (everything in its network namespace), as a node that loses power."""
+    pids = _netns_pids(node)
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    return pids
+
+
+def _revive_node(node: str, conf: str) -> None:
+    """Start ``node``'s slurmd again in its namespace, as scripts/slurm-cluster.sh start does for a
+    node that is not running, and wait until it takes jobs."""
+    if not Path(f"/proc/{(RUN_DIR / f'slurmd-{node}.pid').read_text().strip()}").exists():
+        subprocess.run(["nsenter", f"--net=/run/netns/sc-{node}", "unshare", "--uts", "sh", "-c",
+                        f"hostname {node}; SLURM_CONF={conf} exec slurmd -f {conf} -N {node}"], check=True, timeout=60)
+
+    def up():
+        subprocess.run(["scontrol", "update", f"nodename={node}", "state=resume"], capture_output=True)
+        state = subprocess.run(["sinfo", "-h", "-n", node, "-o", "%T"], capture_output=True, text=True).stdout
+        return state.strip() in ("idle", "mixed", "allocated")
+    _wait(up, 180, f"node {node} to take jobs again")
+
+
+@pytest.mark.slow
+def test_a_node_that_dies_fails_the_run_naming_it_and_resume_completes_on_the_others(on_cluster, policy, tmp_path):
+    """A 1 + 1 pipeline on 2 nodes; every process of the trainer's node (slurmd, slurmstepd, the
+    task) is killed after the first checkpoint.  The generator on the other node names the lost
+    task and its node, records the run failed and ends the job (scancel), so that no process of
+    the job is left on the node that lives; `scalectl run --resume` then completes the run on
+    the nodes that remain."""
+    db = tmp_path / "s.db"
+    others = _squeue()
+    assert not others, f"the cluster runs other jobs ({others}): killing a node would kill them"
+    job = _submit(tmp_path, policy, on_cluster, "dies", *_pipeline(1, 1, nodes=2, steps=1_000_000, every=2))
+    run_dir = Path(job["run_dir"])
+    _wait(lambda: (run_dir / "checkpoints" / "latest").exists(), 600, "the first checkpoint")
+    hosts = _hostnames(_scontrol(job["job_id"])["NodeList"])
+    pids = _task_pids(job["job_id"])
+    assert sorted(pids) == [0, 1]
+    victim = hosts[1]                                     # task 1, the first trainer rank, runs there
+    every = [p for p in pids.values()]
+    try:
+        t0 = time.monotonic()
+        killed = _kill_node(victim)
+        assert pids[1] in killed
+        row = _wait(lambda: (r := _status(db, on_cluster, "dies"))["status"] != "running" and r, 600,
+                    "the run to be recorded as ended")
+        took = time.monotonic() - t0
+        log1 = Path(job["log"]).with_name(f"{job['job_id']}_1_log.out")
+        assert row["status"] == "failed", row
+        assert (f"TaskLost: trainer task 1 (trainer rank 0, pid {pids[1]} on {victim}) stopped answering"
+                in row["error"]) and str(log1) in row["error"], row["error"]
+        state = _ended(job["job_id"])
+        ended = time.monotonic() - t0
+        assert state in ("CANCELLED", "FAILED", "NODE_FAIL"), state
+        _wait(lambda: not [p for p in every if Path(f"/proc/{p}").exists()] and not _task_pids(job["job_id"]), 120,
+              "every task of the job to be gone")
+        log0 = Path(job["log"]).read_text()
+        assert f"ending Slurm job {job['job_id']}: trainer task 1 (trainer rank 0, pid {pids[1]} on {victim})" in log0
+        print(f"node {victim} killed: run failed after {took:.1f} s, job {state} after {ended:.1f} s")
+        from scalectl.rl.checkpoint import latest_checkpoint
+
+        stopped = int(latest_checkpoint(run_dir).name.split("-")[1])
+        resumed = run_cli("run", "--resume", "dies", "--runs-dir", str(tmp_path / "runs"), "--json",
+                          "--set", f"budget.steps={stopped + 2}", db=db, env=on_cluster)
+        assert resumed.returncode == 0, resumed.stderr
+        again = json.loads(resumed.stdout)
+        assert _ended(again["job_id"]) == "COMPLETED"
+        row = _status(db, on_cluster, "dies")
+        assert row["status"] == "completed", row["error"]
+        assert victim not in _hostnames(_scontrol(again["job_id"])["NodeList"])    # the nodes that remain
+        assert [p["step"] for p in _points(db, "dies")][-1] == stopped + 2
+    finally:
+        _revive_node(victim, on_cluster["SLURM_CONF"])
+
+
+@pytest.mark.slow
+def test_generators_and_trainers_on_node_sets_of_their_own(on_cluster, policy, tmp_path):
+    """2 generators + 1 trainer with launcher.slurm.generator_nodes = 2 and trainer_nodelist = c1:
+    the trainer runs on c1 and the generators on c2 and c3, each task where the batch script's host
+    file put it (its own log says so), the rendezvous on task 0's host c2 (not the job's first
+    node, c1), and the run lands its points."""
+    db, steps = tmp_path / "s.db", 3
+    sets = _pipeline(2, 1, nodes=3, steps=steps) + ["--set", "launcher.slurm.generator_nodes=2",
+                                                    "--set", "launcher.slurm.trainer_nodelist=c1"]
+    job = _submit(tmp_path, policy, on_cluster, "roles", *sets)
+    assert _ended(job["job_id"]) == "COMPLETED"
+    row = _status(db, on_cluster, "roles")
+    assert row["status"] == "completed", row["error"]
+    assert [p["step"] for p in _points(db, "roles")] == [0, steps]
+    assert _hostnames(_scontrol(job["job_id"])["NodeList"]) == ["c1", "c2", "c3"]
+    placed = _placement(job, 3)
+    assert [placed[t][0] for t in range(3)] == ["c2", "c3", "c1"]
+    hosts = (Path(job["log"]).parent / f"hosts-{job['job_id']}-0").read_text().split()
+    assert hosts == ["c2", "c3", "c1"]
+    rendezvous = json.loads((Path(job["log"]).parent / f"rendezvous-{job['job_id']}-0.json").read_text())
+    assert rendezvous["host"] == "c2"
+    leader_log = Path(job["log"]).with_name(f"{job['job_id']}_2_log.out")
+    _check_trained_across(Path(job["run_dir"]), steps, 1, leader_log, "c1")
+
+
+@pytest.mark.slow
+def test_a_generator_that_hangs_on_one_node_fails_the_run_and_ends_the_job(on_cluster, policy, tmp_path):
+    """A 1 + 1 pipeline on 2 nodes whose generator stops its loop after its second message, its
+    process and heartbeat alive (SCALECTL_TEST_STALL_GENERATOR, passed on by sbatch): the trainer
+    on the other node records the run failed naming the generator and its host once
+    launcher.stall_timeout_s passes without progress, and cancels the job, so that the stuck
+    task does not hold the allocation; no task of the job is left."""
+    from scalectl.rl.processes.bodies import STALL_ENV
+
+    db = tmp_path / "s.db"
+    env = dict(on_cluster, **{STALL_ENV: "0:2"})
+    job = _submit(tmp_path, policy, env, "hangs", *_pipeline(1, 1, nodes=2, steps=1_000_000, every=1000),
+                  "--set", "launcher.stall_timeout_s=15")
+    _wait(lambda: sorted(_task_pids(job["job_id"])) == [0, 1] and _task_pids(job["job_id"]), 600, "both tasks")
+    pids = _task_pids(job["job_id"])
+    state = _ended(job["job_id"])
+    assert state == "CANCELLED", state
+    hosts = _hostnames(_scontrol(job["job_id"])["NodeList"])
+    row = _status(db, on_cluster, "hangs")
+    log0 = Path(job["log"])
+    assert row["status"] == "failed", row
+    assert (f"TaskStuck: generator task 0 (generator rank 0, pid {pids[0]} on {hosts[0]}) made no progress for "
+            in row["error"]) and f"(limit 15 s, launcher.stall_timeout_s) (log: {log0})" in row["error"], row["error"]
+    assert f"{STALL_ENV}: generator rank 0 stops its loop after 2 message(s)" in log0.read_text()
+    _wait(lambda: not [p for p in pids.values() if Path(f"/proc/{p}").exists()], 120, "every task to be gone")

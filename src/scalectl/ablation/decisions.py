@@ -5,8 +5,10 @@ variant and the base to an initial budget, then after each stage fits and
 compares every variant with the base (:func:`scalectl.science.compare.compare`, margin
 0.02) and decides per variant (docs/ablations.md, "Until decided"):
 
-* **decided**: "higher ceiling", "lower ceiling" or a tie ("tie on ceiling,
-  faster/slower"), with intervals: stop it;
+* **decided**: "higher ceiling" or "lower ceiling" with the whole interval of
+  dA beyond the margin (``claim`` = 1: the interval on one side of +-margin,
+  as a tie needs it inside), or a tie ("tie on ceiling, faster/slower"): stop
+  it;
 * **ceiling not identified** (flagged by the fit, or data short of
   ``min_reach`` = 5 x C_mid; :func:`scalectl.curve.advise` asks for about 3 x):
   extend it to 5 x C_mid, at most ``max_growth`` times the current budget and
@@ -64,9 +66,14 @@ PRIOR_DF = 4.0
 #: C_mid: the budget :func:`scalectl.curve.advise` asks for (fits that stop
 #: nearer the midpoint trade A against C_mid and B, and are biased low).
 MIN_REACH = 5.0
-#: "higher"/"lower" stops a variant only when the interval of dA also excludes
-#: +-CLAIM x margin (the paper's rule only asks it to exclude 0).
-CLAIM = 0.25
+#: "higher"/"lower" stops a variant only when the interval of dA also lies beyond
+#: +-CLAIM x margin.  At 1 a verdict says on which side of the margin the true
+#: difference lies only when the whole interval lies there, as the tie rule asks
+#: the interval to lie inside it: a true difference just inside (or outside) the
+#: margin is then called beyond it (or a tie) in at most (1 - level) / 2 of the
+#: looks.  A smaller share leaves differences between claim x margin and the
+#: margin to the point estimate (docs/ablations.md, "Wrong and undecided").
+CLAIM = 1.0
 #: The fit's flag of a pass rate that falls after a peak (:func:`scalectl.curve.detect_late_decline`).
 DECLINE = "late_decline"
 #: Interval half-widths within this ratio count as equal when choosing which arm gets a seed.
@@ -82,8 +89,10 @@ class Limits:
     are rounded up to a multiple of this (the evaluation interval, so the last
     step is an evaluation step); max_growth: an extension at most multiplies
     the budget by this; min_growth: and at least by this; race: "cannot win"
-    against any arm, not only the base; seed_sd / prior_df: the prior of the
-    seed-to-seed sd of A.
+    against any arm, not only the base; min_reach: the reach past C_mid a
+    ceiling needs before a verdict (:data:`MIN_REACH`); claim: the share of the
+    margin the interval of dA must lie beyond for "higher"/"lower"
+    (:data:`CLAIM`); seed_sd / prior_df: the prior of the seed-to-seed sd of A.
     """
 
     max_budget: int
@@ -101,6 +110,7 @@ class Limits:
     def __post_init__(self):
         for name, ok in (("max_budget", self.max_budget >= 1), ("max_seeds", self.max_seeds >= 1),
                          ("margin", self.margin > 0), ("step_multiple", self.step_multiple >= 1),
+                         ("claim", 0 <= self.claim <= 1), ("min_reach", self.min_reach >= 0),
                          ("max_growth", self.max_growth >= self.min_growth > 1),
                          ("seed_sd", self.seed_sd >= 0), ("prior_df", self.prior_df >= 0)):
             if not ok:

@@ -17,8 +17,11 @@ does that cost?
   2025, arXiv 2510.13786, section 3: three seeds within +-0.015).  The dA
   interval adds two such half-widths in quadrature: sqrt(2) h(n).  A
   difference of the margin is *resolved* when that half-width is at most
-  margin / 2: a true tie (|dA| <= margin / 2) is then called a tie, and a true
-  difference of 1.5 margins is called higher or lower.  Hence
+  margin / 2: the adaptive loop calls a tie when the interval of dA lies
+  inside +-margin and a difference when it lies beyond it
+  (:data:`scalectl.ablation.decisions.CLAIM`), so a true tie (dA = 0) is then
+  called a tie in about ``level`` of the draws and a true difference of twice
+  the margin higher or lower in about 1 - (1 - level) / 2.  Hence
   n = ceil(2 z^2 (s_fit^2 + s_seed^2) / (margin / 2)^2).
 * **Cost.** arms x n x budget x (device-hours per step); wall-clock: the
   arms x n runs, ``parallel`` at a time (``launcher.max_parallel``), each budget x

@@ -10,6 +10,7 @@ eq. 1 in section 3; fitting procedure in appendix A.5).
 * :mod:`scalectl.curve.solvers`: the grid, variable projection and batched
   Levenberg-Marquardt.
 * :mod:`scalectl.curve.bootstrap`: the resampling behind intervals and bands.
+* :mod:`scalectl.curve.profile`: the profile likelihood of the ceiling A (is it identified?).
 * :mod:`scalectl.curve.planning`: seed spread and advice (extend, or add seeds).
 
 The names below are the public surface; import them from ``scalectl.curve``.

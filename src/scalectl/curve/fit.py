@@ -2,7 +2,8 @@
 
 Khatri et al. 2025 (arXiv 2510.13786), eq. 1 and appendix A.5.  The solvers are
 in :mod:`scalectl.curve.solvers`, the bootstrap behind the intervals in
-:mod:`scalectl.curve.bootstrap`.  Nothing is clipped silently: an estimate on a
+:mod:`scalectl.curve.bootstrap`, the profile likelihood that says whether the
+points identify the ceiling in :mod:`scalectl.curve.profile`.  Nothing is clipped silently: an estimate on a
 bound is reported as a flag.
 """
 
@@ -19,6 +20,7 @@ from scalectl.curve.model import (_A, _B, _R0, _U, MIN_POINTS, MIN_POINTS_BEFORE
                                   MIN_POINTS_PAST_MIDPOINT, MIN_REACH_PAST_MIDPOINT, PARAM_NAMES,
                                   PAPER_MIN_COMPUTE, TRUNCATION_THRESHOLD, Bounds, FitError, Flag,
                                   GridSpec, SigmoidFit, _model, _to_named)
+from scalectl.curve.profile import CeilingProfile, profile_ceiling
 from scalectl.curve.solvers import _fit_grid, _fit_vp
 
 
@@ -258,8 +260,10 @@ def fit_sigmoid(compute: Sequence[float] | np.ndarray, pass_rate: Sequence[float
 
     The steps: the points sorted by compute and R0's mode (:func:`_r0_mode`), the window
     (:func:`_window`), the least squares (:func:`_solve`), the residual noise
-    (:func:`_noise`), the flags of the point estimate (:func:`_point_flags`) and the
-    bootstrap intervals with their flags (:func:`_intervals`).
+    (:func:`_noise`), the flags of the point estimate (:func:`_point_flags`), the profile of
+    A and its flags (:func:`scalectl.curve.profile.profile_ceiling`, :func:`_profile_flags`:
+    the ceiling is not identified when curves within the noise reach a bound of A or bend too
+    late for the points) and the bootstrap intervals with their flags (:func:`_intervals`).
 
     Returns a :class:`SigmoidFit`.  Raises :class:`FitError` on malformed input or settings,
     or when the window holds too few points; TypeError on an unknown option.
@@ -274,7 +278,12 @@ def fit_sigmoid(compute: Sequence[float] | np.ndarray, pass_rate: Sequence[float
     resid, rho, inflate, dof, noise_sd = _noise(theta, free, win, s.dependence)
     flags = _point_flags(theta, free, active, win.lo, win.hi, win.xw, win.yw, win.trunc, s.truncation_threshold,
                          grid_values)
-    intervals, samples = _intervals(theta, free, win, resid, w, inflate, s, flags)
+    profile = None
+    if s.fixed_A is None:
+        profile = profile_ceiling(theta, win.logc, win.yf, w, win.n0, win.R0, win.lo, win.hi,
+                                  noise_sd ** 2, dof, s.level)
+        flags.extend(_profile_flags(profile, win.xw, flags))
+    intervals, samples = _intervals(theta, free, win, resid, w, inflate, s, flags, profile)
     return SigmoidFit(
         A=float(theta[_A]), B=float(theta[_B]), C_mid=float(math.exp(theta[_U])),
         R0=float(theta[_R0]), r0_fitted=mode == "fit", r0_measured=mode == "measured",
@@ -283,6 +292,7 @@ def fit_sigmoid(compute: Sequence[float] | np.ndarray, pass_rate: Sequence[float
         axis=s.axis, flags=tuple(flags), intervals=intervals, level=s.level,
         a_fixed=s.fixed_A is not None, n_bootstrap=int(s.bootstrap), samples=samples,
         residuals=resid[win.n0:], noise_sd=noise_sd, dof=dof, autocorr=rho,
+        a_profile=None if profile is None else profile.interval,
     )
 
 
@@ -393,11 +403,42 @@ def _noise(theta: np.ndarray, free: np.ndarray, win: _Window, dependence: bool):
     return resid, rho, inflate, dof, noise_sd
 
 
+def _profile_flags(profile: CeilingProfile, xw: np.ndarray, flags: list[Flag]) -> list[Flag]:
+    """``ceiling_not_identified`` from the profile of A (:mod:`scalectl.curve.profile`), unless
+    the flag is set already: when its interval reaches a bound of A, or when the latest
+    midpoint among the curves it allows leaves the points short of the reach the point
+    estimate is held to (>= MIN_POINTS_PAST_MIDPOINT window points past it and the last at
+    >= MIN_REACH_PAST_MIDPOINT x it).  Not after ``late_decline``: the sigmoid does not
+    describe such a run, its residuals are misfit rather than noise, and a longer run
+    identifies nothing.  xw (m,): the window's compute."""
+    if any(f.code in ("ceiling_not_identified", "late_decline") for f in flags):
+        return []
+    lo, hi = profile.interval
+    allowed = f"profile likelihood, {profile.level:.0%}: A from {lo:.3f} to {hi:.3f}"
+    if not profile.identified:
+        side = f"up to A = {hi:.3f}" if profile.open_high else f"down to A = {lo:.3f}"
+        return [Flag("ceiling_not_identified",
+                     f"the points fit within their noise {side}, a bound of A ({allowed}): the data "
+                     "do not identify the ceiling; extend the run", "A")]
+    late = profile.c_mid_high
+    past = int(np.sum(xw > late))
+    reach = float(xw.max()) / late
+    if past < MIN_POINTS_PAST_MIDPOINT or reach < MIN_REACH_PAST_MIDPOINT:
+        return [Flag("ceiling_not_identified",
+                     f"curves within the noise of the points ({allowed}) put the midpoint as late as "
+                     f"C_mid = {late:.4g}; the last point is at {reach:.2f} x that and {past} lie past it "
+                     f"(need >= {MIN_REACH_PAST_MIDPOINT} x and >= {MIN_POINTS_PAST_MIDPOINT}): the data do "
+                     "not identify the ceiling; extend the run", "A")]
+    return []
+
+
 def _intervals(theta: np.ndarray, free: np.ndarray, win: _Window, resid: np.ndarray, w: np.ndarray,
-               inflate: float, s: FitSettings, flags: list[Flag]):
+               inflate: float, s: FitSettings, flags: list[Flag], profile: CeilingProfile | None = None):
     """Bootstrap intervals of the free parameters at ``s.level`` (none without bootstrap):
-    ({name: (lo, hi)}, draws (bootstrap, 4) by name or None).  Appends to ``flags`` the
-    intervals cut by a bound and a C_mid interval that reaches past the last point."""
+    ({name: (lo, hi)}, draws (bootstrap, 4) by name or None).  The interval of A also covers
+    the profile-likelihood interval (``profile``): bootstrap refits start from the fit and can
+    stay in its basin.  Appends to ``flags`` the intervals cut by a bound and a C_mid
+    interval that reaches past the last point."""
     if not s.bootstrap:
         return {}, None
     intervals: dict[str, tuple[float, float]] = {}
@@ -410,6 +451,9 @@ def _intervals(theta: np.ndarray, free: np.ndarray, win: _Window, resid: np.ndar
     for i in np.flatnonzero(free):
         a, b = np.quantile(samples[:, i], [q, 1 - q])
         intervals[PARAM_NAMES[i]] = (float(min(a, point[i])), float(max(b, point[i])))
+    if profile is not None and "A" in intervals:
+        a, b = intervals["A"]
+        intervals["A"] = (min(a, profile.interval[0]), max(b, profile.interval[1]))
     lo, hi = win.lo, win.hi
     for i in np.flatnonzero(free):
         tol = 1e-3 * (hi[i] - lo[i])

@@ -120,7 +120,9 @@ class SigmoidFit:
     ``rmse`` the root mean squared residual on them.  ``noise_sd``: the sd of a new
     evaluation around the curve, sqrt(RSS / dof) inflated for the lag-1
     autocorrelation ``autocorr`` of the residuals (see :mod:`scalectl.curve.fit`);
-    ``dof`` = window points - fitted parameters.  ``intervals`` maps a parameter
+    ``dof`` = window points - fitted parameters.  ``a_profile``: the profile-likelihood
+    interval of A at ``level`` (:mod:`scalectl.curve.profile`; None when A was held fixed),
+    which the bootstrap interval of A is widened to cover.  ``intervals`` maps a parameter
     name to its (lo, hi) bootstrap interval at ``level``; each interval contains its
     estimate.  ``samples`` (bootstrap parameter draws, shape (n_bootstrap, 4) in
     the order A, C_mid, B, R0) and ``residuals`` are kept in memory for prediction
@@ -146,6 +148,7 @@ class SigmoidFit:
     noise_sd: float = float("nan")
     dof: int = 0
     autocorr: float = 0.0
+    a_profile: tuple[float, float] | None = None
     samples: np.ndarray | None = field(default=None, repr=False, compare=False, hash=False)
     residuals: np.ndarray | None = field(default=None, repr=False, compare=False, hash=False)
 
@@ -217,6 +220,7 @@ class SigmoidFit:
             "r0_measured": self.r0_measured, "dof": self.dof,
             "noise_sd": self.noise_sd if math.isfinite(self.noise_sd) else None,
             "autocorr": self.autocorr,
+            "a_profile": None if self.a_profile is None else [float(v) for v in self.a_profile],
         }
 
     @classmethod
@@ -233,6 +237,7 @@ class SigmoidFit:
             n_bootstrap=int(d.get("n_bootstrap", 0)), r0_measured=bool(d.get("r0_measured", False)),
             noise_sd=float("nan") if d.get("noise_sd") is None else float(d["noise_sd"]), dof=int(d.get("dof", 0)),
             autocorr=float(d.get("autocorr", 0.0)),
+            a_profile=None if d.get("a_profile") is None else (float(d["a_profile"][0]), float(d["a_profile"][1])),
         )
 
 

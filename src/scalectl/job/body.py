@@ -11,7 +11,10 @@ background process and every task of a Slurm job.  The job body alone
   (every other layout) runs every task's role, and the first trainer rank
   records the run (generators and the trainer ranks that follow it do not,
   except the failure of a job whose first trainer rank is gone, named by
-  :class:`scalectl.rl.transport.board.TaskLost`);
+  :class:`scalectl.rl.transport.board.TaskLost`); once a task has recorded that the job cannot go
+  on (a task lost or stuck, :data:`scalectl.rl.transport.board.JOB_ENDING`), the launcher's
+  ``end_job`` stops the job's other tasks (a Slurm job would otherwise wait for a dead node's
+  tasks until Slurm marks the node down, then requeue the job);
 * decides to resume: it does whenever the run folder holds a checkpoint;
 * writes the run's status in the store: running, then completed, failed (with
   the error), cancelled, or what the launcher says an exception means
@@ -42,7 +45,7 @@ from typing import Callable
 
 from scalectl.recipe.schema import Recipe
 from scalectl.job.lock import run_folder_lock
-from scalectl.rl.transport.board import LOG_ENV, TaskLost
+from scalectl.rl.transport.board import JOB_ENDING, LOG_ENV
 from scalectl.rl.checkpoint import latest_checkpoint
 from scalectl.rl.data.splits import load_prompt_sets
 from scalectl.rl.loop import Reporter
@@ -57,6 +60,8 @@ JOB_FILE = "job.json"
 
 #: ``stop_status(exc)`` -> (status, error) for an exception the launcher can explain, else None.
 StopStatus = Callable[[BaseException], "tuple[str, str] | None"]
+#: ``end_job(exc)``: stop every task of this job, after the run's failure ``exc`` is recorded.
+EndJob = Callable[[BaseException], None]
 
 
 def write_job_file(run_dir: Path, *, db: str, run_id: int, recipe: dict) -> Path:
@@ -81,7 +86,7 @@ def _now() -> str:
 
 
 def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | None = None,
-            task_log: str | None = None) -> dict | None:
+            task_log: str | None = None, end_job: EndJob | None = None) -> dict | None:
     """Train the run described by ``RUN_DIR/job.json`` and record its fate in the store.
 
     The first task of the job (the only one of a single-process job) holds the run
@@ -95,6 +100,8 @@ def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | Non
             instead of ``failed``.
         task_log: this task's log file, which the job's other tasks name if this task dies
             (:mod:`scalectl.rl.transport.board`; exported as ``$SCALECTL_TASK_LOG``).
+        end_job: the launcher's way to stop every task of a multi-task job, called once this task
+            has recorded the run failed because a task is lost or stuck (a Slurm job: ``scancel``).
 
     Returns:
         The training summary (steps, first and last pass rate, compute), or None in a
@@ -109,12 +116,17 @@ def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | Non
     if task_log:
         os.environ[LOG_ENV] = str(task_log)
     if int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0"))) != 0:
-        return _run_job(run_dir, reporter=reporter, stop_status=stop_status)
+        return _run_job(run_dir, reporter=reporter, stop_status=stop_status, end_job=end_job)
     with run_folder_lock(run_dir):
-        return _run_job(run_dir, reporter=reporter, stop_status=stop_status)
+        return _run_job(run_dir, reporter=reporter, stop_status=stop_status, end_job=end_job)
 
 
-def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | None = None) -> dict | None:
+def _failure(exc: BaseException) -> str:
+    return "".join(traceback.format_exception_only(exc)).strip()
+
+
+def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | None = None,
+             end_job: EndJob | None = None) -> dict | None:
     run_dir = Path(run_dir)
     reporter = reporter or Reporter()
     job = read_job_file(run_dir)
@@ -137,9 +149,11 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
             return run_training(recipe, run_dir, schedule=schedule, sink=out.sink,
                                 train_problems=train, eval_problems=held_out, reporter=reporter, resume=resume,
                                 task=task)
-        except TaskLost as exc:
-            if exc.leader:
-                out.update_run(status="failed", ended=_now(), error="".join(traceback.format_exception_only(exc)).strip())
+        except JOB_ENDING as exc:
+            if exc.leader:                  # the task that records the run is gone: say so here
+                out.update_run(status="failed", ended=_now(), error=_failure(exc))
+                if end_job is not None:
+                    end_job(exc)
             raise
     reporter.log(out.describe())
     out.update_run(status="running", started=_now(), error=None)
@@ -164,7 +178,9 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
         elif isinstance(exc, KeyboardInterrupt):
             out.update_run(status="cancelled", ended=_now(), error="interrupted (resume with --resume)")
         else:
-            out.update_run(status="failed", ended=_now(), error="".join(traceback.format_exception_only(exc)).strip())
+            out.update_run(status="failed", ended=_now(), error=_failure(exc))
+            if isinstance(exc, JOB_ENDING) and task is not None and task.world_size > 1 and end_job is not None:
+                end_job(exc)
         raise
     out.update_run(status="completed", ended=_now(), error=None)   # clears what a launcher may have guessed
     if simulated:

@@ -59,20 +59,44 @@ class Slot:
     role_rank: int
 
 
-def role_map(generators: int, trainers: int, tasks_per_node: int) -> list[Slot]:
-    """Every task's node and role: ranks fill node 0 first; the first ``generators``
-    ranks generate, the rest train (as :func:`scalectl.rl.transport.roles.assign_role`).
+def spread(tasks: int, nodes: int) -> list[int]:
+    """Tasks per node when ``tasks`` are spread over ``nodes`` as evenly as they go, the first
+    nodes taking one more: ``spread(5, 3) == [2, 2, 1]``."""
+    return [tasks // nodes + (1 if i < tasks % nodes else 0) for i in range(nodes)]
+
+
+def role_map(generators: int, trainers: int, tasks_per_node: int, *, generator_nodes: int = 0,
+             trainer_nodes: int = 0) -> list[Slot]:
+    """Every task's node and role; the first ``generators`` ranks generate, the rest train (as
+    :func:`scalectl.rl.transport.roles.assign_role`).
+
+    Shared nodes (``generator_nodes`` = 0): ranks fill node 0 first, ``tasks_per_node`` each.
+    Placement by role (``generator_nodes`` and ``trainer_nodes`` > 0, the setup's
+    ``launcher.slurm.generator_nodes``): nodes ``0 .. generator_nodes-1`` hold the generators,
+    the next ``trainer_nodes`` the trainers, each role spread over its nodes by :func:`spread`
+    (``tasks_per_node`` is then the most a node holds, not checked here).
 
     Raises:
-        ValueError: a count below 1.
+        ValueError: a count below 1, or fewer tasks of a role than its nodes.
     """
     if generators < 1 or trainers < 1 or tasks_per_node < 1:
         raise ValueError("generators, trainers and tasks_per_node must be >= 1")
-    slots = []
-    for rank in range(generators + trainers):
-        role, role_rank = ("generator", rank) if rank < generators else ("trainer", rank - generators)
-        slots.append(Slot(rank // tasks_per_node, rank % tasks_per_node, rank, role, role_rank))
+    if generator_nodes <= 0:
+        return [Slot(rank // tasks_per_node, rank % tasks_per_node, rank, *_role(rank, generators))
+                for rank in range(generators + trainers)]
+    if trainer_nodes < 1 or generators < generator_nodes or trainers < trainer_nodes:
+        raise ValueError("placement by role needs >= 1 node per role and >= 1 task per node")
+    slots, rank = [], 0
+    for first, counts in ((0, spread(generators, generator_nodes)), (generator_nodes, spread(trainers, trainer_nodes))):
+        for i, count in enumerate(counts):
+            for local in range(count):
+                slots.append(Slot(first + i, local, rank, *_role(rank, generators)))
+                rank += 1
     return slots
+
+
+def _role(rank: int, generators: int) -> tuple[str, int]:
+    return ("generator", rank) if rank < generators else ("trainer", rank - generators)
 
 
 def _ranks(ranks) -> str:
@@ -197,6 +221,69 @@ def parameter_count(model) -> int | None:
     return sum(p.numel() for p in net.parameters())
 
 
+def _gpus_per_node(recipe, per_node: int, problems: list[str]) -> None:
+    slurm = recipe.launcher.slurm
+    if recipe.hardware.device == "cuda" and slurm.gpus_per_node < per_node:
+        problems.append(f"hardware.device = cuda needs one GPU per process: launcher.slurm.gpus_per_node = "
+                        f"{slurm.gpus_per_node} < {per_node} process(es) per node")
+
+
+def _hosts(text: str | None, key: str, problems: list[str]) -> list[str] | None:
+    """The hosts of a node list key (``launcher.slurm.generator_nodelist``), None when unset."""
+    from scalectl.names import expand_hostlist
+
+    if not text:
+        return None
+    try:
+        return expand_hostlist(text)
+    except ValueError as exc:
+        problems.append(f"launcher.slurm.{key} = {text!r}: {exc}")
+        return None
+
+
+def _placed_by_role(recipe, single: bool, problems: list[str], lines: list[str]) -> None:
+    """Checks and role map of a Slurm job whose generators and trainers have nodes of their own
+    (``launcher.slurm.generator_nodes`` > 0)."""
+    hw, slurm = recipe.hardware, recipe.launcher.slurm
+    gens, trains, g = hw.generators, hw.trainers, slurm.generator_nodes
+    t = slurm.nodes - g
+    if single:
+        problems.append(f"launcher.slurm.generator_nodes = {g}: async.mode = {recipe.async_.mode} with {gens} "
+                        f"generator + {trains} trainer runs in one process, which has no roles to place (use 0)")
+        return
+    if t < 1 or gens < g or trains < t:
+        problems.append(f"launcher.slurm.generator_nodes = {g} of nodes = {slurm.nodes} leaves {t} node(s) for "
+                        f"hardware.trainers = {trains} and {g} for hardware.generators = {gens}: every node needs "
+                        "a task of its role (at least 1 node per role, at most one node per task)")
+        return
+    most = max(spread(gens, g)[0], spread(trains, t)[0])
+    if slurm.tasks_per_node != most:
+        problems.append(f"launcher.slurm.tasks_per_node = {slurm.tasks_per_node}, but with generator_nodes = {g} the "
+                        f"busiest node runs {most} task(s) ({gens} generator(s) on {g} node(s), {trains} trainer(s) "
+                        f"on {t}): set tasks_per_node = {most} (sbatch --ntasks-per-node, what each node holds)")
+    if "nodelist" in slurm.additional_parameters and (slurm.generator_nodelist or slurm.trainer_nodelist):
+        problems.append("launcher.slurm.additional_parameters.nodelist and generator_nodelist/trainer_nodelist "
+                        "both name nodes: use the role lists alone")
+    named = {}
+    for key, want in (("generator_nodelist", g), ("trainer_nodelist", t)):
+        hosts = _hosts(getattr(slurm, key), key, problems)
+        if hosts is not None and len(hosts) != want:
+            problems.append(f"launcher.slurm.{key} = {getattr(slurm, key)!r} names {len(hosts)} host(s), but "
+                            f"the role has {want} node(s)")
+        named[key] = hosts
+    if named["generator_nodelist"] and named["trainer_nodelist"] and \
+            set(named["generator_nodelist"]) & set(named["trainer_nodelist"]):
+        problems.append("launcher.slurm.generator_nodelist and trainer_nodelist share hosts: a node holds one role")
+    _gpus_per_node(recipe, most, problems)
+    lines.append(f"role map (one task per device; generators and trainers on separate nodes, "
+                 f"launcher.slurm.generator_nodes = {g}):")
+    lines += ["  " + line for line in role_map_lines(role_map(gens, trains, most, generator_nodes=g, trainer_nodes=t))]
+    lines.append("  generator nodes: " + (", ".join(named["generator_nodelist"]) if named["generator_nodelist"]
+                                          else f"the job's first {g} node(s) not named for the trainers")
+                 + "; trainer nodes: " + (", ".join(named["trainer_nodelist"]) if named["trainer_nodelist"]
+                                          else "the job's other nodes"))
+
+
 @dataclass(frozen=True)
 class LayoutReport:
     """What the dry run prints and what it refuses.
@@ -235,7 +322,9 @@ def check_layout(recipe, params: int | None, launcher: str | None = None) -> Lay
 
     single = not mode.in_processes(gens, trains)
     tasks = gens + trains
-    if kind == "slurm":
+    if kind == "slurm" and slurm.generator_nodes > 0:
+        _placed_by_role(recipe, single, problems, lines)
+    elif kind == "slurm":
         job_tasks = slurm.nodes * slurm.tasks_per_node
         if single and job_tasks != 1:
             problems.append(f"async.mode = {mode.name} with {gens} generator + {trains} trainer runs in one "
@@ -245,11 +334,12 @@ def check_layout(recipe, params: int | None, launcher: str | None = None) -> Lay
             problems.append(f"launcher.slurm.nodes x tasks_per_node = {slurm.nodes} x {slurm.tasks_per_node} "
                             f"= {job_tasks} tasks, but hardware.generators + trainers = {gens} + {trains} "
                             f"= {tasks} (one task per device)")
+        if slurm.generator_nodelist or slurm.trainer_nodelist:
+            problems.append("launcher.slurm.generator_nodelist and trainer_nodelist place the roles on nodes of "
+                            "their own: set launcher.slurm.generator_nodes too")
         # one GPU per process: the tasks of a node, or every process spawned by a one-task job
         per_node = 1 if single else (tasks if job_tasks == 1 else slurm.tasks_per_node)
-        if hw.device == "cuda" and slurm.gpus_per_node < per_node:
-            problems.append(f"hardware.device = cuda needs one GPU per process: launcher.slurm.gpus_per_node = "
-                            f"{slurm.gpus_per_node} < {per_node} process(es) per node")
+        _gpus_per_node(recipe, per_node, problems)
         if single or job_tasks == 1:
             lines.append("role map: one task on node 0" + (" (generates and trains)" if single else
                          f", spawning {gens} generator(s) and {trains} trainer(s)"))

@@ -59,6 +59,7 @@ SLURM_STATES = {
 _SAFE_VALUE = re.compile(r"^[A-Za-z0-9_.,+=:@%-]+$")
 _SAFE_KEY = re.compile(r"^[a-z][a-z0-9_-]{0,40}$")
 _SAFE_PATH = re.compile(r"^[A-Za-z0-9_.,+=:@/-]+$")
+_SAFE_HOSTLIST = re.compile(r"^[A-Za-z0-9_.,\[\]-]+$")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -104,7 +105,41 @@ def check_slurm_path(path: str | Path, what: str = "Slurm job folder") -> str:
     return text
 
 
-def submitit_parameters(recipe, job_name: str) -> dict:
+def check_hostlist(value: str, what: str) -> str:
+    """Refuse a Slurm host list with characters beyond ``A-Za-z0-9_.,-[]`` or that does not parse.
+
+    Raises:
+        UserError: naming the key and what is allowed.
+    """
+    from scalectl.names import expand_hostlist
+
+    if not isinstance(value, str) or not _SAFE_HOSTLIST.match(value):
+        raise UserError(f"{what} = {value!r} is not a Slurm host list: use host names of letters, digits and "
+                        "_ . - with ranges in brackets, e.g. inf[01-04],big1")
+    try:
+        expand_hostlist(value)
+    except ValueError as exc:
+        raise UserError(f"{what} = {value!r} is not a Slurm host list: {exc}") from None
+    return value
+
+
+def _placement(recipe, params: dict, extra: dict, folder) -> None:
+    """A job placed by role (``launcher.slurm.generator_nodes`` > 0): the batch script writes one
+    host per task (:mod:`scalectl.launch.placement`) and srun places the tasks by it."""
+    from scalectl.launch.placement import setup_lines
+
+    s, hw = recipe.launcher.slurm, recipe.hardware
+    named = [check_hostlist(v, f"launcher.slurm.{k}") for k, v in
+             (("generator_nodelist", s.generator_nodelist), ("trainer_nodelist", s.trainer_nodelist)) if v]
+    if named:
+        extra["nodelist"] = ",".join(named)
+    params["ntasks_per_node"] = int(s.tasks_per_node)
+    extra.pop("ntasks", None)
+    params["setup"] = setup_lines(s, hw.generators, hw.trainers, str(folder) if folder else None)
+    params["srun_args"] = [f"--ntasks={hw.generators + hw.trainers}", "--distribution=arbitrary"]
+
+
+def submitit_parameters(recipe, job_name: str, folder: str | Path | None = None) -> dict:
     """The submitit ``SlurmExecutor`` parameters (sbatch options) of a run.
 
     ``launcher.slurm`` -> submitit: partition, account, qos, nodes,
@@ -114,7 +149,11 @@ def submitit_parameters(recipe, job_name: str) -> dict:
     ``--ntasks-per-node`` above the node's CPUs), gpus_per_node (when > 0), cpus_per_task,
     mem_gb -> mem, time_min -> time (minutes), additional_parameters (sbatch
     long options without ``--``).  Also: the job name, stdout and stderr in one
-    log, ``--requeue`` and the signal delay (:func:`signal_delay_s`).
+    log, ``--requeue`` and the signal delay (:func:`signal_delay_s`).  A job placed by role
+    (``generator_nodes`` > 0) asks for nodes x tasks_per_node task slots (with ``--nodelist``
+    for the role node lists) and starts generators + trainers tasks by a host file its batch
+    script writes (``setup``, ``srun_args``: :mod:`scalectl.launch.placement`; ``folder``, the
+    submitit folder, holds the file).
 
     Raises:
         UserError: an unsafe name or value (one that could break out of its
@@ -151,14 +190,20 @@ def submitit_parameters(recipe, job_name: str) -> dict:
             raise UserError(f"launcher.slurm.additional_parameters.{key} = {value!r} contains a control "
                             "character (newline, tab, ...)")
         extra[key] = value
+    if s.generator_nodes > 0:
+        _placement(recipe, params, extra, folder)
     params["additional_parameters"] = extra
     return params
 
 
 def job_tasks(params: dict) -> int:
-    """Tasks of a job with submitit parameters ``params``: sbatch's ``ntasks`` when given (in
-    ``additional_parameters``), else nodes x ntasks_per_node (each 1 when absent)."""
+    """Tasks of a job with submitit parameters ``params``: srun's ``--ntasks`` when given (a job
+    placed by role), else sbatch's ``ntasks`` (in ``additional_parameters``), else nodes x
+    ntasks_per_node (each 1 when absent)."""
     extra = params.get("additional_parameters") or {}
+    for arg in params.get("srun_args") or []:
+        if arg.startswith("--ntasks="):            # placed by role: srun starts these
+            return int(arg.split("=", 1)[1])
     if "ntasks" in extra:
         return int(extra["ntasks"])
     return int(params.get("nodes", 1)) * int(params.get("ntasks_per_node", 1) or 1)
@@ -174,7 +219,7 @@ def sbatch_script(recipe, job_name: str, folder: str | Path) -> str:
     """The sbatch script submitit would submit for this run (nothing is submitted)."""
     from submitit.slurm.slurm import _make_sbatch_string
 
-    params = submitit_parameters(recipe, job_name)
+    params = submitit_parameters(recipe, job_name, folder)
     return _make_sbatch_string(command=submitit_command(folder), folder=str(folder), **params)
 
 
@@ -259,6 +304,26 @@ class SlurmRunJob:
             return "pending", "requeued after pre-emption or time limit; resumes from its last checkpoint"
         return None
 
+    @staticmethod
+    def end_job(exc: BaseException) -> None:
+        """Cancel this job (``scancel``) once the run's failure ``exc`` (a task lost or stuck) is
+        recorded: its tasks on every node still reachable stop now, instead of waiting for a dead
+        node's tasks until Slurm marks the node down and then requeueing the job into a run
+        recorded failed (``scalectl run --resume`` continues it, on the nodes that remain)."""
+        env = os.environ
+        job_id = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if env.get("SLURM_ARRAY_JOB_ID")
+                  else env.get("SLURM_JOB_ID"))
+        if not job_id:
+            return
+        print(f"ending Slurm job {job_id}: {exc} (resume with `scalectl run --resume`)", flush=True)
+        try:
+            proc = _run(["scancel", job_id])
+        except UserError as err:             # no scancel on this node: the job ends as Slurm sees fit
+            print(f"could not end Slurm job {job_id}: {err}", flush=True)
+            return
+        if proc.returncode != 0:
+            print(f"scancel {job_id} failed: {(proc.stderr or proc.stdout).strip()}", flush=True)
+
     def __call__(self, run_dir: str) -> dict | None:
         import submitit
 
@@ -277,7 +342,8 @@ class SlurmRunJob:
         reporter.log(f"Slurm job {job_id} task {env.get('SLURM_PROCID', '0')}/{env.get('SLURM_NTASKS', '1')} "
                      f"on {os.uname().nodename} (node {env.get('SLURM_NODEID', '0')} of "
                      f"{env.get('SLURM_JOB_NODELIST', '?')}), restart {env.get('SLURM_RESTART_COUNT', '0')}")
-        return run_job(run_dir, reporter=reporter, stop_status=self.stop_status, task_log=task_log)
+        return run_job(run_dir, reporter=reporter, stop_status=self.stop_status, task_log=task_log,
+                       end_job=self.end_job)
 
     def checkpoint(self, run_dir: str):
         """Called by submitit on SIGUSR2: the same run in the requeued job (it resumes)."""
@@ -325,7 +391,7 @@ class SlurmLauncher(Launcher):
         """The submitit parameters and the sbatch script of the run's first submission."""
         folder = Path(run_dir) / "slurm" / "00"
         check_slurm_path(folder)
-        params = submitit_parameters(recipe, run_name)
+        params = submitit_parameters(recipe, run_name, folder)
         script = sbatch_script(recipe, run_name, folder)
         return DryRun(f"launcher slurm: submitit SlurmExecutor parameters {params}",
                       {"submitit_parameters": params, "sbatch_script": script}, script)
@@ -333,7 +399,7 @@ class SlurmLauncher(Launcher):
     def submit(self, run: RunSpec) -> JobHandle:
         run_dir = Path(run.run_dir).resolve()
         folder = run_dir / "slurm" / f"{len(read_record(run_dir)['jobs']):02d}"
-        params = submitit_parameters(run.recipe, run.name)
+        params = submitit_parameters(run.recipe, run.name, folder)
         job = self._submit(self._executor(folder, params), [run])[0]
         return self._record(job, run_dir, folder, params)
 
@@ -350,9 +416,9 @@ class SlurmLauncher(Launcher):
         handles: dict[int, JobHandle] = {}
         stamp = time.strftime("%Y%m%d-%H%M%S")
         for i, (_, group) in enumerate(groups.items()):
-            params = submitit_parameters(group[0].recipe, job_name)
-            params["array_parallelism"] = int(group[0].recipe.launcher.max_parallel)
             folder = Path(group[0].run_dir).resolve().parent / ".slurm-arrays" / f"{stamp}-{os.getpid()}-{i}"
+            params = submitit_parameters(group[0].recipe, job_name, folder)
+            params["array_parallelism"] = int(group[0].recipe.launcher.max_parallel)
             jobs = self._submit(self._executor(folder, params), group)
             for r, job in zip(group, jobs):
                 handles[id(r)] = self._record(job, Path(r.run_dir).resolve(), folder, params)

@@ -460,6 +460,11 @@ class Hardware(_Section):
     threads: int | None = Field(default=None, ge=1, le=1024, description=(
         "Torch threads of each process on a CPU. Unset: the cores the process is given, shared "
         "equally by the processes of a pipeline; speed only, not part of the content hash."))
+    compile: bool = Field(default=False, description=(
+        "Compile the decoding step of the CPU rollout engine with torch.compile. Inductor builds C++ "
+        "with the machine's compiler, cached in ~/.cache/scalectl/inductor; where none is found the "
+        "step runs eagerly, with a warning. Same log-probs up to float rounding; speed only, not part "
+        "of the content hash."))
 
     @property
     def devices(self) -> int:
@@ -492,6 +497,20 @@ class Slurm(_Section):
         "(docs/launching.md, \"Pre-emption, time limits, requeue\")."))
     additional_parameters: dict[Line, Line] = Field(default_factory=dict, max_length=256, description=(
         "Further sbatch options, name = value (submitit's slurm_additional_parameters)."))
+    generator_nodes: int = Field(default=0, ge=0, le=DEVICES_MAX, description=(
+        "Nodes of the job that run generators only; the job's other nodes run trainers only, so that "
+        "inference nodes and training nodes can be told apart. The generators are spread over their "
+        "nodes and the trainers over theirs as evenly as they go (srun --distribution=arbitrary), at "
+        "most tasks_per_node on a node. 0: the roles share nodes, ranks filling the nodes in order "
+        "(docs/launching.md, \"Placement by role\")."))
+    generator_nodelist: Line | None = Field(default=None, description=(
+        "Which hosts run the generators (a Slurm host list, e.g. inf[01-04]; as many hosts as "
+        "generator_nodes), asked for with sbatch --nodelist. Unset: the first generator_nodes nodes of "
+        "the job (docs/launching.md, \"Placement by role\")."))
+    trainer_nodelist: Line | None = Field(default=None, description=(
+        "Which hosts run the trainers (a Slurm host list, e.g. trn[01-02]; as many hosts as nodes - "
+        "generator_nodes), asked for with sbatch --nodelist. Unset: the job's nodes that do not "
+        "generate (docs/launching.md, \"Placement by role\")."))
 
 
 class Launcher(_Section):
@@ -504,6 +523,12 @@ class Launcher(_Section):
         "(docs/launching.md, \"Local\")."))
     slurm: Slurm = Field(default=Slurm(), description=(
         "Slurm resources of each job, passed to submitit (launcher.type = slurm)."))
+    stall_timeout_s: float | None = Field(default=None, ge=1, le=7 * 24 * 3600, description=(
+        "Seconds a generator may make no progress (no decoding step, no turn of its loop) while its "
+        "process and heartbeat live, as the first trainer rank waits on it for rollouts or for it to "
+        "take weights, before the run fails naming it, as a lost task does (docs/launching.md, \"A "
+        "task that hangs\"). Unset: 5 x the slowest step seen so far (from one batch to the next: "
+        "generation, training, evaluation, checkpoint), at least 300 s."))
 
 
 class Budget(_Section):
@@ -650,11 +675,11 @@ class Recipe(_Section):
     @property
     def content_hash(self) -> str:
         """12 hex digits of SHA-256 over the normalised content, key order
-        independent; :data:`UNHASHED_KEYS`, ``hardware.threads`` and ``eval.background``
+        independent; :data:`UNHASHED_KEYS`, ``hardware.threads``, ``hardware.compile`` and ``eval.background``
         (speed only) excluded, and each key of :data:`HASH_NEUTRAL` at its neutral value (a section
         left empty by them, as ``reward`` at its defaults, with it)."""
         data = {k: v for k, v in self.to_dict().items() if k not in UNHASHED_KEYS}
-        data["hardware"] = {k: v for k, v in data["hardware"].items() if k != "threads"}
+        data["hardware"] = {k: v for k, v in data["hardware"].items() if k not in ("threads", "compile")}
         data["eval"] = {k: v for k, v in data["eval"].items() if k != "background"}
         data["budget"] = {k: v for k, v in data["budget"].items() if k != "no_signal_steps"}
         for (section, key), neutral in HASH_NEUTRAL.items():

@@ -50,6 +50,7 @@ from scalectl.rl.loop import Reporter, load_model, prepare, train
 from scalectl.rl.transport.roles import free_port, local_task_env
 from scalectl.rl.rollout import make_engine
 from scalectl.rl.rollout.sampling import SamplingParams
+from scalectl.rl.transport.board import TaskLost
 from scalectl.rl.transport.stream import BYE, STOP, Channel, Inbox, PeerLost, WeightSlot, send_object, weight_layout
 
 
@@ -102,6 +103,17 @@ class StopFlag:
 
 #: Seconds a generator leaving on its own waits for each of its last sends to the trainer.
 SEND_TIMEOUT_S = 120.0
+#: A test hook: ``RANK:SENDS`` makes the generator of global rank RANK stop its loop after SENDS
+#: messages of groups, its process and heartbeat alive, until it is told to stop (what a deadlocked
+#: engine looks like to the trainer; the no-progress limit's tests use it).
+STALL_ENV = "SCALECTL_TEST_STALL_GENERATOR"
+
+
+def stall_after(rank: int, env=None) -> int | None:
+    """The sends after which generator ``rank`` stops its loop (:data:`STALL_ENV`), or None."""
+    text = (os.environ if env is None else env).get(STALL_ENV, "")
+    who, _, sends = text.partition(":")
+    return int(sends or 0) if text and who.strip() == str(rank) else None
 
 
 def first_trainer_rank(recipe, task) -> int:
@@ -208,19 +220,33 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
     engine = make_engine(recipe, model, tokenizer)
     engine.update_weights(None, -1)                    # no weights from the trainer yet
     channel = Channel.connect(task, trainer=first_trainer_rank(recipe, task), device=recipe.hardware.device)
-    trainer = channel.trainer
+    channel.board.read_cards()              # the trainer's card, while the store's host is surely alive
+    trainer, board = channel.trainer, channel.board
     weights = channel.groups["weights"]
     slot = WeightSlot(weights, trainer, engine, weight_layout(model),
                       device="cuda" if weights.backend == "nccl" else "cpu")
-    engine.poll_weights = slot.poll
+
+    def poll_weights():                    # before every decoding step: progress, then new weights
+        board.mark()
+        return slot.poll()
+
+    engine.poll_weights = poll_weights
+    stall = stall_after(task.rank)
     control = Inbox(channel.groups["control"], [trainer], "control")
     problems, G, params = spec.train_problems, recipe.batch.generations_per_prompt, SamplingParams.for_training(recipe)
     score = scorer_for(recipe)
     requests: deque = deque()
     sends: deque = deque()
-    t_start, idle, reason, lost = time.perf_counter(), 0.0, "interrupted", False
+    t_start, idle, reason, lost, sent = time.perf_counter(), 0.0, "interrupted", False, 0
     try:
         while not stop.is_set():
+            board.mark()
+            if stall is not None and sent >= stall:
+                reporter.log(f"{STALL_ENV}: generator rank {task.rank} stops its loop after {sent} message(s) "
+                             "of groups; its heartbeat goes on")
+                while not stop.event.wait(0.5):        # no progress until told to stop
+                    pass
+                break
             slot.poll()
             ready = bool(requests) and requests[0][2] <= engine.version
             t0 = time.perf_counter()
@@ -249,11 +275,14 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
             items = {req: g for (req, _, _), g in zip(chunk, groups)}
             info = {"idle_s": idle, "wall_s": time.perf_counter() - t_start, "loads": slot.loads}
             sends.extend(send_object(channel.groups["rollouts"], ("groups", items, info), trainer))
+            sent += 1
             while len(sends) > 4:                      # at most two messages in flight
                 sends.popleft().wait()
-    except PeerLost:
+    except PeerLost as exc:
         lost = True
-        raise
+        if isinstance(exc, TaskLost):
+            raise
+        raise board.lost_rank(trainer, str(exc)) from exc   # e.g. its weights' flow closed: name it
     finally:
         # A send to a trainer that is gone may never complete (gloo waits for a receive that never
         # comes): without the trainer, leave at once; otherwise wait, but not for ever.

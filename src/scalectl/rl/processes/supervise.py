@@ -13,7 +13,9 @@ Stopping:
 
 * a process that fails (an error, a signal) stops the job: the others get
   SIGTERM (the trainer checkpoints), and :class:`ProcessFailed` names the
-  process and its error;
+  process and its error; a process that failed because another made no progress
+  (:class:`~scalectl.rl.transport.board.TaskStuck`) has that one killed at once (a stuck
+  task answers no signal it could act on);
 * Ctrl-C or SIGTERM on the supervisor (``scalectl cancel``) is passed to
   every process as SIGINT: the trainer finishes its step, checkpoints and
   stops the generators; the supervisor then raises ``KeyboardInterrupt``;
@@ -40,7 +42,7 @@ from pathlib import Path
 
 from scalectl.rl.processes.bodies import run_role
 from scalectl.rl.transport.roles import detect, free_port, local_task_env
-from scalectl.rl.transport.board import LOG_ENV, is_lost_peer
+from scalectl.rl.transport.board import LOG_ENV, TaskStuck, is_lost_peer
 
 
 class ProcessFailed(RuntimeError):
@@ -105,7 +107,7 @@ def child_main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001 - reported, then the exit status says it failed
         traceback.print_exc()
         reporter.emit("error", message="".join(traceback.format_exception_only(exc)).strip(),
-                      secondary=_lost_peer(exc))
+                      secondary=_lost_peer(exc), stuck=exc.card.rank if isinstance(exc, TaskStuck) else None)
         return 1
     reporter.emit("done", result=result)
     return 0
@@ -163,6 +165,7 @@ class _Processes:
         self.reporter, self.grace_s = reporter, grace_s
         self.result, self.errors, self.exits = None, {}, []
         self.interrupted, self.deadline = False, None
+        self.stuck: set[int] = set()         # ranks killed because another found them stuck
 
     def handle(self, rank: int, ev: dict | None) -> None:
         """Hand one event of process ``rank`` to the reporter (or keep its result or error)."""
@@ -181,6 +184,10 @@ class _Processes:
             self.result = ev["result"]
         elif kind == "error":
             self.errors[rank] = ev
+            stuck = ev.get("stuck")
+            if stuck is not None and 0 <= stuck < len(self.procs) and self.procs[stuck].poll() is None:
+                self.procs[stuck].kill()                   # it made no progress: nothing to wait for
+                self.stuck.add(stuck)
 
     def signal_all(self, sig) -> None:
         for p in self.procs:
@@ -193,7 +200,9 @@ class _Processes:
     def wait_all(self) -> None:
         """Relay events until every process has exited; one that fails stops the others (SIGTERM,
         then SIGKILL after ``grace_s``)."""
-        while any(p.poll() is None for p in self.procs) or not self.events.empty():
+        # every process polled each turn (``any`` over a generator would stop at the first alive one
+        # and never see a later one exit: a stuck first generator would hide the trainer's failure)
+        while [p.poll() for p in self.procs].count(None) or not self.events.empty():
             try:
                 self.handle(*self.events.get(timeout=0.1))
             except queue.Empty:
@@ -240,7 +249,10 @@ class _Processes:
         """
         failed = [(rank, rc) for rank, rc in self.exits if rc not in (0, 130)]
         if failed:
-            primary = [(r, rc) for r, rc in failed if not self.errors.get(r, {}).get("secondary")] or failed
+            # the cause: not a process that only lost another, nor a stuck one killed here (the
+            # process that found it stuck names it)
+            primary = [(r, rc) for r, rc in failed if not self.errors.get(r, {}).get("secondary")
+                       and r not in self.stuck] or failed
             rank, rc = primary[0]
             raise ProcessFailed(_describe(self.tasks[rank], rc, self.errors.get(rank), mode))
         if self.interrupted or any(rc == 130 for _, rc in self.exits):

@@ -13,7 +13,8 @@ def make_engine(recipe, model, tokenizer) -> RolloutEngine:
 
     ``cpu``: :class:`~scalectl.rl.rollout.cpu.CPURolloutEngine` sharing ``model`` with the
     trainer (``update_weights(None, version)`` then only moves the version), with the
-    LM head in float32 when ``precision.lm_head = "fp32"``.  Both engines refuse prompts longer
+    LM head in float32 when ``precision.lm_head = "fp32"``, its decoding step compiled when
+    ``hardware.compile``.  Both engines refuse prompts longer
     than ``length.max_prompt_tokens`` (:func:`~scalectl.rl.rollout.base.check_prompt_lengths`).
 
     ``vllm``: :class:`~scalectl.rl.rollout.vllm.VLLMRolloutEngine` holding its own copy
@@ -30,7 +31,8 @@ def make_engine(recipe, model, tokenizer) -> RolloutEngine:
         from scalectl.rl.rollout.cpu import CPURolloutEngine
 
         return CPURolloutEngine(model, tokenizer, head_fp32=recipe.precision.lm_head == "fp32",
-                                max_prompt_tokens=recipe.length.max_prompt_tokens)
+                                max_prompt_tokens=recipe.length.max_prompt_tokens,
+                                compile_step=getattr(recipe.hardware, "compile", False))
     if name == "vllm":
         from scalectl.rl.rollout.vllm import engine_from_recipe
 

@@ -5,13 +5,16 @@ each step's log-probs back to the CPU, where sampling and bookkeeping stay
 (one random stream whatever the device).
 
 Each batch of prompts is left padded; positions skip the padding
-(``position_ids = cumsum(mask) - 1``); one ``DynamicCache`` is updated in place for
-the whole decode; a finished row leaves the decoding batch and its rows of the cache
-(``DynamicCache.batch_select_indices``), so later steps compute only live rows.  Log-probs come
-from :func:`scalectl.rl.policy.logprobs.next_token_logprobs`, the per-step form of the
-trainer's :func:`~scalectl.rl.policy.logprobs.token_logprobs` (same head, same precision), so
-the recorded generator log-probs equal a teacher-forced pass of the same weights
-up to float rounding.
+(``position_ids = cumsum(mask) - 1``).  The prompt is prefilled through a ``DynamicCache``
+(:func:`scalectl.rl.policy.logprobs.next_token_logprobs`); its keys and values then move
+into a static cache preallocated for the whole decode
+(:class:`scalectl.rl.policy.decode.StaticKV`), which each decoding step
+(:func:`scalectl.rl.policy.decode.decode_step`) writes one column of, in place; with
+``compile_step`` that step is compiled by inductor (eager, with a warning, where it cannot
+be).  A finished row leaves the decoding batch and its rows of the cache, so later steps
+compute only live rows.  Both passes end in the trainer's head
+(:func:`~scalectl.rl.policy.logprobs.head_log_softmax`, same precision), so the recorded
+generator log-probs equal a teacher-forced pass of the same weights up to float rounding.
 
 Weights may be replaced from another thread while a batch decodes
 (:meth:`CPURolloutEngine.update_weights`, PipelineRL in-flight updates): each
@@ -32,6 +35,7 @@ import torch
 
 from scalectl.rl.rollout.length import interrupt_lengths
 from scalectl.rl.policy.model import encode_prompts, generation_config_of, load_policy, pad_token_id, stop_token_ids
+from scalectl.rl.policy.decode import StaticKV, step_function
 from scalectl.rl.policy.logprobs import next_token_logprobs, position_ids_from_mask
 from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams, check_prompt_lengths
 
@@ -53,10 +57,15 @@ class CPURolloutEngine(RolloutEngine):
             tokens sampled after it carry the new version).
         max_prompt_tokens: longest prompt accepted (``length.max_prompt_tokens``; None: any),
             as in the vLLM engine (:func:`~scalectl.rl.rollout.base.check_prompt_lengths`).
+        compile_step: compile the decoding step (``torch.compile``, inductor: C++ for the CPU;
+            :class:`~scalectl.rl.policy.decode.CompiledStep`).  The first batch then pays the
+            trace and, without a cached build (``~/.cache/scalectl/inductor``), the C++ build;
+            where no C++ compiler is found or compilation fails, steps run eagerly and a
+            ``RuntimeWarning`` says so.  Same log-probs either way, up to float rounding.
     """
 
     def __init__(self, model, tokenizer, *, head_fp32: bool = True, max_batch: int = 512, version: int = 0,
-                 poll_weights=None, max_prompt_tokens: int | None = None):
+                 poll_weights=None, max_prompt_tokens: int | None = None, compile_step: bool = False):
         self.pad_id = pad_token_id(tokenizer)
         self.stop_ids = stop_token_ids(tokenizer, generation_config_of(model))
         if max_batch < 1:
@@ -69,6 +78,7 @@ class CPURolloutEngine(RolloutEngine):
         self._lock = threading.Lock()
         self.poll_weights = poll_weights
         self.max_prompt_tokens = max_prompt_tokens
+        self._step = step_function(compile_step)
 
     @classmethod
     def from_pretrained(cls, path: str | Path, dtype: str = "fp32", **kwargs) -> "CPURolloutEngine":
@@ -153,6 +163,7 @@ class CPURolloutEngine(RolloutEngine):
             step_logp = next_token_logprobs(self.model, input_ids.to(dev), mask.to(dev), positions.to(dev), cache,
                                             head_fp32=self.head_fp32, temperature=temperature).cpu()
             version = self._version
+        kv = None
         live = torch.arange(B)   # rows still decoding: finished rows leave the batch (and the KV cache)
         for t in range(max_new_tokens):
             active = ~done
@@ -180,18 +191,22 @@ class CPURolloutEngine(RolloutEngine):
             done |= newly_stopped
             if bool(done.all()) or t == max_new_tokens - 1:
                 break
+            if kv is None:      # the prompt's keys and values move into the static cache
+                kv = StaticKV.from_prefill(cache, mask, max_new_tokens - 1)
+                del cache
             still = torch.nonzero(~done[live]).flatten()
             if still.numel() < live.numel():
-                cache.batch_select_indices(still)
-                mask, next_pos, live = mask[still], next_pos[still], live[still]
-            mask = torch.cat([mask, torch.ones((live.numel(), 1), dtype=mask.dtype)], dim=-1)
+                kv.select_rows(still)
+                next_pos, live = next_pos[still], live[still]
+            kv.open_column()
             step_ids = tok[live].unsqueeze(-1)
             if self.poll_weights is not None:
                 self.poll_weights()
             with self._lock:
-                step_logp = next_token_logprobs(self.model, step_ids.to(dev), mask.to(dev), next_pos.to(dev),
-                                                cache, head_fp32=self.head_fp32, temperature=temperature).cpu()
+                step_logp = self._step(self.model, step_ids.to(dev), next_pos.to(dev), kv.keys, kv.values, kv.mask,
+                                       kv.column, self.head_fp32, temperature).cpu()
                 version = self._version
+            kv.advance()
             next_pos = next_pos + 1
 
         out = []

@@ -16,6 +16,13 @@ Generators wait when no request is open (the stream is full).  The bound and the
 window are the async mode's (:class:`scalectl.recipe.async_modes.AsyncMode`), and every
 consumed token is checked against the bound
 (:func:`scalectl.rl.batches.collect.check_staleness`).
+
+The trainer's waits on its generators (for the next group, for every generator to take its
+weights) are bounded by the run's no-progress limit (:class:`StallLimit`): while it waits, it
+reads the generators' beats (:class:`scalectl.rl.transport.board.Watch`), and a generator
+whose loop has marked no progress for that long, its heartbeat going on, fails the run,
+named (:class:`~scalectl.rl.transport.board.TaskStuck`), as one whose heartbeat stopped does
+(:class:`~scalectl.rl.transport.board.TaskLost`).
 """
 
 from __future__ import annotations
@@ -24,9 +31,13 @@ import queue
 import time
 from collections import deque
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from scalectl.rl.batches.collect import StalenessError, check_staleness, collect_batch, count_groups
-from scalectl.rl.transport.stream import BYE, STOP, Channel, Inbox, PeerLost, end_weights, push_weights, send_object, weight_layout
+from scalectl.rl.transport.board import JOB_ENDING
+from scalectl.rl.transport.stream import (
+    BYE, STOP, Channel, Inbox, PeerLost, end_weights, keep_until_exit, push_weights, send_object, weight_layout,
+)
 
 
 def staleness_stats(trainer_version: int, versions: list[list[int]]) -> dict:
@@ -44,6 +55,47 @@ def staleness_stats(trainer_version: int, versions: list[list[int]]) -> dict:
     return {"staleness_max": max(lags, default=0), "staleness_mean": sum(lags) / len(lags) if lags else 0.0,
             "multi_version_share": sum(spans) / len(spans) if spans else 0.0,
             "tokens": len(lags), "completions": len(spans)}
+
+
+#: The no-progress limit when ``launcher.stall_timeout_s`` is unset: this many times the slowest
+#: step seen so far (from one batch request to the next: generation wait, training, evaluation and
+#: checkpoint included), and never less than :data:`STALL_FLOOR_S` seconds.
+STALL_STEPS = 5.0
+#: The least no-progress limit when it is derived from the step time (seconds); also the limit
+#: before the first step has been timed (start-up, the first evaluation).
+STALL_FLOOR_S = 300.0
+#: Seconds between two looks at the generators while the trainer waits on a weights push.
+WAIT_SLICE_S = 1.0
+
+
+@dataclass
+class StallLimit:
+    """How long a generator may make no progress while the trainer waits on it, in seconds.
+
+    ``fixed_s`` (``launcher.stall_timeout_s``) when set; otherwise ``max(floor_s, steps x`` the
+    slowest step seen so far ``)`` (:data:`STALL_STEPS`, :data:`STALL_FLOOR_S`): a step's wall
+    clock bounds how long one chunk of rollouts can legitimately take, and a generator marks
+    progress at every decoding step, so a healthy one is never near the limit.
+
+    Attributes:
+        slowest_s: the slowest step seen so far (seconds; 0 before the first).
+    """
+
+    fixed_s: float | None = None
+    floor_s: float = STALL_FLOOR_S
+    steps: float = STALL_STEPS
+    slowest_s: float = 0.0
+
+    def observe(self, step_s: float) -> None:
+        """One step took ``step_s`` seconds."""
+        self.slowest_s = max(self.slowest_s, step_s)
+
+    @property
+    def seconds(self) -> float:
+        """The limit now."""
+        if self.fixed_s is not None:
+            return float(self.fixed_s)
+        return max(self.floor_s, self.steps * self.slowest_s)
 
 
 @dataclass
@@ -64,6 +116,14 @@ class StreamLink:
     inbox: Inbox
     stop: object
     gather: object = None
+
+    def watch(self):
+        """A :class:`~scalectl.rl.transport.board.Watch` over the generators (None when the channel
+        has no board, e.g. in a test's hand-made channel)."""
+        from scalectl.rl.transport.board import Watch
+
+        board = getattr(self.channel, "board", None)
+        return Watch(board, self.generators) if board is not None else None
 
     def with_weights(self, model, fn):
         """``fn(model)`` with the full weights (see ``gather``)."""
@@ -116,6 +176,40 @@ class Feeder:
         self._step = {}
         self._gen_prev = (0.0, 0.0)
         self._layout = None
+        self.stall = StallLimit(self.recipe.launcher.stall_timeout_s)
+        self._watch = self.link.watch()
+        self._batch_at: float | None = None
+
+    def _still_waiting(self) -> None:
+        """Called while the trainer waits on its generators: raises when one is stuck or lost
+        (:meth:`scalectl.rl.transport.board.Watch.check` against :attr:`stall`)."""
+        if self._watch is None:
+            return
+        try:
+            self._watch.check(self.stall.seconds)
+        except JOB_ENDING as exc:
+            self.byes[exc.card.rank] = "lost"     # close() then neither waits for it nor pushes to it
+            keep_until_exit(self.channel)         # a push to it may be pending: never destroy its group
+            raise
+
+    def _timed(self) -> None:
+        """A batch is requested: the loop since the last request was one step (timed for :attr:`stall`)."""
+        now = time.monotonic()
+        if self._batch_at is not None:
+            self.stall.observe(now - self._batch_at)
+        self._batch_at = now
+
+    def _wait_work(self, work) -> None:
+        """Wait for one bucket of a weights push, looking at the generators every
+        :data:`WAIT_SLICE_S` seconds (a generator that stopped taking weights holds the push)."""
+        while True:
+            try:
+                work.wait(timedelta(seconds=WAIT_SLICE_S))
+                return
+            except RuntimeError as exc:
+                if "timed out" not in str(exc).lower():
+                    raise
+            self._still_waiting()
 
     # -- scheduling
     def push(self, version: int) -> None:
@@ -124,15 +218,21 @@ class Feeder:
 
         Raises:
             PeerLost: a generator (or a trainer rank) is gone, named by its card.
+            TaskStuck: a generator took no weights and marked no progress for the run's limit.
         """
         group = self.channel.groups["weights"]
 
         def send(model):
             self._layout = weight_layout(model)
-            return push_weights(group, model, version)
+            # gloo: wait in slices, looking at the generators between them (an NCCL wait with a
+            # timeout would abort the communicator)
+            sliced = self._wait_work if getattr(group, "backend", "gloo") == "gloo" else None
+            return push_weights(group, model, version, wait=sliced)
 
         try:
             stats = self.link.with_weights(self.model, send)
+        except JOB_ENDING:                    # a generator found stuck or lost while the push waited
+            raise
         except RuntimeError as exc:           # a generator gone: name it
             board = getattr(self.channel, "board", None)
             instead = board.lost(exc, self.generators) if board is not None else exc
@@ -169,6 +269,7 @@ class Feeder:
     def next_batch(self, version: int) -> tuple[list, dict]:
         """Before step ``version``: fill the request window, then consume one batch."""
         self._step = {"idle": 0.0, "versions": [], "t0": time.perf_counter()}
+        self._timed()
         if self.pushed < version:
             self.push(version)
         self.dispatch(self.window - len(self.tickets))
@@ -205,13 +306,19 @@ class Feeder:
         self.gen_info[src] = info
 
     def next_group(self, version: int):
-        """The next group in request order (waits for it); checks its staleness."""
+        """The next group in request order (waits for it); checks its staleness.
+
+        Raises:
+            TaskStuck, TaskLost: while it waited, a generator marked no progress (or its heartbeat
+                stood still) for the run's no-progress limit (:attr:`stall`).
+        """
         ticket = self.tickets.popleft()
         t0 = time.perf_counter()
         while ticket.req_id not in self.received:
             if self.stop.is_set():
                 raise KeyboardInterrupt
             self._pull(0.2)
+            self._still_waiting()
         self._step["idle"] += time.perf_counter() - t0
         group = self.received.pop(ticket.req_id)
         versions = check_staleness(self.mode, version, [group], f"a token of prompt {ticket.prompt_id}")
@@ -255,6 +362,8 @@ class Feeder:
         """Tell every generator to stop, end the weights' flow (unless a generator is gone), and
         wait for every last word."""
         for g in self.generators:
+            if self.byes.get(g) == "lost":       # gone or stuck: a send to it may never complete
+                continue
             try:
                 for w in send_object(self.channel.groups["control"], (STOP,), g):
                     w.wait()
@@ -313,6 +422,7 @@ class RoundFeeder(Feeder):
         """
         state = self.state
         self._step = {"idle": 0.0, "versions": [], "t0": time.perf_counter()}
+        self._timed()
         if not state.pending:
             if self.pushed < version:
                 self.push(version)

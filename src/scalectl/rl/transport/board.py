@@ -4,7 +4,17 @@ Every task of a job in processes (generators and trainers, :mod:`scalectl.rl.pro
 writes a card in the job's rendezvous store as it joins (:class:`Board`): its global
 rank, role, rank within the role, pid, host and log file (``$SCALECTL_TASK_LOG``, which
 the launcher sets: the Slurm task's log, or the local process's), and then keeps a
-heartbeat there (a counter raised every ``interval_s`` seconds by a thread).
+heartbeat there: a thread writes, every ``interval_s`` seconds, a counter it raises and the
+seconds since the task's own loop last marked progress (:meth:`Board.mark`: a generator
+marks every decoding step and every turn of its loop).
+
+Two ways a task can fail its job without its process ending on its own:
+
+* it is **lost**: its connections close (its process or node died), or its heartbeat stops
+  moving (a node cut off without closing its connections);
+* it is **stuck**: its heartbeat goes on but its loop marks no progress (a stuck collective, a
+  deadlocked engine).  :class:`Watch` tells which task among those a waiting task depends on
+  made no progress for a given time, and raises :class:`TaskStuck` (or :class:`TaskLost`).
 
 When a connection to a peer breaks, the survivor names the task it lost:
 
@@ -42,20 +52,52 @@ class TaskLost(PeerLost):
     """A task of the job stopped answering; the message names it, its pid, host and log.
 
     Attributes:
-        card: the lost task's :class:`Card`.
+        card: the lost task's :class:`Card`; detail: what was seen (e.g. how long its heartbeat
+            has stood still), '' when its connection closed.
     """
 
-    def __init__(self, card: "Card"):
-        super().__init__(card.describe("stopped answering"))
-        self.card = card
+    def __init__(self, card: "Card", detail: str = ""):
+        super().__init__(card.describe("stopped answering" + (f" ({detail})" if detail else "")))
+        self.card, self.detail = card, detail
 
     def __reduce__(self):           # picklable (submitit stores a task's exception)
-        return (TaskLost, (self.card,))
+        return (TaskLost, (self.card, self.detail))
 
     @property
     def leader(self) -> bool:
         """Whether the lost task is the first trainer rank (the one that records the run)."""
         return self.card.role == "trainer" and self.card.role_rank == 0
+
+
+class TaskStuck(RuntimeError):
+    """A task of the job made no progress for longer than the run allows while its heartbeat went on
+    (its process lives: a stuck collective, a deadlocked engine); the message names it, its pid, host
+    and log, and how long it has been still.  Not a :class:`PeerLost`: the task that raises it has
+    found the cause, it is not a consequence of another task's failure.
+
+    Attributes:
+        card: the stuck task's :class:`Card`; idle_s: seconds since it last marked progress;
+        limit_s: the limit it passed (``launcher.stall_timeout_s``, or the one derived from the
+        step time).
+    """
+
+    def __init__(self, card: "Card", idle_s: float, limit_s: float):
+        super().__init__(card.describe(f"made no progress for {idle_s:.0f} s while its heartbeat went on "
+                                       f"(limit {limit_s:.0f} s, launcher.stall_timeout_s)"))
+        self.card, self.idle_s, self.limit_s = card, idle_s, limit_s
+
+    def __reduce__(self):
+        return (TaskStuck, (self.card, self.idle_s, self.limit_s))
+
+    @property
+    def leader(self) -> bool:
+        """Whether the stuck task is the first trainer rank."""
+        return self.card.role == "trainer" and self.card.role_rank == 0
+
+
+#: The errors after which a job in processes cannot go on: a task lost or stuck (the launcher
+#: ends the job's other tasks, :class:`scalectl.launch.slurm.SlurmRunJob`).
+JOB_ENDING = (TaskLost, TaskStuck)
 
 
 def is_lost_peer(exc: BaseException) -> bool:
@@ -97,25 +139,33 @@ class Board:
         task: this task (:class:`scalectl.rl.transport.roles.Task`).
         log: this task's log file (default ``$SCALECTL_TASK_LOG``).
         interval_s: seconds between two heartbeats.
+        clock: monotonic seconds, for the time since the last progress (a test may give its own).
     """
 
-    def __init__(self, store, task, log: str | None = None, interval_s: float = 1.0):
+    def __init__(self, store, task, log: str | None = None, interval_s: float = 1.0, clock=time.monotonic):
         self.store, self.rank, self.world, self.interval_s = store, task.rank, task.world_size, interval_s
+        self.clock = clock
         log = os.environ.get(LOG_ENV, "") if log is None else log
         self.card = Card(task.rank, task.role, task.role_rank, os.getpid(), socket.gethostname(), log)
         self._cards: dict[int, Card] = {}
+        self._progress_at = clock()
         store.set(f"{PREFIX}/card/{task.rank}", json.dumps(self.card.__dict__))
-        store.set(f"{PREFIX}/beat/{task.rank}", "0")
+        store.set(f"{PREFIX}/beat/{task.rank}", "0 0.0")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self._thread.start()
+
+    def mark(self) -> None:
+        """This task made progress now (its loop turned, a decoding step ran): the next beats say
+        how long ago (cheap: no store traffic)."""
+        self._progress_at = self.clock()
 
     def _beat(self) -> None:
         n = 0
         while not self._stop.wait(self.interval_s):
             n += 1
             try:
-                self.store.set(f"{PREFIX}/beat/{self.rank}", str(n))
+                self.store.set(f"{PREFIX}/beat/{self.rank}", f"{n} {self.clock() - self._progress_at:.1f}")
             except Exception:  # noqa: BLE001 - the store's host is gone: nothing left to tell
                 return
 
@@ -145,8 +195,20 @@ class Board:
         for rank in range(self.world):
             self.card_of(rank)
 
-    def _beats(self, ranks: list[int]) -> dict[int, bytes]:
-        return {r: self.store.get(f"{PREFIX}/beat/{r}") for r in ranks}
+    def beats(self, ranks: list[int]) -> dict[int, tuple[int, float]]:
+        """Each task's last beat: (heartbeat counter, seconds since it last marked progress).
+
+        Raises:
+            Exception: from the store (its host is gone).
+        """
+        out = {}
+        for r in ranks:
+            counter, _, idle = self.store.get(f"{PREFIX}/beat/{r}").decode().partition(" ")
+            out[r] = (int(counter), float(idle or 0.0))
+        return out
+
+    def _beats(self, ranks: list[int]) -> dict[int, int]:
+        return {r: n for r, (n, _) in self.beats(ranks).items()}
 
     def gone(self, ranks: list[int] | None = None, wait_s: float | None = None) -> list[Card]:
         """The tasks among ``ranks`` (default: every other task) whose heartbeat did not move
@@ -180,3 +242,57 @@ class Board:
         if card is None:
             return PeerLost(detail)
         return TaskLost(card)
+
+
+class Watch:
+    """Which of the tasks ``ranks`` made no progress for ``limit_s`` seconds, read from their beats.
+
+    A task waiting on others (the first trainer rank waiting for rollouts, or for every generator to
+    take its weights) calls :meth:`check` while it waits; at most every ``every_s`` seconds it reads
+    their beats (:meth:`Board.beats`).  A task whose heartbeat counter has stood still for
+    ``limit_s`` seconds (since this watch first saw it) is lost; one whose counter moves but whose
+    loop marked no progress for ``limit_s`` seconds is stuck.  Nothing is concluded when the store
+    cannot be read (its host is gone: the broken connections say who).
+
+    Args:
+        board: the waiting task's :class:`Board`.
+        ranks: the tasks it waits on.
+        every_s: seconds between two readings.
+        clock: monotonic seconds (a test may give its own).
+    """
+
+    def __init__(self, board: Board, ranks: list[int], every_s: float = 2.0, clock=time.monotonic):
+        self.board, self.ranks, self.every_s, self.clock = board, list(ranks), every_s, clock
+        self._moved: dict[int, tuple[int, float]] = {}    # rank -> (counter, when it last moved)
+        self._read_at: float | None = None
+
+    def check(self, limit_s: float) -> None:
+        """Raise for the first task found lost, else the stillest task found stuck; return otherwise.
+
+        Raises:
+            TaskLost: a task's heartbeat stood still for ``limit_s`` seconds.
+            TaskStuck: a task marked no progress for ``limit_s`` seconds, its heartbeat going on.
+        """
+        now = self.clock()
+        if self._read_at is not None and now - self._read_at < self.every_s:
+            return
+        self._read_at = now
+        try:
+            beats = self.board.beats(self.ranks)
+        except Exception:  # noqa: BLE001 - the store's host is gone
+            return
+        stuck = []
+        for rank, (counter, idle) in beats.items():
+            seen = self._moved.get(rank)
+            if seen is None or seen[0] != counter:
+                self._moved[rank] = seen = (counter, now)
+            card = self.board.card_of(rank)
+            if card is None:
+                continue
+            if now - seen[1] >= limit_s:
+                raise TaskLost(card, f"its heartbeat stood still for {now - seen[1]:.0f} s")
+            if idle >= limit_s:
+                stuck.append((idle, card))
+        if stuck:
+            idle, card = max(stuck, key=lambda x: x[0])
+            raise TaskStuck(card, idle, limit_s)

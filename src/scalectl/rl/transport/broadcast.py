@@ -106,15 +106,16 @@ def _my_rank(group) -> int:
     return group.rank if isinstance(group, StatelessGroup) else dist.get_rank()
 
 
-def _broadcast(tensor: torch.Tensor, src: int, group, async_op: bool):
+def _broadcast(tensor: torch.Tensor, src: int, group, async_op: bool, wait=None):
     import torch.distributed as dist
 
     if isinstance(group, StatelessGroup):
         work = group.broadcast(tensor, src)
-        if not async_op:
-            work.wait()
-        return work
-    return dist.broadcast(tensor, src=src, group=group, async_op=async_op)
+    else:
+        work = dist.broadcast(tensor, src=src, group=group, async_op=async_op or wait is not None)
+    if not async_op and work is not None:
+        (wait or (lambda w: w.wait()))(work)
+    return work
 
 
 def buckets_of(tensors: list[torch.Tensor], bucket_bytes: int = BUCKET_BYTES) -> list[tuple[int, int]]:
@@ -132,7 +133,7 @@ def buckets_of(tensors: list[torch.Tensor], bucket_bytes: int = BUCKET_BYTES) ->
 
 @torch.no_grad()
 def broadcast_weights(tensors: list[torch.Tensor], src: int, group=None,
-                      bucket_bytes: int = BUCKET_BYTES) -> BroadcastStats:
+                      bucket_bytes: int = BUCKET_BYTES, wait=None) -> BroadcastStats:
     """Broadcast ``tensors`` from global rank ``src`` to every rank of ``group``, in buckets.
 
     Args:
@@ -144,6 +145,8 @@ def broadcast_weights(tensors: list[torch.Tensor], src: int, group=None,
         group: the weights' process group (:func:`weight_group` or :class:`StatelessGroup`);
             None is the default group.
         bucket_bytes: the most bytes per collective.
+        wait: ``wait(work)`` waits for each bucket's collective (default: ``work.wait()``); e.g.
+            a wait in slices that looks at the receivers in between.
 
     Returns:
         :class:`BroadcastStats` of this rank.
@@ -161,7 +164,7 @@ def broadcast_weights(tensors: list[torch.Tensor], src: int, group=None,
             flat = torch.cat([t.reshape(-1) for t in part]) if b - a > 1 else part[0].reshape(-1).contiguous()
         else:
             flat = torch.empty(sum(t.numel() for t in part), dtype=part[0].dtype, device=part[0].device)
-        _broadcast(flat, src, group, async_op=False)
+        _broadcast(flat, src, group, async_op=False, wait=wait)
         if me != src:
             offset = 0
             for t in part:

@@ -7,7 +7,8 @@ al. 2025, section 3).  A task reads its rank from
 
 * Slurm (``srun``): ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID``;
   the rendezvous host (``MASTER_ADDR``) is the first node of
-  ``SLURM_JOB_NODELIST``, where task 0 runs.  The port task 0 tries first is
+  ``SLURM_JOB_NODELIST``, where task 0 runs (``$SCALECTL_MASTER_ADDR`` when the job
+  places its tasks by role and task 0 runs elsewhere).  The port task 0 tries first is
   derived from the job id (:func:`slurm_port`; ``SCALECTL_MASTER_PORT`` sets
   it); when the launcher names a folder that every task of the job sees
   (``$SCALECTL_RENDEZVOUS_DIR``, the job's submitit folder), task 0 takes the
@@ -41,6 +42,9 @@ ROLES = ("generator", "trainer")
 #: The environment variable naming a folder shared by every task of a job (the launcher sets it),
 #: where task 0 publishes the rendezvous port it took.
 RENDEZVOUS_ENV = "SCALECTL_RENDEZVOUS_DIR"
+#: Task 0's host when it is not the first of the job's nodes (a job placed by role, whose batch
+#: script exports it: :mod:`scalectl.launch.placement`).
+MASTER_ADDR_ENV = "SCALECTL_MASTER_ADDR"
 #: Ports task 0 tries after the preferred one (then any port the kernel gives).
 PORT_TRIES = 32
 _JOINED = "scalectl/rendezvous/joined"
@@ -143,7 +147,7 @@ def detect(generators: int = 1, trainers: int = 1, env: dict | None = None, *, s
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
         rank, world, local = int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", 0))
         nodes = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST") or "localhost"
-        addr = first_host(nodes)
+        addr = env.get(MASTER_ADDR_ENV) or first_host(nodes)     # placement by role: task 0's host
         port = int(env.get("SCALECTL_MASTER_PORT") or slurm_port(env.get("SLURM_JOB_ID", "0")))
         source = "slurm"
         if env.get(RENDEZVOUS_ENV):

@@ -110,6 +110,17 @@ class Channel:
                 pass
 
 
+#: Channels given up with an operation still pending (a weights push to a generator that stopped
+#: taking weights), kept until the process exits: destroying a gloo process group joins its worker
+#: thread, which waits for ever on a broadcast whose peer is alive but stuck.
+_KEPT: list = []
+
+
+def keep_until_exit(channel: Channel) -> None:
+    """Keep ``channel`` (its process groups) alive until the process exits (see :data:`_KEPT`)."""
+    _KEPT.append(channel)
+
+
 def send_object(pg, obj, dst: int) -> list:
     """Send a picklable ``obj`` to rank ``dst``: its size, then its bytes.
 
@@ -175,7 +186,7 @@ def _header(version: int, device) -> torch.Tensor:
     return torch.tensor([int(version)], dtype=torch.int64, device=device)
 
 
-def push_weights(group, model, version: int, bucket_bytes: int = BUCKET_BYTES):
+def push_weights(group, model, version: int, bucket_bytes: int = BUCKET_BYTES, wait=None):
     """Broadcast ``model``'s state dict, tagged ``version``, from the trainer to every generator.
 
     The tensors travel as :func:`scalectl.rl.transport.broadcast.broadcast_weights` sends them
@@ -187,6 +198,8 @@ def push_weights(group, model, version: int, bucket_bytes: int = BUCKET_BYTES):
     Args:
         group: the channel's weights group (``Channel.groups["weights"]``); the trainer is
             its last rank.
+        wait: ``wait(work)`` waits for each bucket's broadcast (default ``work.wait()``, without
+            bound); the trainer's feeder looks at its generators meanwhile.
 
     Returns:
         The :class:`~scalectl.rl.transport.broadcast.BroadcastStats` of the push (header included).
@@ -196,7 +209,7 @@ def push_weights(group, model, version: int, bucket_bytes: int = BUCKET_BYTES):
     """
     tensors = [t.detach() for t in model.state_dict().values()]
     device = tensors[0].device if tensors else "cpu"
-    return broadcast_weights([_header(version, device), *tensors], group.rank, group, bucket_bytes)
+    return broadcast_weights([_header(version, device), *tensors], group.rank, group, bucket_bytes, wait=wait)
 
 
 def end_weights(group, layout, device="cpu", bucket_bytes: int = BUCKET_BYTES) -> None:
