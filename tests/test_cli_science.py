@@ -117,8 +117,10 @@ def test_tokens_axis_and_errors(db):
     data = json.loads(cli(db, "fit", "scalerl", "--axis", "tokens", "--json").stdout)
     assert data["fits"][0]["fit"]["axis"] == "tokens"
     assert data["fits"][0]["fit"]["C_mid"] == pytest.approx(2542e6, rel=0.1)
-    res = cli(db, "compare", "scalerl", "--axis", "flops")
-    assert res.exit_code == 2 and "no 'flops' values" in res.stderr
+    res = cli(db, "fit", "scalerl", "--axis", "flops", "--json")       # a run without flops: fitted on what it has
+    assert res.exit_code == 0 and json.loads(res.stdout)["fits"][0]["fit"]["axis"] == "gpu_hours"
+    assert ("note: run scalerl has no flops values (asked for by --axis); fitted on gpu_hours, the axis it has"
+            in res.stderr)
     res = cli(db, "compare", "scalerl", "--axis", "hours")
     assert res.exit_code == 2 and "--axis 'hours' is not one of" in res.stderr
     res = cli(db, "extrapolate", "scalerl")

@@ -90,12 +90,13 @@ def override(*sets: str, command: str = "validate") -> Callable[[Path, Path], li
     return build
 
 
-def imported(content: str | bytes, name: str = "p.csv", run: str = "new") -> Callable[[Path, Path], list[str]]:
-    """``import`` of a file holding ``content`` into the store."""
+def imported(content: str | bytes, name: str = "p.csv", run: str = "new",
+             extra: tuple[str, ...] = ()) -> Callable[[Path, Path], list[str]]:
+    """``import`` of a file holding ``content`` into the store (``extra``: more options)."""
     def build(tmp: Path, store: Path) -> list[str]:
         f = tmp / name
         f.write_bytes(content if isinstance(content, bytes) else content.encode())
-        return ["import", str(f), "--name", run, "--db", str(store)]
+        return ["import", str(f), "--name", run, "--db", str(store), *extra]
     return build
 
 
@@ -131,6 +132,11 @@ def _no_config_model(tmp: Path) -> list[str]:
 def _zero_csv(tmp: Path) -> list[str]:
     (tmp / "zero.csv").symlink_to("/dev/zero")
     return ["import", str(tmp / "zero.csv"), "--name", "new", "--db", "{store}"]
+
+
+def _empty_folder(tmp: Path) -> list[str]:
+    (tmp / "empty").mkdir()
+    return ["import", str(tmp / "empty"), "--name", "new", "--db", "{store}"]
 
 
 def _folder_csv(tmp: Path) -> list[str]:
@@ -272,13 +278,13 @@ CASES = [
          ("/dev/zero: is a character device",)),
     # ---- import files
     Case("import-binary", imported(bytes(range(256))), ("p.csv: line 2: byte 0x80 is not UTF-8",)),
-    Case("import-empty-pass-rate", imported("compute,pass_rate\n0,0.3\n10,\n"), ("p.csv: row 2: pass_rate is empty",)),
+    Case("import-empty-pass-rate", imported("compute,pass_rate\n0,\n10,\n"), ("p.csv: no row has a pass rate",)),
     Case("import-short-row", imported("compute,pass_rate\n0,0.3\n10\n"),
          ("p.csv: row 2 (line 3): 1 cell(s), the header has 2",)),
     Case("import-extra-cells", imported("compute,pass_rate\n0,0.3,0.9\n"),
          ("p.csv: row 1 (line 2): 3 cell(s), the header has 2",)),
     Case("import-json-null", imported('{"step": 0, "gpu_hours": 0, "pass_rate": null}\n', "p.jsonl"),
-         ("p.jsonl: row 1: pass_rate is empty",)),
+         ("p.jsonl: no row has a pass rate (1 row(s)",)),
     Case("import-json-true", imported('{"step": 0, "gpu_hours": 0, "pass_rate": true}\n', "p.jsonl"),
          ("p.jsonl: row 1: pass_rate = true is not a number",)),
     Case("import-json-string", imported('{"step": 0, "gpu_hours": "1", "pass_rate": 0.1}\n', "p.jsonl"),
@@ -301,7 +307,29 @@ CASES = [
          ("p.csv: row 2: step 3 appears more than once (first in row 1)",)),
     Case("import-duplicate-column", imported("compute,pass_rate,compute\n0,0.3,0\n"),
          ("p.csv: column 'compute' appears twice",)),
-    Case("import-unknown-column", imported("compute,pass_rate,colour\n0,0.3,red\n"), ("p.csv: row 1: unknown column(s) colour",)),
+    Case("import-no-pass-rate-column", imported("compute,pass_rat,colour\n0,0.3,red\n"),
+         ("p.csv: no pass_rate column (columns: compute, pass_rat, colour); name it with --tag COLUMN",)),
+    Case("import-map-not-a-field", imported("compute,acc\n0,0.3\n", extra=("--map", "acc=accuracy")),
+         ("--map 'acc=accuracy': 'accuracy' is not a field of a point; allowed:",)),
+    Case("import-map-no-equals", imported("compute,acc\n0,0.3\n", extra=("--map", "acc")),
+         ("--map 'acc': expected COLUMN=FIELD",)),
+    Case("import-map-missing-column", imported("compute,acc\n0,0.3\n", extra=("--map", "val/acc=pass_rate")),
+         ("--map: no column 'val/acc' here; columns: compute, acc",)),
+    Case("import-devices-without-runtime", imported("step,pass_rate\n0,0.3\n", extra=("--devices", "8")),
+         ("p.csv: --devices needs the runtime of every point (a _runtime or wall_seconds column",)),
+    Case("import-devices-sparse-runtime", imported("_step,_runtime,pass_rate\n0,10,0.3\n2,,0.4\n",
+                                                   extra=("--devices", "8")), ("step 2 has none",)),
+    Case("import-hours-beside-column", imported("gpu_hours,pass_rate\n0,0.3\n", extra=("--hours-per-step", "2")),
+         ("p.csv: GPU-hours come from column 'gpu_hours'; --hours-per-step would replace them",)),
+    Case("import-two-compute-rules", imported("_step,_runtime,pass_rate\n0,1,0.3\n",
+                                              extra=("--hours-per-step", "2", "--devices", "8")),
+         ("give one of --hours-per-step and --devices, not both",)),
+    Case("import-hours-per-step-zero", imported("step,pass_rate\n0,0.3\n", extra=("--hours-per-step", "0")),
+         ("--hours-per-step 0.0 must be a number > 0",)),
+    Case("import-unknown-format", imported("x", "p.txt"), ("p.txt: unknown format '.txt'; expected a .csv or .jsonl",)),
+    Case("import-empty-folder", with_files(_empty_folder), ("empty: is a folder holding neither TensorBoard event files",)),
+    Case("import-mlflow-missing", with_files(lambda tmp: ["import", f"sqlite:///{tmp}/none.db", "--name", "n",
+                                                          "--db", "{store}"]), ("none.db not found",)),
     Case("import-no-rows", imported("compute,pass_rate\n"), ("p.csv: no rows",)),
     Case("import-dev-zero", with_files(_zero_csv), ("zero.csv: is a character device",)),
     Case("import-folder", with_files(_folder_csv), ("points.csv: is a folder",)),
@@ -395,9 +423,9 @@ def test_reading_commands_create_no_store(tmp_path, runner):
 
 
 def test_validate_accepts_existing_sources(tmp_path, runner):
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text("{}")
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
+
+    model = save_policy(build_tiny_model(num_hidden_layers=1), build_tokenizer(), tmp_path / "model")
     data = tmp_path / "prompts.jsonl"
     data.write_text('{"question": "1+1", "answer": "2"}\n')
     result = runner.invoke(app, ["validate", GRPO, "--set", f"model.path={model}", "--set", f"data.source={data}",

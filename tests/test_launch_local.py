@@ -184,9 +184,17 @@ def _detach(tmp_path, name, *extra):
 
 
 def test_detached_run_waits_for_a_slot_then_records_its_failure(tmp_path):
+    """A model folder checked at submission (scalectl.job.preflight) and gone when the slot frees:
+    the job fails on it and records why."""
+    import shutil
+
+    from scalectl.rl.policy.model import build_tiny_model, build_tokenizer, save_policy
+
     db, runs = tmp_path / "s.db", tmp_path / "runs"
+    model = save_policy(build_tiny_model(num_hidden_layers=1), build_tokenizer(), tmp_path / "missing-model")
     slot = _hold_slot(runs)
-    job = _detach(tmp_path, "bad-data", "--set", f"data.source={tmp_path}/missing.jsonl")
+    job = _detach(tmp_path, "bad-data", "--set", f"model.path={model}")
+    shutil.rmtree(model)
     assert job["launcher"] == "local" and job["job_id"].isdigit()
     log = Path(job["log"])
     _wait(lambda: log.exists() and "waiting for a free slot" in log.read_text(), what="the slot wait")
@@ -196,9 +204,9 @@ def test_detached_run_waits_for_a_slot_then_records_its_failure(tmp_path):
     slot.close()                                   # the slot frees: the job runs, and fails on its data
     row = _wait(lambda: (r := _status(db, "bad-data"))["status"] in ("failed", "completed") and r, what="failure")
     assert row["status"] == "failed"
-    assert "missing.jsonl" in row["error"]
+    assert "missing-model" in row["error"]
     logs = run_cli("logs", "bad-data", db=db, check=True)
-    assert "waiting for a free slot" in logs.stdout and "missing.jsonl" in logs.stdout
+    assert "waiting for a free slot" in logs.stdout and "missing-model" in logs.stdout
 
 
 def test_killed_and_cancelled_local_jobs(tmp_path):
@@ -242,6 +250,7 @@ def test_detached_training_cancelled_then_resumed(tmp_path, policy):
     tiny = ["--set", "async.mode=sync", "--set", "batch.prompts_per_step=4", "--set", "batch.generations_per_prompt=4",
             "--set", "eval.every_steps=2", "--set", "eval.prompts=200", "--set", "eval.samples_per_prompt=4",
             "--set", "checkpoint.every_steps=2", "--set", f"model.path={policy}",
+            "--set", "budget.no_signal_steps=0",  # an untrained policy: no step has a signal
             "--set", "budget.steps=1000000"]     # never reached: the cancel lands mid-run however fast the machine
     job = _detach(tmp_path, "bg", *tiny)
     run_dir = Path(job["run_dir"])

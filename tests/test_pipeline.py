@@ -191,7 +191,7 @@ P, G, K = 8, 8, 1
 TINY = ["--set", "batch.prompts_per_step=8", "--set", "batch.generations_per_prompt=8",
         "--set", "eval.prompts=16", "--set", "eval.samples_per_prompt=2", "--set", "eval.every_steps=3",
         "--set", "checkpoint.every_steps=3", "--set", f"async.k={K}", "--set", "data.train_size=400",
-        "--set", "budget.steps=9"]
+        "--set", "budget.steps=9", "--set", "budget.no_signal_steps=0"]   # an untrained policy
 
 
 def _wait(cond, timeout=180.0, what="it"):

@@ -26,7 +26,7 @@ pytestmark = pytest.mark.slurm
 SCRIPT = ROOT / "scripts" / "slurm-local.sh"
 TINY = ["--set", "async.mode=sync", "--set", "batch.prompts_per_step=4", "--set", "batch.generations_per_prompt=4",
         "--set", "eval.every_steps=2", "--set", "eval.prompts=20", "--set", "eval.samples_per_prompt=2",
-        "--set", "checkpoint.every_steps=2"]
+        "--set", "checkpoint.every_steps=2", "--set", "budget.no_signal_steps=0"]   # an untrained policy
 
 
 def _up() -> bool:
@@ -266,7 +266,7 @@ PIPE = ["--set", "batch.prompts_per_step=8", "--set", "batch.generations_per_pro
         "--set", "eval.samples_per_prompt=2", "--set", "eval.every_steps=3", "--set", "checkpoint.every_steps=3",
         "--set", "async.k=1", "--set", "data.train_size=400", "--set", "hardware.generators=2",
         "--set", "hardware.trainers=2", "--set", "filter.zero_variance=false",
-        "--set", "launcher.slurm.tasks_per_node=4"]
+        "--set", "launcher.slurm.tasks_per_node=4", "--set", "budget.no_signal_steps=0"]
 #: The local node has 2 CPUs for the job's 4 one-CPU tasks: sbatch's --overcommit lets them share.
 OVERCOMMIT = {"SBATCH_OVERCOMMIT": "1"}
 

@@ -21,7 +21,7 @@ import typer.main
 COMMANDS: dict[str, str] = {
     "validate": "validate", "recipes": "recipes", "init": "init",
     "run": "run",
-    "runs": "runs", "show": "show", "import": "import_",
+    "runs": "runs", "show": "show", "import": "import_", "evaluate": "evaluate", "export": "export", "rm": "rm",
     "fit": "fit", "compare": "compare", "margin": "margin", "extrapolate": "extrapolate",
     "status": "status", "cancel": "cancel", "logs": "logs",
     "ablate": "ablate", "report": "report",

@@ -107,6 +107,16 @@ LevelOption = Annotated[float, typer.Option(
 PlotOption = Annotated[Path | None, typer.Option("--plot", help="Write a figure (.png or .svg).")]
 
 
+SeriesOption = Annotated[str | None, typer.Option(
+    "--series", help="Fit the runs' evaluation series of this name (scalectl evaluate) instead of their "
+                     "validation points.")]
+
+
+def note(message: str) -> None:
+    """A note of the library (a run fitted on another axis, ...) on stderr, as written."""
+    err.print(message, markup=False, soft_wrap=True)
+
+
 def print_flags(name: str, fit, said: Sequence[str] = ()) -> None:
     """One line per flag of ``fit`` (a :class:`~scalectl.curve.SigmoidFit`), led by the run's name;
     a flag whose message one of the lines ``said`` already holds is not printed again."""

@@ -17,7 +17,9 @@ from scalectl.commands.common import (
     MinComputeOption,
     PlotOption,
     SeedOption,
+    SeriesOption,
     err,
+    note,
     open_store,
     out,
     print_flags,
@@ -43,6 +45,7 @@ def compare(
     bootstrap: BootstrapOption = 1000,
     seed: SeedOption = 0,
     plot: PlotOption = None,
+    series: SeriesOption = None,
     loo_plot: Annotated[Path | None, typer.Option(
         "--loo-plot", help="Write the leave-one-out linearised plot (.png or .svg).")] = None,
     db: DbOption = None,
@@ -52,10 +55,11 @@ def compare(
 
     The margin (ceilings closer than it tie) is the paper's 0.02 unless --margin gives one;
     --margin auto measures it from the completed runs of the baseline's recipe hash (at
-    least 3 seeds: `scalectl margin`).  The line under the table names the margin used."""
+    least 3 seeds: `scalectl margin`).  The line under the table names the margin used.  A run
+    without values on the axis is fitted on the axis it has, with a note; mixed axes are flagged."""
     from scalectl.science import compare as cmp
 
-    opts = FitOptions(axis, min_compute, method, "auto", bootstrap, 0.95, seed)
+    opts = FitOptions(axis, min_compute, method, "auto", bootstrap, 0.95, seed, series)
     with open_store(db) as store:
         if runs:
             infos = [store.get_run(r) for r in runs]
@@ -69,7 +73,7 @@ def compare(
         curves, left_out = {}, []
         for r in infos:
             try:
-                curves[r["name"]] = fit_run(store, r, opts)[0]
+                curves[r["name"]] = fit_run(store, r, opts, log=note)[0]
             except UserError as exc:       # named runs must fit; of every run, those that can are compared
                 if runs:
                     raise

@@ -18,7 +18,9 @@ from scalectl.commands.common import (
     MinComputeOption,
     R0Option,
     SeedOption,
+    SeriesOption,
     err,
+    note,
     open_store,
     out,
     print_flags,
@@ -43,21 +45,26 @@ def fit(
     seed: SeedOption = 0,
     margin: MarginOption = MARGIN,
     refit: Annotated[bool, typer.Option("--refit", help="Recompute even if stored.")] = False,
+    series: SeriesOption = None,
     plot: Annotated[Path | None, typer.Option(
         "--plot", help="Draw the points, fitted curves, ceilings with their intervals and the "
                        "margin band around the first run's ceiling (.png or .svg).")] = None,
     db: DbOption = None,
     json_: JsonOption = False,
 ) -> None:
-    """Fit R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to each run and store the fits."""
+    """Fit R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to each run and store the fits.
+
+    A run without values on the axis (--axis, else its recipe's) is fitted on the axis it has,
+    with a note.
+    """
     from scalectl.curve import advise, seed_spread, step_rate
 
-    opts = FitOptions(axis, min_compute, method, r0, bootstrap, level, seed)
+    opts = FitOptions(axis, min_compute, method, r0, bootstrap, level, seed, series)
     results, curves = [], {}
     with open_store(db) as store:
         for ref in runs:
             run = store.get_run(ref)
-            curve, cached, key = fit_run(store, run, opts, refit=refit)
+            curve, cached, key = fit_run(store, run, opts, refit=refit, log=note)
             rate = step_rate(store.points(run["id"]), curve.fit.axis, source=run["name"])
             advice = advise(curve.fit, margin, rate=rate) if curve.fit.interval("A") else None
             results.append((run, curve.fit, cached, key, advice))

@@ -22,12 +22,16 @@ def show(
     db: DbOption = None,
     json_: JsonOption = False,
 ) -> None:
-    """Show one run: its recipe summary and every evaluation point."""
+    """Show one run: its recipe summary, every evaluation point, and its evaluation series
+    (scalectl evaluate) with their points."""
     with open_store(db) as store:
         info = store.get_run(run)
         points = store.points(info["id"])
+        series = {s["series"]: (s, store.points(info["id"], s["series"])) for s in store.series(info["id"])}
     if json_:
-        print_json({"run": info, "points": points})
+        print_json({"run": info, "points": points,
+                    "series": [{**{k: v for k, v in s.items() if k != "points"}, "points": pts}
+                               for s, pts in series.values()]})
         return
     recipe = info.get("recipe") or {}
     out.print(f"[bold]{info['name']}[/bold] (id {info['id']}, hash {info['recipe_hash'] or '-'}, "
@@ -50,6 +54,12 @@ def show(
     out.print(fitted_table(None, cols, [
         [str(p["step"]), *(format_number(p[k], digits.get(k, 3), decimals=True) for k in keys)]
         for p in points], out.width))
+    for name, (meta, pts) in series.items():
+        out.print(f"[bold]series {name}[/bold]: {meta['prompts']} prompts of {meta['source']}, "
+                  f"mean@{meta['samples_per_prompt']}", soft_wrap=True, highlight=False)
+        out.print(fitted_table(None, cols[:2] + [cols[4], cols[5]], [
+            [str(p["step"]), *(format_number(p[k], digits.get(k, 3), decimals=True)
+                               for k in ("gpu_hours", "pass_rate", "truncation_rate"))] for p in pts], out.width))
 
 
 def register(app: typer.Typer) -> None:

@@ -25,7 +25,10 @@ def validate(
     """Print each recipe normalised (with its content hash), or its errors (exit 2).
 
     Also checks that model.path and data.source name what exists here (a
-    checkpoint folder, a data file, a known builtin:, synthetic: or hf: source).
+    checkpoint folder, a data file, a known builtin:, synthetic: or hf: source).  With --setup,
+    also what a run would meet at start: the tokenizer of a checkpoint folder (its files, its
+    EOS, a chat template when asked), the first rows of a prompt file (prompt and answer
+    columns, tokens, lengths), and keys that have no effect for the model or data (warned about).
     Without --setup each recipe is checked alone, while `scalectl run` merges the
     default setup under it: give that setup to see the hash a run will have.  A key
     the recipe sets wins over the setup's, --set over both; each value that replaced
@@ -34,6 +37,7 @@ def validate(
     """
     import tomli_w
 
+    from scalectl.job.preflight import check_inputs
     from scalectl.recipe.load import load
 
     files = files or []
@@ -45,13 +49,19 @@ def validate(
     for path in files:
         try:
             notes: list[str] = []
+            origins: dict[str, str] = {}
             overridden: list = []
-            recipe = load(path, setup, set_, check_files=True, notes=notes, overridden=overridden)
+            recipe = load(path, setup, set_, check_files=True, notes=notes, overridden=overridden, origins=origins)
+            inputs = check_inputs(recipe, origins) if setup is not None else None   # alone: no run trains it
         except UserError as exc:
             problems.append(str(exc))
             continue
+        if inputs is not None and inputs.problems:
+            problems += [f"{path}: {problem}" for problem in inputs.problems]
+            continue
         results.append({"file": str(path), "hash": recipe.content_hash, "recipe": recipe.to_dict(),
-                        "taken": notes, "overridden": [o.to_dict() for o in overridden],
+                        "taken": notes, "warnings": inputs.warnings if inputs is not None else [],
+                        "overridden": [o.to_dict() for o in overridden],
                         "overridden_lines": [str(o) for o in overridden],
                         **(_as_run(path, set_, recipe.to_dict()) if setup is None else {})})
     if json_:
@@ -70,6 +80,9 @@ def validate(
                 out.print(f"# override: {line}", markup=False, soft_wrap=True)
             data = {k: v for k, v in r["recipe"].items()}
             out.print(tomli_w.dumps(_drop_none(data)), markup=False)
+    for r in results:
+        for warning in r["warnings"]:
+            err.print(f"warning: {r['file']}: {warning}", markup=False, soft_wrap=True)
     if problems:
         raise UserError("\n".join(problems))
     err.print(f"{len(results)} file(s) valid")

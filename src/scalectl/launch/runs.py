@@ -108,6 +108,90 @@ def create_run(store, recipe, name: str, runs_dir: str | Path, launcher: str = "
     return run_id, run_dir
 
 
+@dataclass(frozen=True)
+class Removed:
+    """What :func:`remove_run` removed: the run's row (as it was), rows by table, and its folder
+    (None when it kept it: no folder, or one that holds another store's run)."""
+
+    run: dict
+    rows: dict
+    folder: Path | None
+
+
+def removal(store, ref) -> tuple[dict, Path | None]:
+    """The run :func:`remove_run` would remove and the folder it would delete with it (None: none,
+    or a folder that holds another store's run, which is kept).
+
+    Raises:
+        UserError: no such run, or a run whose job is alive (pending or running: cancel it first).
+    """
+    from scalectl.launch.base import ACTIVE
+    from scalectl.launch.registry import refresh
+
+    info = store.get_run(ref)
+    if info["status"] in ACTIVE and info.get("source") != "import":
+        info = refresh(store, info)
+    if info["status"] in ACTIVE - {"created"}:
+        raise UserError(f"run {info['name']} is {info['status']}; cancel it first (scalectl cancel {info['name']})")
+    folder = Path(info["run_dir"]) if info.get("run_dir") else None
+    if folder is not None:
+        held = folder_run(folder)
+        mine = held is not None and held.get("run_id") == info["id"] and \
+            Path(str(held.get("db"))).resolve() == Path(store.path).resolve()
+        if not mine and (held is not None or not folder.exists()):
+            folder = None                       # another store's run, or nothing there
+    return info, folder
+
+
+def remove_run(store, ref) -> Removed:
+    """Remove a run: its row, its points, series, fits and journal offsets, and its run folder
+    (checkpoints, logs) when the folder is this run's.  The folder is moved aside first and
+    deleted once the rows are gone, so a failure leaves both as they were.
+
+    Raises:
+        UserError: as :func:`removal`; a read-only store (nothing removed).
+    """
+    import os
+    import shutil
+
+    info, folder = removal(store, ref)
+    if store.readonly:
+        raise UserError(f"{store.path}: the store is read-only (its file or folder cannot be written); nothing removed")
+    aside = None
+    if folder is not None:
+        aside = folder.with_name(f".removed-{folder.name}-{os.getpid()}")
+        os.replace(folder, aside)
+    try:
+        rows = store.delete_run(info["id"])
+    except BaseException:
+        if aside is not None:
+            os.replace(aside, folder)
+        raise
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+    return Removed(info, rows, folder)
+
+
+def failed_at_start(store, run: dict) -> bool:
+    """Whether a run failed before it trained anything: status ``failed``, no evaluation point,
+    no checkpoint in its folder (its name is then free for the next run: :func:`start`).  Checkpoint
+    folders are found by name (``checkpoints/step-*/state.pt``, :mod:`scalectl.rl.checkpoint`),
+    without importing torch."""
+    if run["status"] != "failed" or run.get("source") == "import" or store.points(run["id"]):
+        return False
+    return not run.get("run_dir") or not any((Path(run["run_dir"]) / "checkpoints").glob("*step-*/state.pt"))
+
+
+def _free_failed_name(store, name: str, log: Callable[[str], None]) -> None:
+    """Remove the run ``name`` when it failed at start (:func:`failed_at_start`), saying so."""
+    found = [r for r in store.find_runs(name_prefix=name) if r["name"] == name]
+    if found and failed_at_start(store, found[0]):
+        error = (found[0].get("error") or "").strip().splitlines()
+        remove_run(store, found[0]["id"])
+        log(f"note: run {name} failed at start ({error[-1] if error else 'no error recorded'}); "
+            "it is removed and its name taken again")
+
+
 def submit(store, runs: list, kind: str, *, array: bool = False) -> list:
     """Hand runs already in the store to the launcher named ``kind`` and record their jobs.
 
@@ -387,25 +471,54 @@ def _check_layout(recipe, kind: str, describe: bool, log: Callable[[str], None])
 
 def _prepare(recipe_file, setup, overrides: Sequence[str], launcher: str | None, describe: bool,
              log: Callable[[str], None]):
-    """Load the recipe (with its setup and ``--set`` overrides), check its trackers' libraries
-    and its layout, and log its plan: (recipe, launcher name, layout).  Each value that
+    """Load the recipe (with its setup and ``--set`` overrides), check what its model and data
+    name (:func:`scalectl.recipe.load.check_sources`, :func:`scalectl.job.preflight.check_inputs`:
+    the tokenizer, the first rows of the prompt set, keys without effect), its trackers'
+    libraries and its layout, and log its plan: (recipe, launcher name, layout).  Each value that
     replaced another layer's explicit one is logged as ``override: ...``
     (:mod:`scalectl.recipe.layers`), each companion a change of loss type reset as ``taken: ...``."""
+    from scalectl.job.preflight import check_inputs
     from scalectl.job.trackers import check_installed
     from scalectl.recipe.load import find_default_setup, load
 
     check_launcher(launcher)
     setup_path = setup or find_default_setup(recipe_file)
+    origins: dict[str, str] = {}
     notes: list[str] = []
     overridden: list = []
-    recipe = load(recipe_file, setup_path, list(overrides), notes=notes, overridden=overridden)
+    recipe = load(recipe_file, setup_path, list(overrides), notes=notes, overridden=overridden, origins=origins)
     for line in [*(f"override: {o}" for o in overridden), *(f"taken: {n}" for n in notes)]:
         log(line)
     check_installed(recipe.logging)
     kind = launcher or recipe.launcher.type
     for line in plan_lines(recipe, setup_path, kind):
         log(line)
+    inputs = check_inputs(recipe, origins)
+    inputs.problems[:0] = _source_problems(recipe, origins, str(recipe_file), kind, describe, log)
+    for line in inputs.lines if describe else ():
+        log(line)
+    for warning in inputs.warnings:
+        log(f"warning: {warning}")
+    inputs.raise_problems()
     return recipe, kind, _check_layout(recipe, kind, describe, log)
+
+
+def _source_problems(recipe, origins: dict[str, str], label: str, kind: str, describe: bool,
+                     log: Callable[[str], None]) -> list[str]:
+    """What :func:`scalectl.recipe.load.check_sources` finds wrong with ``model.path`` and
+    ``data.source``, each led by the file (or ``--set``) that set the key.  A path that is not
+    on this machine is only warned about in a dry run or for a launcher that runs elsewhere
+    (Slurm: the job looks for it where it runs); anything else is a problem."""
+    from scalectl.recipe.load import check_sources
+
+    problems = []
+    for key, message in check_sources(recipe):
+        where = origins.get(key, label)
+        if "no such " in message and (describe or kind != "local"):
+            log(f"warning: {where}: {message} here (the job looks for it where it runs)")
+        else:
+            problems.append(f"{where}: {message}")
+    return problems
 
 
 def dry_run(recipe_file, *, setup=None, overrides: Sequence[str] = (), name: str | None = None,
@@ -489,17 +602,21 @@ def start(stores: Stores, recipe_file, *, setup=None, overrides: Sequence[str] =
         checkpoint: :data:`STOPPED`; an error marks it failed: :data:`FAILED`).
 
     Raises:
-        UserError: an unknown launcher, a recipe that does not load, a tracker library
-            missing, a layout the job would refuse, a name taken or unsafe, a run folder
-            that cannot be written (nothing is then stored).
+        UserError: an unknown launcher, a recipe that does not load, a model or prompt set
+            the job would refuse at start (:func:`scalectl.job.preflight.check_inputs`), a
+            tracker library missing, a layout the job would refuse, a name taken or unsafe, a
+            run folder that cannot be written (nothing is then stored).  A run of the name
+            that failed at start (:func:`failed_at_start`) does not hold it: it is removed.
     """
     from scalectl.launch.base import RunSpec
 
     recipe, kind, _ = _prepare(recipe_file, setup, overrides, launcher, False, log)
     with stores(create=True) as store:
+        base = check_name(name) if name else check_name(f"{recipe.name}-s{recipe.seed}",
+                                                          "run name (from the recipe's name)")
+        _free_failed_name(store, base, log)
         _note_same_run(store, recipe, log)
-        run_name = check_name(name) if name else check_name(
-            unique_name(store, f"{recipe.name}-s{recipe.seed}", runs_dir), "run name (from the recipe's name)")
+        run_name = base if name else unique_name(store, base, runs_dir)
         run_id, run_dir = create_run(store, recipe, run_name, runs_dir, launcher=kind)
     log(f"run {run_name} (id {run_id}), folder {run_dir}")
     return _hand_on(stores, RunSpec(run_id, run_name, run_dir, recipe), kind, detach, reporter)

@@ -465,7 +465,7 @@ def find_default_setup(recipe: str | Path) -> Path:
 
 
 #: What ``run --resume RUN --set KEY=VALUE`` may change: the budget (to extend a run).
-RESUME_KEYS = ("budget.steps", "budget.gpu_hours")
+RESUME_KEYS = ("budget.steps", "budget.gpu_hours", "budget.no_signal_steps")
 
 
 def resumed_recipe(recipe: Recipe, overrides: list[str] | tuple[str, ...]) -> Recipe:

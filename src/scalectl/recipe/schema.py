@@ -594,6 +594,10 @@ class Budget(_Section):
     gpu_hours: float | None = Field(default=None, gt=0, le=GPU_HOURS_MAX, description=(
         "GPU-hours (devices x wall-clock hours) after which the run stops. Unset: budget.steps "
         "alone decides."))
+    no_signal_steps: int = Field(default=10, ge=0, le=STEPS_MAX, description=(
+        "Steps without learning signal at the start of a run after which it stops (0: never). A step has "
+        "none when every group's completions got one reward, so every advantage and the gradient are 0; the "
+        "run saves a checkpoint and says why and what to try (scalectl.rl.loop). Not part of the content hash."))
 
     @model_validator(mode="after")
     def _some_budget(self) -> "Budget":
@@ -649,10 +653,11 @@ HASH_NEUTRAL = {("model", "think_tags"): False, ("hardware", "gpus_per_generator
                 ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
                 ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0}
 #: Keys that change speed, memory or where work runs, never what is trained or measured (or
-#: that only describe the checkpoint for the dry run): excluded from the content hash.
+#: that only describe the checkpoint for the dry run, or stop a run that has no learning
+#: signal): excluded from the content hash.
 SPEED_ONLY_KEYS = (("hardware", "threads"), ("hardware", "compile"), ("hardware", "gpu_memory_utilization"),
-                   ("hardware", "max_num_seqs"), ("hardware", "evaluation"), ("hardware", "gradient_checkpointing"), ("eval", "background"),
-                   ("model", "config"))
+                   ("hardware", "max_num_seqs"), ("hardware", "evaluation"), ("hardware", "gradient_checkpointing"),
+                   ("eval", "background"), ("model", "config"), ("budget", "no_signal_steps"))
 
 
 class Recipe(_Section):

@@ -17,11 +17,38 @@ from pathlib import Path
 
 import torch
 
+from scalectl.errors import UserError
 from scalectl.rl.accounting import ComputeMeter
 from scalectl.rl.checkpoint import latest_checkpoint, load_checkpoint, save_checkpoint
 from scalectl.rl.batches.filters import PromptHistory, PromptSampler, pool_warning
 from scalectl.rl.policy.model import pad_token_id
 from scalectl.rl.rollout.sampling import SamplingParams
+
+
+class NoLearningSignal(UserError):
+    """The first ``budget.no_signal_steps`` steps of a run had no learning signal (:func:`without_signal`)."""
+
+
+def without_signal(metrics: dict) -> bool:
+    """Whether a step's metrics show no learning signal: every group's completions got one reward
+    (``zero_variance_share`` 1, so every advantage is 0) and no gradient (``grad_norm`` 0, or no
+    step taken: every group filtered)."""
+    return metrics.get("zero_variance_share", 0.0) >= 1.0 and not metrics.get("grad_norm")
+
+
+def no_signal_message(recipe, name: str, steps: list[dict]) -> str:
+    """Why a run stops for want of a learning signal, and what to try (``steps``: the metrics of
+    the steps without one)."""
+    reward = sum(m.get("reward", 0.0) for m in steps) / len(steps)
+    truncated = sum(m.get("truncation_rate", 0.0) for m in steps) / len(steps)
+    G = recipe.batch.generations_per_prompt
+    return (f"no learning signal in the first {len(steps)} steps: in each, every group's {G} completions got one "
+            f"reward (mean reward {reward:.2f}, truncation rate {truncated:.2f}), so every advantage and the "
+            "gradient norm were 0 and the policy cannot learn from its rollouts. Try a model that solves some "
+            "prompts already (warm-start it by a supervised stage: docs/real-data.md, 'Your own model'), easier "
+            "prompts, more completions per prompt (batch.generations_per_prompt), a larger length.max_new_tokens "
+            "when completions are cut, or a reward with partial credit. A checkpoint is saved: `scalectl run "
+            f"--resume {name} --set budget.no_signal_steps=0` trains on regardless.")
 
 
 class Reporter:
@@ -286,6 +313,7 @@ class _Run:
     reporter: Reporter
     boundary: dict | None = None    # while a step is under way: the state saved if it is interrupted
     warned_pool: bool = False       # the warning of a training pool emptied by retirement: once per process
+    quiet: list | None = None       # the metrics of the first steps without a learning signal (None: not checked)
 
     def done(self) -> bool:
         return budget_spent(self.recipe.budget, self.state)
@@ -357,6 +385,22 @@ class _Run:
         if step % self.recipe.checkpoint.every_steps == 0 or self.done():   # done: a raised budget continues here
             self.checkpoint()
 
+    def check_signal(self, metrics: dict) -> None:
+        """Stop (after a checkpoint) when the run's first ``budget.no_signal_steps`` steps all lacked a
+        learning signal (:func:`without_signal`); a step with one ends the check, and so does the end
+        of the budget (a run of no more steps completes)."""
+        if self.quiet is None or self.done():
+            return
+        if not without_signal(metrics):
+            self.quiet = None
+            return
+        self.quiet.append(metrics)
+        if len(self.quiet) >= self.recipe.budget.no_signal_steps:
+            message = no_signal_message(self.recipe, Path(self.run_dir).name, self.quiet)
+            self.deliver(self.evals.wait())
+            self.checkpoint()
+            raise NoLearningSignal(message)
+
     def interrupted(self) -> None:
         """Save a checkpoint as of the last step taken (a background evaluation's point is not lost)."""
         self.reporter.log(f"interrupted at step {self.state.step}: saving a checkpoint")
@@ -375,7 +419,9 @@ def train(recipe, policy: Policy, state: LoopState, source, *, schedule, run_dir
     engine to the new version and tells the source.  Every ``eval.every_steps`` steps,
     at the end, and at the start when the point is missing, the held-out prompts are
     evaluated and the point goes to ``sink``; every ``checkpoint.every_steps`` steps
-    (and when interrupted) a checkpoint is saved.
+    (and when interrupted) a checkpoint is saved.  A run started at step 0 whose first
+    ``budget.no_signal_steps`` steps all lack a learning signal (:func:`without_signal`) stops
+    after a checkpoint, saying why and what to try.
 
     Args:
         recipe: the validated :class:`~scalectl.recipe.schema.Recipe`.
@@ -398,11 +444,13 @@ def train(recipe, policy: Policy, state: LoopState, source, *, schedule, run_dir
 
     Raises:
         KeyboardInterrupt: after saving a checkpoint, when interrupted.
+        NoLearningSignal: after saving a checkpoint, when the first steps had no learning signal.
     """
     hw = recipe.hardware
     evals = evaluations or evaluations_for(recipe, policy, eval_problems,
                                            schedule.in_processes(hw.generators, hw.trainers))
-    run = _Run(recipe, policy, state, source, run_dir, evals, sink, reporter)
+    run = _Run(recipe, policy, state, source, run_dir, evals, sink, reporter,
+               quiet=[] if state.step == 0 and recipe.budget.no_signal_steps else None)
     reporter.start(recipe.budget.steps, state.step)
     try:
         if eval_due_on_start(recipe, state):
@@ -410,8 +458,10 @@ def train(recipe, policy: Policy, state: LoopState, source, *, schedule, run_dir
         while not run.done():
             if stop is not None and stop.is_set():
                 raise KeyboardInterrupt
-            run.record(run.take_step())
+            metrics = run.take_step()
+            run.record(metrics)
             run.when_due()
+            run.check_signal(metrics)
     except KeyboardInterrupt:
         run.interrupted()
         raise

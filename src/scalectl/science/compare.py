@@ -221,6 +221,9 @@ def _verdict(name: str, cur: RunCurve, base: RunCurve, base_name: str, margin: f
         beyond = (f": dA is beyond the margin, but its interval reaches within +-{claim:.3f} (half the "
                   "margin)") if abs(d) >= margin else ""
         return UNDECIDED, f"{iv} straddles the margin {margin:.3f}{beyond}", {}
+    if run.axis != ref.axis:
+        return SPEED_UNDECIDED, (f"{iv} within margin {margin:.3f}; speed not compared: {name} is fitted on "
+                                 f"{run.axis}, {base_name} on {ref.axis}"), {}
     ratio, (r_lo, r_hi) = speed_ratio(cur, base, level=ref.level)
     if ratio <= 1 / SPEED_MARGIN and r_hi < 1:
         verdict = FASTER
@@ -249,7 +252,9 @@ def compare(runs: Mapping[str, RunCurve], baseline: str | None = None, margin: f
     runs: name -> :class:`RunCurve` (points and fit; the points are needed for the
     shared-A refit of the tie rule).  baseline: a key of ``runs`` (default: the
     first).  margin: the noise margin on A (paper: 0.02).  Flags runs on
-    different hardware classes or compute axes (their compute is not comparable).
+    different hardware classes or compute axes (their compute is not comparable; ceilings
+    are, so a run on another axis than the baseline's is judged on A alone, and a tie on A
+    is "speed undecided").
     A run whose ceiling is not identified, or whose pass rate falls after a peak
     (``late_decline``: the sigmoid does not describe it, docs/method.md, section 7), is
     undecided against the baseline, and so is every run against such a baseline.
@@ -271,8 +276,8 @@ def compare(runs: Mapping[str, RunCurve], baseline: str | None = None, margin: f
                                             "their GPU-hours are not comparable"))
     axes = sorted({c.fit.axis for c in runs.values()})
     if len(axes) > 1:
-        flags.append(Flag("mixed_axis", f"fits on different compute axes ({', '.join(axes)}): "
-                                        "refit them on one axis"))
+        flags.append(Flag("mixed_axis", f"fits on different compute axes ({', '.join(axes)}): ceilings A "
+                                        "compare, B and C_mid do not; refit them on one axis to compare speed"))
     rows = []
     for name, cur in runs.items():
         f = cur.fit

@@ -2,6 +2,12 @@
 fitted with :func:`scalectl.curve.fit_sigmoid` and cached in the ``fits`` table
 (recomputed only when the run's points change).  Used by ``scalectl fit``,
 ``compare``, ``extrapolate`` and the ablation report alike.
+
+The points are the run's validation points, or those of one of its evaluation series
+(``scalectl evaluate``: :attr:`FitOptions.series`).  A run without values on the axis asked
+for (``--axis``, else its recipe's ``fit.axis``, else GPU-hours), such as a run imported from a
+tracker that logged steps only, is fitted on the first axis of :data:`AXES` it has, and a
+note says so (:func:`choose_axis`): runs on different axes are each fitted on what they have.
 """
 
 from __future__ import annotations
@@ -31,6 +37,8 @@ class FitOptions:
     bootstrap: int = 1000
     level: float = 0.95
     seed: int = 0
+    #: An evaluation series of the run (``scalectl evaluate``) to fit instead of its validation points.
+    series: str | None = None
 
 
 def fit_section(run: dict) -> dict:
@@ -54,19 +62,49 @@ def parse_r0(value: str) -> str | float:
                         "in [0, 1]") from None
 
 
-def load_points(store, run: dict, axis: str, log=_stderr) -> tuple:
-    """(compute, pass_rate, truncation_rate) of a run on ``axis``, each (n,) in step order;
-    points without a value dropped (and counted in a line to ``log``).  Reads only those
-    columns (:meth:`scalectl.store.database.Store.point_values`): a run of 300,000 points
-    costs arrays, not a dict per point."""
+def _no_points(store, run: dict, series: str | None) -> UserError:
+    """The error of a run without points (naming the run's series when ``series`` has none)."""
+    if series is None:
+        return UserError(f"run {run['name']!r} has no evaluation points yet")
+    names = [s["series"] for s in store.series(run["id"])]
+    return UserError(f"run {run['name']!r} has no evaluation series {series!r}; its series: "
+                     f"{', '.join(names) or 'none'} (scalectl evaluate {run['name']} makes one)")
+
+
+def choose_axis(store, run: dict, opts: FitOptions, log=_stderr) -> str:
+    """The axis a run is fitted on: the one asked for (:func:`resolve_axis`) when the run has
+    values on it, else the first axis of :data:`AXES` it has values on, said through ``log``.
+
+    Raises:
+        UserError: an unknown axis, a run without points.
+    """
+    wanted = resolve_axis(run, opts)
+    rows = store.point_values(run["id"], [*AXES, "pass_rate"], series=opts.series)
+    if not rows:
+        raise _no_points(store, run, opts.series)
+    has = [a for i, a in enumerate(AXES) if any(r[i] is not None and r[-1] is not None for r in rows)]
+    if wanted in has or not has:
+        return wanted
+    asked = "asked for by --axis" if opts.axis else "its default axis"
+    log(f"note: run {run['name']} has no {wanted} values ({asked}); fitted on {has[0]}, the axis it has")
+    return has[0]
+
+
+def load_points(store, run: dict, axis: str, log=_stderr, series: str | None = None) -> tuple:
+    """(compute, pass_rate, truncation_rate) of a run on ``axis`` (of its evaluation series
+    ``series`` when given), each (n,) in step order; points without a value dropped (and
+    counted in a line to ``log``).  Reads only those columns
+    (:meth:`scalectl.store.database.Store.point_values`): a run of 300,000 points costs arrays,
+    not a dict per point."""
     import numpy as np
 
-    rows = store.point_values(run["id"], [axis, "pass_rate", "truncation_rate"])
+    rows = store.point_values(run["id"], [axis, "pass_rate", "truncation_rate"], series=series)
     if not rows:
-        raise UserError(f"run {run['name']!r} has no evaluation points yet")
+        raise _no_points(store, run, series)
     have = [r for r in rows if r[0] is not None and r[1] is not None]
     if not have:
-        filled = [a for a in AXES if any(v is not None for (v,) in store.point_values(run["id"], [a]))]
+        filled = [a for a in AXES
+                  if any(v is not None for (v,) in store.point_values(run["id"], [a], series=series))]
         raise UserError(f"run {run['name']!r} has no {axis!r} values; axes with values: "
                         f"{', '.join(filled) or 'none'} (choose one with --axis)")
     if len(have) < len(rows):
@@ -75,14 +113,14 @@ def load_points(store, run: dict, axis: str, log=_stderr) -> tuple:
     return values[:, 0], values[:, 1], values[:, 2]
 
 
-def r0_standard_error(store, run: dict, axis: str) -> float | None:
+def r0_standard_error(store, run: dict, axis: str, series: str | None = None) -> float | None:
     """Standard error of the run's evaluation at compute 0 (from its per-prompt correct
     counts), or None when there is none or it did not store them."""
     import json
 
     from scalectl.curve import evaluation_standard_error
 
-    zero = store.point_values(run["id"], ["correct_counts", "samples_per_prompt"], zero=axis)
+    zero = store.point_values(run["id"], ["correct_counts", "samples_per_prompt"], zero=axis, series=series)
     ses = [evaluation_standard_error(json.loads(c), k or 0) for c, k in zero if c]
     ses = [s for s in ses if s is not None]
     return None if not ses else (sum(s * s for s in ses) / len(ses)) ** 0.5   # per evaluation
@@ -136,8 +174,10 @@ def thin(x, y, truncation, min_compute: float, log=None, name: str = "") -> tupl
     return (*(np.concatenate(k) for k in zip(*parts)), note)
 
 
-def fit_run(store, run: dict, opts: FitOptions, refit: bool = False) -> tuple[Any, bool, str]:
-    """Fit a stored run (or reuse its stored fit when its points are unchanged).
+def fit_run(store, run: dict, opts: FitOptions, refit: bool = False, log=_stderr) -> tuple[Any, bool, str]:
+    """Fit a stored run (or reuse its stored fit when its points are unchanged): its validation
+    points, or its evaluation series ``opts.series``, on the axis :func:`choose_axis` picks
+    (a note through ``log`` when the run lacks the one asked for).
 
     Returns (:class:`scalectl.science.compare.RunCurve`, cached, key).  Raises UserError on
     input that cannot be fitted, naming the run.
@@ -150,17 +190,18 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False) -> tuple[An
 
     if opts.method not in ("vp", "grid"):
         raise UserError(f"--method {opts.method!r} is not one of: vp, grid")
-    axis = resolve_axis(run, opts)
-    x, y, trunc = load_points(store, run, axis)
+    axis = choose_axis(store, run, opts, log)
+    x, y, trunc = load_points(store, run, axis, log, opts.series)
     section = fit_section(run)
     min_c = fit_window(section, axis, x, opts.min_compute)
     threshold = float(section.get("truncation_threshold", TRUNCATION_THRESHOLD))
     order = np.argsort(x, kind="stable")
-    fx, fy, ft, binned = thin(x[order], y[order], trunc[order], min_c, name=run["name"])
+    fx, fy, ft, binned = thin(x[order], y[order], trunc[order], min_c, log=log, name=run["name"])
     key = (f"{axis}/{opts.method}/min={min_c:g}/r0={opts.r0}/boot={opts.bootstrap}"
            f"/level={opts.level:g}/seed={opts.seed}/trunc={threshold:g}"
+           + ("" if opts.series is None else f"/series={opts.series}")
            + (f"/bins={MAX_FIT_POINTS}" if binned else ""))
-    digest = store.points_digest(run["id"])
+    digest = store.points_digest(run["id"], opts.series)
     hardware = run.get("hardware") or None
     stored = None if refit else store.get_fit(run["id"], key)
     if stored is not None and stored[1] == digest:
@@ -169,9 +210,10 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False) -> tuple[An
         fit = fit_sigmoid(fx, fy, min_compute=min_c, r0=parse_r0(opts.r0), method=opts.method, axis=axis,
                           bootstrap=opts.bootstrap, level=opts.level, seed=opts.seed,
                           truncation=ft, truncation_threshold=threshold,
-                          r0_se=r0_standard_error(store, run, axis))
+                          r0_se=r0_standard_error(store, run, axis, opts.series))
     except (FitError, ValueError) as exc:
-        raise UserError(f"run {run['name']!r}: {exc}") from None
+        of = "" if opts.series is None else f" (series {opts.series})"
+        raise UserError(f"run {run['name']!r}{of}: {exc}") from None
     store.save_fit(run["id"], key, fit.to_dict(), digest)
     return RunCurve(x, y, fit, hardware), False, key
 

@@ -40,6 +40,11 @@ Tables (schema version :data:`SCHEMA_VERSION`, migrations in :data:`MIGRATIONS`)
 * ``journal_offsets`` (version 3): run_id, file (a journal file's name in the run's
   ``journal/`` folder), offset (bytes taken in so far): how far each run journal has been
   ingested (:mod:`scalectl.store.journal`).
+* ``series_points`` (version 4): evaluations of a run's checkpoints taken after the fact
+  (``scalectl evaluate``), one row per (run, series, step): the ``eval_points`` columns, the
+  series' name, its ``source`` (the prompt set: a file, or the run's own held-out split) and
+  ``prompts`` (how many it held).  A store of an older version gains the table, empty, when
+  a command that writes opens it; nothing else changes.
 """
 
 from __future__ import annotations
@@ -61,12 +66,15 @@ from scalectl.points import POINT_FIELDS, EvalPoint
 if TYPE_CHECKING:
     import sqlite_utils
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 DEFAULT_DB = "scalectl.db"
 RUN_STATES = ("created", "pending", "running", "completed", "failed", "cancelled", "timed_out")
 
 #: The ``eval_points`` columns: the fields of :class:`scalectl.points.EvalPoint`, its run and the time.
 EVAL_POINT_COLUMNS: dict[str, type] = {"run_id": int, **POINT_FIELDS, "time": str}
+#: The ``series_points`` columns: a point's, with the series it belongs to, its prompt set and size.
+SERIES_POINT_COLUMNS: dict[str, type] = {"run_id": int, "series": str, "source": str, "prompts": int,
+                                         **POINT_FIELDS, "time": str}
 
 
 def _now() -> str:
@@ -112,10 +120,17 @@ def _migrate_3(db: "sqlite_utils.Database") -> None:
                                  foreign_keys=[("run_id", "runs", "id")])
 
 
+def _migrate_4(db: "sqlite_utils.Database") -> None:
+    db["series_points"].create(SERIES_POINT_COLUMNS, pk=("run_id", "series", "step"),
+                               foreign_keys=[("run_id", "runs", "id")])
+
+
 #: Migration i+1 brings a store from schema version i to i+1.
-MIGRATIONS = [_migrate_1, _migrate_2, _migrate_3]
+MIGRATIONS = [_migrate_1, _migrate_2, _migrate_3, _migrate_4]
 #: The tables a scalectl store holds (another program's SQLite file holds others).
-TABLES = frozenset({"runs", "eval_points", "fits", "ablation_stages", "journal_offsets"})
+TABLES = frozenset({"runs", "eval_points", "fits", "ablation_stages", "journal_offsets", "series_points"})
+#: The tables whose rows belong to one run (``run_id``): what :meth:`Store.delete_run` removes with it.
+RUN_TABLES = ("eval_points", "series_points", "fits", "journal_offsets")
 
 _READONLY = ("SQLITE_READONLY", "SQLITE_CANTOPEN", "SQLITE_PERM", "SQLITE_AUTH")
 _DAMAGED = ("SQLITE_CORRUPT",)
@@ -299,6 +314,8 @@ class Store:
                             f"scalectl understands ({SCHEMA_VERSION}); upgrade scalectl")
         if version == SCHEMA_VERSION:
             return
+        if self.readonly and version > 0:
+            return                 # an older store that cannot be written: read as it is (no series)
         if self.readonly:
             raise UserError(f"{self.path}: the store is read-only and empty (its file or folder "
                             "cannot be written)")
@@ -408,6 +425,26 @@ class Store:
         return [_decode_run(r) for r in self._rows(sql)]
 
     @_user_errors
+    def delete_run(self, run_id: int) -> dict[str, int]:
+        """Remove a run and every row that belongs to it (:data:`RUN_TABLES`), in one transaction.
+
+        Returns:
+            Rows removed, by table (``runs``: 1).
+
+        Raises:
+            UserError: no such run, a read-only or damaged store.
+        """
+        self.get_run(run_id)
+        removed = {}
+        with self.transaction():
+            for table in RUN_TABLES:
+                if table == "series_points" and not self._has_series():
+                    continue
+                removed[table] = self.conn.execute(f"DELETE FROM {table} WHERE run_id = ?", [run_id]).rowcount
+            removed["runs"] = self.conn.execute("DELETE FROM runs WHERE id = ?", [run_id]).rowcount
+        return removed
+
+    @_user_errors
     def update_run(self, run_id: int, **fields: Any) -> None:
         """Set fields of a run (``status`` must be one of :data:`RUN_STATES`).
 
@@ -461,22 +498,39 @@ class Store:
             self.conn.executemany(_INSERT_POINT, rows)
         return len(rows)
 
+    def _has_series(self) -> bool:
+        """Whether the file holds ``series_points`` (a read-only store of version 3 does not)."""
+        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND "
+                                 "name = 'series_points'").fetchone() is not None
+
+    def _point_rows(self, run_id: int, series: str | None) -> list[dict]:
+        if series is None:
+            return self._rows("SELECT * FROM eval_points WHERE run_id = ? ORDER BY step", [run_id])
+        if not self._has_series():
+            return []
+        return self._rows("SELECT * FROM series_points WHERE run_id = ? AND series = ? ORDER BY step",
+                          [run_id, series])
+
     @_user_errors
-    def points(self, run_id: int) -> list[dict]:
-        """A run's points ordered by step, ``correct_counts`` decoded to a list."""
-        rows = self._rows("SELECT * FROM eval_points WHERE run_id = ? ORDER BY step", [run_id])
+    def points(self, run_id: int, series: str | None = None) -> list[dict]:
+        """A run's points ordered by step, ``correct_counts`` decoded to a list: its validation
+        points (``eval_points``), or with ``series`` the points of that evaluation series
+        (``series_points``, with their ``series``, ``source`` and ``prompts``)."""
         out = []
-        for r in rows:
+        for r in self._point_rows(run_id, series):
             if r.get("correct_counts"):
                 r["correct_counts"] = json.loads(r["correct_counts"])
             out.append(r)
         return out
 
     @_user_errors
-    def point_values(self, run_id: int, columns: Sequence[str], *, zero: str | None = None) -> list[tuple]:
+    def point_values(self, run_id: int, columns: Sequence[str], *, zero: str | None = None,
+                     series: str | None = None) -> list[tuple]:
         """The values of ``columns`` (of :data:`EVAL_POINT_COLUMNS`) of a run's points ordered by
-        step, one tuple each; with ``zero``, only the points where that column is 0.  A narrow
-        read for long runs: :meth:`points` builds a dict of every column for every point.
+        step, one tuple each: its validation points, or with ``series`` those of that evaluation
+        series (none in a store without ``series_points``); with ``zero``, only the points where
+        that column is 0.  A narrow read for long runs: :meth:`points` builds a dict of every
+        column for every point.
 
         Raises:
             ValueError: a column that is not one of :data:`EVAL_POINT_COLUMNS`.
@@ -484,19 +538,66 @@ class Store:
         bad = [c for c in (*columns, *([zero] if zero else [])) if c not in EVAL_POINT_COLUMNS]
         if bad:
             raise ValueError(f"unknown point column(s) {bad}; known: {', '.join(EVAL_POINT_COLUMNS)}")
-        where = f" AND {zero} = 0" if zero else ""
-        sql = f"SELECT {', '.join(columns)} FROM eval_points WHERE run_id = ?{where} ORDER BY step"
-        return self.conn.execute(sql, (run_id,)).fetchall()
+        if series is not None and not self._has_series():
+            return []
+        table, args = ("eval_points", [run_id]) if series is None else ("series_points", [run_id, series])
+        where = (" AND series = ?" if series is not None else "") + (f" AND {zero} = 0" if zero else "")
+        sql = f"SELECT {', '.join(columns)} FROM {table} WHERE run_id = ?{where} ORDER BY step"
+        return self.conn.execute(sql, args).fetchall()
 
     @_user_errors
-    def points_digest(self, run_id: int) -> str:
-        """A digest of a run's points: changes whenever any point changes.  The column names,
-        then every column of every point in step order as JSON, in blocks of 10,000 points."""
-        cur = self.conn.execute("SELECT * FROM eval_points WHERE run_id = ? ORDER BY step", (run_id,))
+    def points_digest(self, run_id: int, series: str | None = None) -> str:
+        """A digest of a run's points (or of one evaluation series' points): changes whenever any
+        point changes.  The column names, then every column of every point in step order as
+        JSON, in blocks of 10,000 points."""
+        if series is not None and not self._has_series():
+            return hashlib.sha256(b"no series").hexdigest()[:16]
+        if series is None:
+            cur = self.conn.execute("SELECT * FROM eval_points WHERE run_id = ? ORDER BY step", (run_id,))
+        else:
+            cur = self.conn.execute("SELECT * FROM series_points WHERE run_id = ? AND series = ? ORDER BY step",
+                                    (run_id, series))
         h = hashlib.sha256(json.dumps([d[0] for d in cur.description]).encode())
         while rows := cur.fetchmany(10_000):       # blocks of points: memory bounded for any run
             h.update(json.dumps(rows, default=str, separators=(",", ":")).encode())
         return h.hexdigest()[:16]
+
+    @_user_errors
+    def add_series_points(self, run_id: int, series: str, source: str, prompts: int,
+                          points: Iterable[EvalPoint | dict]) -> int:
+        """Store points of the evaluation series ``series`` of a run in one transaction (all or
+        none); a point for an existing (run, series, step) replaces it.  Returns how many.
+
+        Args:
+            source: the prompt set the series evaluates (a file's path, or the run's held-out split).
+            prompts: how many prompts it held.
+
+        Raises:
+            ValueError: as :meth:`add_point`, an empty series name, before anything is written.
+            UserError: no such run.
+        """
+        if not series:
+            raise ValueError("an evaluation series needs a name")
+        self.get_run(run_id)
+        now = _now()
+        rows = []
+        for p in points:
+            row = _point_row(run_id, p, now) | {"series": series, "source": source, "prompts": int(prompts)}
+            rows.append(tuple(map(row.get, SERIES_POINT_COLUMNS)))
+        with self.transaction():
+            self.conn.executemany(_INSERT_SERIES_POINT, rows)
+        return len(rows)
+
+    @_user_errors
+    def series(self, run_id: int) -> list[dict]:
+        """A run's evaluation series: name, source, prompts, samples_per_prompt (of the last
+        point), points (how many) and steps (first and last), by name."""
+        if not self._has_series():
+            return []
+        return self._rows(
+            "SELECT series, source, prompts, MAX(samples_per_prompt) AS samples_per_prompt, COUNT(*) AS points, "
+            "MIN(step) AS first_step, MAX(step) AS last_step FROM series_points WHERE run_id = ? "
+            "GROUP BY series ORDER BY series", [run_id])
 
     # ------------------------------------------------------------------ fits
     @_user_errors
@@ -561,6 +662,8 @@ class Store:
 
 _INSERT_POINT = (f"INSERT OR REPLACE INTO eval_points ({', '.join(EVAL_POINT_COLUMNS)}) "
                  f"VALUES ({', '.join('?' * len(EVAL_POINT_COLUMNS))})")
+_INSERT_SERIES_POINT = (f"INSERT OR REPLACE INTO series_points ({', '.join(SERIES_POINT_COLUMNS)}) "
+                        f"VALUES ({', '.join('?' * len(SERIES_POINT_COLUMNS))})")
 
 class _Transaction:
     def __init__(self, store: Store):

@@ -390,7 +390,11 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
     if not keep:
         raise UserError(f"data.source = {source!r}: no usable prompt ({len(records)} rows, "
                         f"{duplicates} duplicates, {too_long} longer than length.max_prompt_tokens)")
-    train_pos, held_pos = split_indices(len(keep), held_out, seed)
+    try:
+        train_pos, held_pos = split_indices(len(keep), held_out, seed)
+    except UserError as exc:          # say what the rows lost on the way: duplicates, prompts too long
+        raise UserError(f"data.source = {source!r}: {exc} ({len(records)} rows, {duplicates} duplicates, "
+                        f"{too_long} longer than length.max_prompt_tokens = {max_prompt_tokens} dropped)") from None
     if train_size is not None:
         train_pos = train_pos[:train_size]
 
