@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 RECIPE ?= scalerl
 ARGS   ?=
 
-.PHONY: install test test-slow test-vllm run bench clean
+.PHONY: install test test-slow test-vllm run study bench clean
 
 install: $(STAMP)
 
@@ -50,6 +50,12 @@ test-vllm: $(VLLM_STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/scalectl run $(RECIPE) $(ARGS)
+
+# The study (docs/study.md): ScaleRL on 3 seeds measures the setup's margin, then the
+# published recipes are judged against ScaleRL with it; run again to resume.
+# Another setup or budget: make study ARGS='--setup simulated --budget-steps 500'
+study: $(STAMP)
+	$(PY) scripts/study.py $(ARGS)
 
 # Every benchmarks/bench_*.py; each figure is printed against its target, and the
 # table of all of them (benchmarks/README.md) is printed at the end.
