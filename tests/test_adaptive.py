@@ -261,6 +261,7 @@ def test_stages_table_migration_and_round_trip(tmp_path):
 # ----------------------------------------------------------------------------- the loop, in-process
 
 
+@pytest.mark.slow
 def test_loop_on_two_hundred_simulated_variants():
     """200 variants, ceilings -0.08..+0.08 from the base's but none within 0.01 of the
     margin's edge (+-0.02), where no finite budget decides: no wrong higher/lower,

@@ -85,7 +85,7 @@ def test_two_trainers_give_the_one_trainer_gradient(tmp_path):
 
 
 
-@pytest.mark.parametrize("stage", [pytest.param(2, marks=pytest.mark.slow), 3])   # ZeRO-2: make test-slow
+@pytest.mark.parametrize("stage", [pytest.param(2, marks=pytest.mark.slow), pytest.param(3, marks=pytest.mark.slow)])
 def test_ranks_with_different_micro_batch_counts_give_the_one_trainer_gradient(tmp_path, stage):
     """ZeRO-2 reduces and ZeRO-3 gathers and reduces at every micro-batch, so two ranks must
     run as many micro-batches as each other: here one rank's share loses its all-wrong group

@@ -122,6 +122,8 @@ def test_a_version_pushed_to_be_evaluated_is_held_until_released(tok):
     push_weights(trainer.groups["weights"], m1, 1, evaluate=True)
     assert slot.poll(wait=True) and (slot.hold, engine.version) == (1, 1)
     push_weights(trainer.groups["weights"], m2, 2)       # lands in the buffers: the generator had posted them
+    for work in slot.receiver.works:                     # the sender is done; the receives complete after it
+        work.wait()
     assert slot.receiver.ready()
     assert not slot.poll() and not slot.poll(wait=True) and engine.version == 1
     assert all(torch.equal(a, b) for a, b in zip(engine.model.state_dict().values(), m1.state_dict().values()))
@@ -164,6 +166,7 @@ def _records(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "evaluations.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_a_pipeline_evaluates_on_its_generators_each_point_from_its_version(tmp_path, policy):
     """A pipeline of 2 generator processes + 1 trainer process with hardware.evaluation =
     generators: the trainer builds no rollout engine; every evaluation point is sampled by the two

@@ -111,7 +111,7 @@ def test_bins_are_equal_counts_of_consecutive_points():
         bin_points(np.array([0.0, 1.0, 2.0]), y[:3], None, max_points=2)
 
 
-def test_a_long_stored_run_is_fitted_on_bins(tmp_path, monkeypatch):
+def test_a_long_stored_run_is_fitted_on_bins(tmp_path):
     from scalectl.science.fits import FitOptions, fit_run
     from scalectl.store.database import Store
 
@@ -122,10 +122,8 @@ def test_a_long_stored_run_is_fitted_on_bins(tmp_path, monkeypatch):
         run_id = store.create_run("long", status="completed")
         store.add_points(run_id, [{"step": i, "gpu_hours": float(a), "pass_rate": float(b)}
                                   for i, (a, b) in enumerate(zip(x, y))])
-        from scalectl.science import fits
-
-        monkeypatch.setattr(fits, "_stderr", logged.append)      # the lines the command prints
-        curve, _cached, key = fit_run(store, store.get_run("long"), FitOptions(bootstrap=200))
+        # log: where the command prints its lines
+        curve, _cached, key = fit_run(store, store.get_run("long"), FitOptions(bootstrap=200), log=logged.append)
     window = int(np.sum(x >= 1500))      # the recipe-less default window: 1,500 GPU-hours (paper A.5)
     assert curve.fit.n_points == MAX_FIT_POINTS and key.endswith(f"/bins={MAX_FIT_POINTS}")
     assert logged == [(f"run long: {window:,} points in the fit window, fitted as 2,000 bins of 2-3 consecutive "

@@ -183,6 +183,7 @@ def _detach(tmp_path, name, *extra):
     return json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_detached_run_waits_for_a_slot_then_records_its_failure(tmp_path):
     """A model folder checked at submission (scalectl.job.preflight) and gone when the slot frees:
     the job fails on it and records why."""

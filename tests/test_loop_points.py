@@ -94,7 +94,8 @@ def policy(tmp_path_factory) -> Path:
     return build_policy(tmp_path_factory.mktemp("policy"))
 
 
-@pytest.mark.parametrize("mode, background", [("sync", "off"), ("ppo_off_policy", "off"), ("sync", "on")])
+@pytest.mark.parametrize("mode, background", [pytest.param("sync", "off", marks=pytest.mark.slow),
+                                              ("ppo_off_policy", "off"), ("sync", "on")])
 def test_run_gives_the_recorded_points(policy, tmp_path, mode, background):
     """``eval.background = "on"`` evaluates each step on a copy of its weights in a thread
     while the loop trains on (scalectl.rl.evaluation.during_training): the points must be the recorded ones,
@@ -143,6 +144,7 @@ if __name__ == "__main__":
     record()
 
 
+@pytest.mark.slow
 def test_a_run_retiring_half_its_pool_is_warned(policy, tmp_path):
     """Sixteen training prompts the warm-started policy partly solves, retired at a pass rate of
     1/4: the run retires at least half of them within its 3 steps, and its log says so once, at

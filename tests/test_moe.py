@@ -62,6 +62,7 @@ def test_the_tiny_moe_is_a_checkpoint_like_any_other(moe_path, one_torch_thread)
     assert worst < 1e-5
 
 
+@pytest.mark.slow
 def test_a_tiny_moe_trains_through_the_pipeline(tmp_path, moe_path):
     """scalerl's pipeline-1 on the MoE (1 generator + 1 trainer process): DeepSpeed steps, a weight
     push after every step carrying every expert, the CPU engine sampling with them, the points in

@@ -239,6 +239,7 @@ def _steps(run_dir):
     return [json.loads(line) for line in (run_dir / "steps.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_two_generators_two_trainers_then_a_killed_trainer_fails_the_run(tmp_path, policy):
     """A pipeline of 2 generators + 2 data-parallel trainers (4 processes) trains (every step's
     all-reduces need the second trainer rank), every token is at most k versions old, and the

@@ -6,6 +6,8 @@ import json
 import tomllib
 from pathlib import Path
 
+import pytest
+
 from conftest import ROOT, run_cli
 from scalectl import presets
 from scalectl.recipe.load import load
@@ -86,6 +88,7 @@ def test_extends_a_preset_by_name_outside_the_presets_folders(tmp_path):
     assert got["async"]["mode"] == "pipeline"            # inherited from the packaged scalerl.toml
 
 
+@pytest.mark.slow
 def test_init_copies_the_presets_and_an_edited_copy_is_what_a_name_means_there(tmp_path):
     proc = run_cli("init", "work", "--json", cwd=tmp_path, check=True)
     written = [Path(p) for p in json.loads(proc.stdout)]

@@ -38,6 +38,7 @@ def _steps_logged(run_dir: Path) -> list[int]:
     return [json.loads(line)["step"] for line in (run_dir / "steps.jsonl").read_text().splitlines()]
 
 
+@pytest.mark.slow
 def test_completed_run_is_extended_only_by_a_raised_budget(tmp_path, policy):
     db, runs = tmp_path / "s.db", tmp_path / "runs"
     first = run_cli(*_args(policy, runs), "--name", "done", db=db, check=True, timeout=300)
@@ -71,6 +72,7 @@ def test_completed_run_is_extended_only_by_a_raised_budget(tmp_path, policy):
     assert job["recipe"]["budget"]["steps"] == 6
 
 
+@pytest.mark.slow
 def test_a_run_folder_trains_in_one_process_at_a_time(tmp_path, policy):
     db, runs = tmp_path / "s.db", tmp_path / "runs"
     run_cli(*_args(policy, runs, steps=2), "--name", "busy", db=db, check=True, timeout=300)
@@ -111,6 +113,7 @@ def test_a_run_whose_folder_cannot_be_written_leaves_no_row(tmp_path, policy):
     assert ok.returncode == 0, ok.stderr
 
 
+@pytest.mark.slow
 def test_a_new_store_never_takes_over_another_stores_run_folder(tmp_path):
     """A second store beside the same runs folder: `run` names its run past the folder the
     first store's run holds (it resumed that run's checkpoint and overwrote its job.json);
@@ -185,7 +188,9 @@ def test_a_run_started_and_extended_from_python(tmp_path):
     started = runs.start(stores, "grpo", setup="simulated", overrides=sets, runs_dir=folder, log=said.append)
     assert (started.outcome, started.name, started.launcher) == (runs.COMPLETED, "grpo-s0", "local")
     assert started.summary["steps"] == 4 and started.recipe.budget.steps == 4
-    assert said[0].startswith(f"recipe grpo (hash {started.recipe.content_hash}, seed 0) on setup simulated")
+    assert said[0] == "override: budget.steps = 4 from --set budget.steps overrides 100 from setups/simulated.toml"
+    assert next(line for line in said if line.startswith("recipe ")).startswith(
+        f"recipe grpo (hash {started.recipe.content_hash}, seed 0) on setup simulated")
     assert said[-1] == f"run grpo-s0 (id {started.run_id}), folder {started.run_dir}"
     with Store.open(db, create=False) as store:
         before = store.points(started.run_id)

@@ -105,8 +105,10 @@ def test_one_schedule_is_built_per_job():
     calls = sorted((path.relative_to(src).as_posix(), _name(node)) for path in (src / "scalectl").rglob("*.py")
                    for node in ast.walk(ast.parse(path.read_text()))
                    if isinstance(node, ast.Call) and _name(node) in ("schedule_for", "async_mode"))
-    assert calls == [("scalectl/job/body.py", "schedule_for"), ("scalectl/job/layout.py", "async_mode"),
-                     ("scalectl/rl/schedule/modes.py", "async_mode")]
+    assert [c for c in calls if c[1] == "schedule_for"] == [("scalectl/job/body.py", "schedule_for")]
+    # the mode's torch-free description: built by the dry run's layout checks and by the schedule itself
+    assert {path for path, name in calls if name == "async_mode"} == {"scalectl/job/layout.py",
+                                                                      "scalectl/rl/schedule/modes.py"}
 
 
 # --------------------------------------------------------------------------- the staleness check

@@ -141,6 +141,7 @@ def _latest_checkpoint(run_dir: Path) -> str:
     return pointer.read_text().strip() if pointer.exists() else ""
 
 
+@pytest.mark.slow
 def test_slurm_run_and_a_preempted_run_end_with_the_same_points(slurm, policy, submitted, tmp_path):
     """Two runs of one recipe at once: one uninterrupted; the other pre-empted twice,
     first by SIGUSR2 (what Slurm sends before a time limit or a pre-emption: submitit

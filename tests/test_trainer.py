@@ -262,6 +262,7 @@ def test_the_single_process_group_is_destroyed_before_the_interpreter_exits(tmp_
     assert out.stdout.splitlines()[-2:] == ["group made: True", "group at exit: False"]
 
 
+@pytest.mark.slow
 def test_a_cpu_trainer_names_deepspeeds_cpu_accelerator_so_it_does_not_warn():
     """DeepSpeed imported as the trainer imports it on a CPU takes its CPU accelerator without
     the "Setting accelerator to CPU" warning that every run printed; imported bare, it warns."""

@@ -87,6 +87,7 @@ def test_plan_and_its_settings_from_python(tmp_path):
         until_decided.parse_assume(["B=2"])
 
 
+@pytest.mark.slow
 def test_until_decided_end_to_end(tmp_path):
     db = tmp_path / "s.db"
     proc = run_cli("ablate", _ablation(tmp_path), "--until-decided", "--bootstrap", "100", "--poll", "0.2",
@@ -195,6 +196,7 @@ def test_until_decided_interrupted_then_resumed(tmp_path):
     assert final == {"base": "baseline", "down": "lower ceiling", "up": "higher ceiling"}
 
 
+@pytest.mark.slow
 def test_plan_from_a_stored_base_whose_ceiling_is_not_identified_says_so(tmp_path):
     """A completed base run of 60 steps reaches 0.6 x C_mid: its fit does not identify A, so the
     plan built on it carries a warning naming the run and how to extend it (and --plan prints it)."""
