@@ -85,3 +85,14 @@ def test_console_script_imports_only_the_module_of_its_command(tmp_path):
     done, loaded = modules("rnus")
     assert "Did you mean 'runs'?" in done.stderr
     assert {"runs", "run", "fit", "serve"} <= set(loaded)
+
+
+def test_a_dry_run_of_the_built_in_model_imports_neither_torch_nor_transformers(tmp_path):
+    """`run --dry-run` checks the layout and memory of the built-in tiny model from its config."""
+    code = ("import sys; from scalectl.cli import main; sys.argv = ['scalectl', 'run', 'scalerl', '--dry-run', "
+            "'--json']\ntry:\n    main()\nexcept SystemExit as exc:\n    assert not exc.code, exc.code\n"
+            "print('imported:' + ','.join(m for m in ('torch', 'transformers', 'deepspeed') if m in sys.modules), "
+            "file=sys.stderr)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, check=True)
+    assert proc.stderr.strip().splitlines()[-1] == "imported:"
+    assert '"params": 1118080' in proc.stdout

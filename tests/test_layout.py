@@ -154,3 +154,21 @@ def test_pipeline_refuses_generators_its_request_window_cannot_feed():
     fed = load(ROOT / "recipes/scalerl.toml", ROOT / "setups/tiny-cpu.toml",
                ["async.k=1", "batch.prompts_per_step=8", "hardware.generators=16"])
     assert check_layout(fed, None).problems == []
+
+
+@pytest.mark.parametrize("overrides, tied", [({}, False), ({"num_key_value_heads": 2, "head_dim": 16}, False),
+                                             ({"num_hidden_layers": 2, "intermediate_size": 96}, True)])
+def test_the_qwen2_count_from_a_config_equals_the_built_models(overrides, tied):
+    """The dry run counts the built-in model from its config, without torch: the count equals
+    the parameters of the model transformers builds from the same config (on the meta device)."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    from scalectl.rl.policy.model import build_tokenizer
+    from scalectl.rl.policy.tiny_config import TINY_CONFIG, TINY_VOCAB_SIZE, qwen2_parameter_count
+
+    assert TINY_VOCAB_SIZE == len(build_tokenizer())
+    config = {**TINY_CONFIG, "vocab_size": TINY_VOCAB_SIZE, **overrides}
+    with torch.device("meta"):
+        net = Qwen2ForCausalLM(Qwen2Config(tie_word_embeddings=tied, **config))
+    assert qwen2_parameter_count(config, tie_word_embeddings=tied) == sum(p.numel() for p in net.parameters())

@@ -25,7 +25,8 @@ It also describes the layout: the role of every task on every node
 (:func:`role_map`), where evaluation samples, the memory plans and the weight-sync
 plan (:mod:`scalectl.rl.transport.weight_sync`).  Pure functions on plain numbers and a
 :class:`scalectl.recipe.schema.Recipe`; :func:`parameter_count` alone imports
-transformers (lazily).
+transformers (lazily, for a checkpoint folder: the built-in tiny model is counted from its
+config).
 """
 
 from __future__ import annotations
@@ -230,18 +231,16 @@ def parameter_count(model) -> int | None:
     config_file = Path(path) / "config.json"
     if not path.startswith("builtin:") and not config_file.is_file():
         return int(model.params) if model.params is not None else None
+    if path.startswith("builtin:"):                   # counted from its config: no torch to import
+        from scalectl.rl.policy.tiny_config import TINY_CONFIG, TINY_VOCAB_SIZE, qwen2_parameter_count
+
+        return qwen2_parameter_count({**TINY_CONFIG, "vocab_size": TINY_VOCAB_SIZE})
     import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
 
+    json.loads(config_file.read_text())               # a readable JSON file, or the error names it
     with torch.device("meta"):
-        if path.startswith("builtin:"):
-            from scalectl.rl.policy.model import build_tiny_model
-
-            net = build_tiny_model()
-        else:
-            from transformers import AutoConfig, AutoModelForCausalLM
-
-            json.loads(config_file.read_text())       # a readable JSON file, or the error names it
-            net = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
+        net = AutoModelForCausalLM.from_config(AutoConfig.from_pretrained(path))
     return sum(p.numel() for p in net.parameters())
 
 
@@ -315,9 +314,9 @@ def model_geometry(model) -> Geometry | None:
     path = model.path
     config_file = Path(path) / "config.json"
     if path.startswith("builtin:"):
-        from scalectl.rl.policy.model import TINY_CONFIG, build_tokenizer
+        from scalectl.rl.policy.tiny_config import TINY_CONFIG, TINY_VOCAB_SIZE
 
-        config = {**TINY_CONFIG, "vocab_size": len(build_tokenizer())}
+        config = {**TINY_CONFIG, "vocab_size": TINY_VOCAB_SIZE}
     elif config_file.is_file():
         config = json.loads(config_file.read_text())
     else:

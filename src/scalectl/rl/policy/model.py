@@ -22,24 +22,7 @@ from pathlib import Path
 
 import torch
 
-#: The one multi-character token: the answer marker of the synthetic tasks.
-BOXED = "\\boxed{"
-PAD, UNK, BOS, EOS = "<pad>", "<unk>", "<s>", "</s>"
-SPECIAL_TOKENS = (PAD, UNK, BOS, EOS)
-
-#: The default tiny architecture (Qwen2).  Parameters: 4 x (4 x 128 x 128 attention
-#: + 3 x 128 x 512 MLP + biases/norms) + 2 x 261 x 128 (embedding, untied head) = 1.12 M.
-TINY_CONFIG = dict(
-    hidden_size=128,
-    intermediate_size=512,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    num_key_value_heads=4,
-    max_position_embeddings=256,
-    rope_theta=10000.0,
-    rms_norm_eps=1e-6,
-    initializer_range=0.02,
-)
+from scalectl.rl.policy.tiny_config import BOS, BOXED, EOS, PAD, SPECIAL_TOKENS, TINY_CONFIG, UNK  # noqa: F401
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
