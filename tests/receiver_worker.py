@@ -37,6 +37,7 @@ def main(rank: int, world: int, port: int, out: str) -> None:
     saved = {"first": {k: v.clone() for k, v in model.state_dict().items()},
              "first_stats": (stats.bytes, stats.buckets)}
     if rank == 0:
+        dist.barrier()                                     # the generators have sampled with version 0
         for _ in range(3):
             with torch.no_grad():                          # an optimiser step, in effect
                 for p in model.parameters():
@@ -47,7 +48,10 @@ def main(rank: int, world: int, port: int, out: str) -> None:
         receiver = WeightReceiver(tensors, src=0, group=group, bucket_bytes=256 * 1024,
                                   on_update=lambda v: engine.update_weights(None, v))
         engine.poll_weights = receiver.poll
-        versions = []
+        # one batch before the trainer sends anything: tokens of version 0, however slow this process
+        out_ = engine.generate(["1+2="], 2, SamplingParams(max_new_tokens=8), seed=0)
+        versions = [c.versions for g in out_ for c in g]
+        dist.barrier()
         while receiver.version < 3:
             out_ = engine.generate(["1+2="], 2, SamplingParams(max_new_tokens=8), seed=receiver.version)
             versions += [c.versions for g in out_ for c in g]
