@@ -22,7 +22,8 @@ from pathlib import Path
 
 import torch
 
-from scalectl.rl.policy.tiny_config import BOS, BOXED, EOS, PAD, SPECIAL_TOKENS, TINY_CONFIG, UNK  # noqa: F401
+from scalectl.rl.policy.tiny_config import (BOS, BOXED, EOS, PAD, SPECIAL_TOKENS, TINY_CONFIG,  # noqa: F401
+                                            TINY_MOE_CONFIG, UNK)
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -218,26 +219,6 @@ def build_tiny_model(seed: int = 0, vocab_size: int | None = None, **overrides):
         torch.manual_seed(seed)
         model = Qwen2ForCausalLM(config)
     return model.eval()
-
-
-#: A tiny mixture-of-experts architecture (Qwen2-MoE): 2 layers of hidden 128, 4 attention heads of
-#: 32 (the CPU build of vLLM has kernels for head sizes of 32 and up) sharing 2 KV heads, and in
-#: every layer 4 routed experts (2 per token) of intermediate size 64 beside a shared expert of 128.
-TINY_MOE_CONFIG = dict(
-    hidden_size=128,
-    intermediate_size=256,
-    moe_intermediate_size=64,
-    shared_expert_intermediate_size=128,
-    num_experts=4,
-    num_experts_per_tok=2,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    max_position_embeddings=256,
-    rope_theta=10000.0,
-    rms_norm_eps=1e-6,
-    initializer_range=0.02,
-)
 
 
 def build_tiny_moe(seed: int = 0, **overrides):

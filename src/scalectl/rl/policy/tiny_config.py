@@ -28,6 +28,22 @@ TINY_CONFIG = dict(
 )
 
 
+#: A tiny mixture-of-experts architecture (Qwen2-MoE): 2 layers of hidden 128, 4 attention heads of
+#: 32 (the CPU build of vLLM has kernels for head sizes of 32 and up) sharing 2 KV heads, and in
+#: every layer 4 routed experts (2 per token) of intermediate size 64 beside a shared expert of 128.
+#: Positions, rotary base, norm epsilon and initialisation as :data:`TINY_CONFIG`.
+TINY_MOE_CONFIG = dict(
+    TINY_CONFIG,
+    intermediate_size=256,
+    moe_intermediate_size=64,
+    shared_expert_intermediate_size=128,
+    num_experts=4,
+    num_experts_per_tok=2,
+    num_hidden_layers=2,
+    num_key_value_heads=2,
+)
+
+
 def qwen2_parameter_count(config: dict, tie_word_embeddings: bool = False) -> int:
     """Parameters of a dense Qwen2 causal LM (transformers' ``Qwen2ForCausalLM``) from its config.
 
