@@ -196,3 +196,24 @@ def test_hardware_compile_reaches_the_engine_and_leaves_the_hash_alone(model, to
     with config.patch({"cpp.cxx": ("/nonexistent/c++",)}), pytest.warns(RuntimeWarning, match="run eagerly"):
         engine = make_engine(on, model, tok)
     assert isinstance(engine._step, CompiledStep) and not engine._step.compiled
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(compiler_missing() is not None, reason="no C++ compiler for inductor")
+def test_compiled_step_compiles_one_graph_down_to_the_last_live_row(model, tok):
+    """Rows leave the decoding batch as they finish, down to a single live row: the compiled
+    step keeps one graph for every batch size (a batch of one row runs eagerly, since dynamic
+    shapes specialise a size of 1 and would compile a second graph), and the completions are
+    the eager engine's."""
+    from torch._dynamo.utils import counters
+
+    torch._dynamo.reset()
+    counters.clear()
+    params = SamplingParams(max_new_tokens=40)
+    compiled = CPURolloutEngine(model, tok, compile_step=True)
+    got = compiled.generate(PROMPTS, 3, params, seed=1)    # lengths 2 .. 25 on this model
+    lengths = sorted(len(c.token_ids) for g in got for c in g)
+    assert lengths[-1] > lengths[-2]       # the longest row decoded alone for its last steps
+    assert counters["stats"]["unique_graphs"] == 1
+    ref = CPURolloutEngine(model, tok).generate(PROMPTS, 3, params, seed=1)
+    assert [[c.token_ids for c in g] for g in got] == [[c.token_ids for c in g] for g in ref]

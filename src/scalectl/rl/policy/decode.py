@@ -197,8 +197,12 @@ class CompiledStep:
                       stacklevel=3)
         self._fn = None
 
-    def __call__(self, *args, **kwargs) -> torch.Tensor:
-        if self._fn is not None:
+    def __call__(self, model, input_ids: torch.Tensor, *args, **kwargs) -> torch.Tensor:
+        # a batch of one row runs eagerly: inductor's dynamic shapes specialise a size of 1,
+        # so the last live row of a batch would otherwise compile a second graph (seconds to
+        # minutes on a CPU) for a step that costs milliseconds
+        args = (model, input_ids, *args)
+        if self._fn is not None and input_ids.shape[0] > 1:
             try:
                 return self._fn(*args, **kwargs)
             except Exception as exc:
