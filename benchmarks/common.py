@@ -47,6 +47,29 @@ def default_max_load() -> float:
     return (os.cpu_count() or 1) + 0.5
 
 
+class CpuSteal:
+    """The share of this machine's CPU time that the hypervisor gave to other machines (steal,
+    ``/proc/stat``) between construction and :meth:`share`: a shared virtual machine can lose
+    a third of its time this way with its load average unchanged.  0 where /proc/stat is absent."""
+
+    def __init__(self):
+        self.start = self._read()
+
+    @staticmethod
+    def _read() -> tuple[int, int]:
+        try:
+            fields = [int(x) for x in Path("/proc/stat").read_text().splitlines()[0].split()[1:]]
+        except (OSError, ValueError, IndexError):
+            return 0, 0
+        return (fields[7] if len(fields) > 7 else 0), sum(fields[:8])
+
+    def share(self) -> float:
+        """Steal over all CPU time since construction, in [0, 1]."""
+        steal, total = self._read()
+        d_total = total - self.start[1]
+        return (steal - self.start[0]) / d_total if d_total > 0 else 0.0
+
+
 class Load:
     """Context manager recording the 1-minute load average before and after a block.
 
@@ -194,9 +217,13 @@ def print_table(title: str, columns: list[str], rows: list[list], left: int = 1)
     from rich.console import Console
     from rich.table import Table
 
-    table = Table(title=title)
+    from rich import box
+
+    # compact (no vertical rules) and folded, never cut: a cell too wide for the terminal
+    # wraps onto a second line instead of losing its last characters
+    table = Table(title=title, box=box.SIMPLE_HEAD, padding=(0, 1), pad_edge=False)
     for i, col in enumerate(columns):
-        table.add_column(col, justify="left" if i < left else "right")
+        table.add_column(col, justify="left" if i < left else "right", overflow="fold")
     for row in rows:
         table.add_row(*[r if isinstance(r, str) else _fmt(r) for r in row])
     Console().print(table)
