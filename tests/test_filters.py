@@ -169,24 +169,26 @@ def _dapo(rounds: int):
 
 
 @pytest.mark.parametrize("rounds", [1, 2, 4])
-def test_collect_batch_does_exactly_max_refill_rounds(rounds):
+def test_collect_batch_does_exactly_max_refill_rounds_then_trains_short(rounds):
     """11 of 16 groups kept in the first round and none in any refill: exactly ``rounds``
-    refills run (rounds 1..N after round 0), then the error names the rounds done."""
+    refills run (rounds 1..N after round 0), then the batch is trained as it is: its 11 kept
+    groups, with short_batch set and the reason naming the rounds done and what to change."""
     from scalectl.rl.batches.collect import collect_batch
     from scalectl.rl.loop import new_state
 
     recipe = _dapo(rounds)
     assert recipe.batch.prompts_per_step == 16
     fetch, calls = _scripted_fetch([11] + [0] * rounds)
-    with pytest.raises(DynamicSamplingExhausted) as err:
-        collect_batch(recipe, fetch, new_state(recipe, 1000, 100))
+    kept, stats = collect_batch(recipe, fetch, new_state(recipe, 1000, 100))
     assert [r for _, r in calls] == list(range(rounds + 1))
     # 5 missing at a keep rate of 11/16: ceil(5 * 16 / 11) = 8 groups; then the rate falls
     assert calls[:2] == [(16, 0), (8, 1)]
-    assert (err.value.rounds_done, err.value.max_refill_rounds, err.value.n_kept) == (rounds, rounds, 11)
+    assert len(kept) == 11 and stats["groups_kept"] == 11 and stats["short_batch"] == 1
+    assert all(len(set(g.correct)) == 2 for g in kept)      # only mixed groups are trained
     plural = "s" if rounds != 1 else ""
     assert f"kept 11 of the 16 groups a step needs after {rounds} refill round{plural} " \
-           f"(filter.max_refill_rounds = {rounds})" in str(err.value)
+           f"(filter.max_refill_rounds = {rounds})" in stats["short_batch_reason"]
+    assert "Raise filter.max_refill_rounds" in stats["short_batch_reason"]
 
 
 def test_collect_batch_refill_fills_the_batch_in_the_last_allowed_round():

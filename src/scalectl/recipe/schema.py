@@ -185,7 +185,8 @@ class Filter(_Section):
     dynamic_sampling: bool = Field(default=False, description=(
         "Drop the zero-variance groups and generate for more prompts until the batch is full. The "
         f"batch holds batch.prompts_per_step groups ({_DAPO}, Sec. 3.2); a step still short after "
-        "filter.max_refill_rounds refills stops the run with an error."))
+        "filter.max_refill_rounds refills trains on the groups it kept (its metrics say short_batch, "
+        "the run log says what to change once)."))
     max_refill_rounds: int = Field(default=4, ge=1, le=1000, description=(
         "Most refill rounds of dynamic sampling per optimiser step. Each round generates for the "
         "prompts still missing, scaled up by the share of groups kept so far."))

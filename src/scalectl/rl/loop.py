@@ -313,6 +313,7 @@ class _Run:
     reporter: Reporter
     boundary: dict | None = None    # while a step is under way: the state saved if it is interrupted
     warned_pool: bool = False       # the warning of a training pool emptied by retirement: once per process
+    warned_short: bool = False      # the warning of a dynamic-sampling batch trained short: once per process
     quiet: list | None = None       # the metrics of the first steps without a learning signal (None: not checked)
 
     def done(self) -> bool:
@@ -373,6 +374,11 @@ class _Run:
         metrics.update(step=state.step, gpu_hours=state.meter.gpu_hours, flops=state.meter.flops)
         state.last_metrics = append_step(self.run_dir, metrics)
         self.reporter.step(state.step, metrics)
+        if not self.warned_short and metrics.get("short_batch"):
+            self.reporter.log(f"warning: step {state.step}: {metrics['short_batch_reason']} This step trained "
+                              f"on its {metrics['groups_kept']} groups; later short steps are counted in "
+                              "steps.jsonl (short_batch), not repeated here.")
+            self.warned_short = True
         if not self.warned_pool and (warning := pool_warning(len(state.history.retired), state.sampler.n_prompts)):
             self.reporter.log(f"warning: step {state.step}: {warning}")
             self.warned_pool = True

@@ -12,7 +12,7 @@ the tokens it hands to the trainer against its async mode's staleness bound
 from __future__ import annotations
 
 from scalectl.rl.train.batch import keep_groups
-from scalectl.rl.batches.filters import groups_to_refill
+from scalectl.rl.batches.filters import DynamicSamplingExhausted, groups_to_refill
 from scalectl.rl.reward.scoring import scorer_for
 from scalectl.rl.rollout.groups import rollout_stats, score_groups
 from scalectl.rl.rollout.sampling import SamplingParams
@@ -56,21 +56,28 @@ def collect_batch(recipe, fetch, state) -> tuple[list, dict]:
         state: the loop's :class:`~scalectl.rl.loop.LoopState`.
 
     Returns:
-        (kept groups, rollout statistics over every fetched group).
-
-    Raises:
-        DynamicSamplingExhausted: dynamic sampling used every refill round.
+        (kept groups, rollout statistics over every fetched group).  A dynamic-sampling batch
+        still short of ``batch.prompts_per_step`` groups after ``filter.max_refill_rounds``
+        refills is trained as it is, with fewer groups (as the zero-variance filter trains
+        without refills): its statistics carry ``short_batch`` 1 and ``short_batch_reason``,
+        the :class:`~scalectl.rl.batches.filters.DynamicSamplingExhausted` text saying what to
+        change.  Stopping the run instead (DAPO's reference code raises) would throw away a
+        long run for one hard step.
     """
     P, filt = recipe.batch.prompts_per_step, recipe.filter
-    kept, generated, want, rounds_done = [], [], P, 0
+    kept, generated, want, rounds_done, short = [], [], P, 0, None
     while True:
         groups = fetch(want, rounds_done)      # round 0 is the step's own; 1.. are refills
         generated += groups
         kept += keep_groups(groups, filt.zero_variance or filt.dynamic_sampling)
         if not filt.dynamic_sampling:
             break
-        want = groups_to_refill(len(kept), P, rounds_done, filt.max_refill_rounds,
-                                keep_rate=len(kept) / len(generated))
+        try:
+            want = groups_to_refill(len(kept), P, rounds_done, filt.max_refill_rounds,
+                                    keep_rate=len(kept) / len(generated))
+        except DynamicSamplingExhausted as exc:
+            short = str(exc)
+            break
         if want == 0:
             break
         rounds_done += 1
@@ -78,6 +85,8 @@ def collect_batch(recipe, fetch, state) -> tuple[list, dict]:
         kept = kept[:P]
     stats = rollout_stats(generated)
     stats["groups_kept"] = len(kept)
+    if short is not None:
+        stats["short_batch"], stats["short_batch_reason"] = 1, short
     stats["retired_prompts"] = len(state.history.retired)
     return kept, stats
 
