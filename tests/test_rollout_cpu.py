@@ -87,6 +87,20 @@ def test_sampler_logprobs_equal_teacher_forced(model, tok, temperature):
     assert torch.allclose(torch.tensor(comps[0].logprobs), alone, atol=1e-5)
 
 
+def test_sampling_is_without_dropout_when_the_trainer_left_the_model_in_training_mode(tok):
+    """A model with attention dropout 0.5, shared with a trainer that left it in training mode
+    (as every training step does): the engine samples in eval mode (log-probs equal a
+    teacher-forced eval-mode pass, 1e-5 as above) and hands the model back in training mode."""
+    m = build_tiny_model(seed=0, num_hidden_layers=2, hidden_size=64, intermediate_size=128, attention_dropout=0.5)
+    engine = CPURolloutEngine(m, tok)
+    m.train()      # a training step after the engine was built
+    comps = _flat(engine.generate(PROMPTS, 2, SamplingParams(max_new_tokens=8), seed=4))
+    assert m.training
+    m.eval()
+    for c, ref in zip(comps, _teacher_forced(m, comps, tok.pad_token_id, temperature=1.0)):
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-5)
+
+
 def test_finished_rows_leave_the_decoding_batch(model, tok):
     """After the prefill, each decoding step feeds only the rows still running: a completion
     of L tokens is fed to L - 1 steps (its last token is never fed back)."""

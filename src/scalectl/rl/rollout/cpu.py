@@ -115,10 +115,17 @@ class CPURolloutEngine(RolloutEngine):
         rows = [(i, ids) for i, ids in enumerate(encoded) for _ in range(n)]
         gen = torch.Generator().manual_seed(int(seed))
         out: list[list[Completion]] = [[] for _ in prompts]
-        for start in range(0, len(rows), self.max_batch):
-            chunk = rows[start:start + self.max_batch]
-            for c in self._decode(chunk, params, phrase_ids, gen):
-                out[c.prompt_index].append(c)
+        # sampling is inference: no dropout, whatever mode the trainer sharing the model left it
+        # in (its step sets training mode; a compiled step would also recompile on the flag)
+        training = self.model.training
+        self.model.eval()
+        try:
+            for start in range(0, len(rows), self.max_batch):
+                chunk = rows[start:start + self.max_batch]
+                for c in self._decode(chunk, params, phrase_ids, gen):
+                    out[c.prompt_index].append(c)
+        finally:
+            self.model.train(training)
         return out
 
     # ------------------------------------------------------------------ one batch
