@@ -18,6 +18,7 @@ Run it again after an interruption: completed runs are reused, stopped ones resu
 
     python scripts/study.py                              # the default setup, 500 steps per run
     python scripts/study.py --setup simulated --budget-steps 150 --out reports/study-sim
+    python scripts/study.py --plan                       # what it would train, and its price; trains nothing
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import json
 import os
 import subprocess
 import sys
+from datetime import datetime
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -70,6 +72,81 @@ def seed_runs(args) -> list[str]:
     return names
 
 
+#: Wall-clock seconds per optimiser step of each recipe on the default setup (``tiny-cpu``), measured
+#: by ``make study`` on a quiet 2-core Intel Xeon on 2026-12-02 (docs/study.md, "The result on the
+#: default setup"), evaluations included: the price of a recipe no run in the store has measured.
+DEFAULT_SECONDS_PER_STEP = {"tiny-cpu": {"scalerl": 0.8, "grpo": 0.8, "dapo": 0.9, "magistral": 0.8,
+                                         "minimax": 0.8}}
+RECIPES = ("scalerl", "grpo", "dapo", "magistral", "minimax")
+
+
+def _seconds(run: dict) -> float | None:
+    """Wall-clock seconds from a run's start to its end (None while it has no end)."""
+    if not run.get("started") or not run.get("ended"):
+        return None
+    return (datetime.fromisoformat(run["ended"]) - datetime.fromisoformat(run["started"])).total_seconds()
+
+
+def seconds_per_step(runs: list[dict], setup: str) -> dict[str, tuple[float, str]]:
+    """Recipe -> (wall-clock seconds per step, where the figure comes from): the median over the
+    store's completed runs of that recipe (a run's name holds the recipe's, as the study and its
+    ablation name them), else :data:`DEFAULT_SECONDS_PER_STEP` for the setup, else nothing."""
+    out: dict[str, tuple[float, str]] = {}
+    for recipe in RECIPES:
+        rates = sorted(secs / run["last_step"] for run in runs
+                       if run.get("status") == "completed" and run.get("last_step")
+                       and (f"-{recipe}-" in run["name"] or f"--{recipe}--" in run["name"])
+                       and (secs := _seconds(run)) is not None)
+        if rates:
+            out[recipe] = (rates[len(rates) // 2], f"median of {len(rates)} completed run(s) in the store")
+        elif recipe in DEFAULT_SECONDS_PER_STEP.get(setup, {}):
+            out[recipe] = (DEFAULT_SECONDS_PER_STEP[setup][recipe], "measured on a quiet 2-core machine (docs/study.md)")
+    return out
+
+
+def plan(args) -> int:
+    """Print what the study would train (every run new, resumed or reused) and its price in
+    steps and wall-clock on this machine, one run at a time; train nothing."""
+    runs = (json.loads(scalectl("status", "--json", "--db", args.db, capture=True).stdout)
+            if Path(args.db).exists() else [])
+    by_name = {run["name"]: run for run in runs}
+    rate = seconds_per_step(runs, Path(args.setup).stem)
+    todo: dict[str, int] = {}
+    print(f"step 1: ScaleRL on {args.seeds} seeds, {args.budget_steps} steps each")
+    for seed in range(args.seeds):
+        name = f"study-scalerl-b{args.budget_steps}-s{seed}"
+        run = by_name.get(name)
+        done = run["last_step"] or 0 if run else 0
+        left = 0 if run and run["status"] == "completed" else args.budget_steps - done
+        what = ("new" if run is None else "reused" if left == 0
+                else f"running (step {done})" if run["status"] == "running" else f"resumed at step {done}")
+        print(f"  {name}: {what}, {left} steps to train")
+        todo["scalerl"] = todo.get("scalerl", 0) + left
+    print("step 2: the recipes against ScaleRL (scalectl ablate --dry-run):")
+    dry = scalectl("ablate", str(ROOT / "ablations" / "recipes.toml"), "--setup", args.setup, "--budget-steps",
+                   str(args.budget_steps), "--runs-dir", args.runs_dir, "--db", args.db, "--dry-run",
+                   capture=True).stdout
+    print("  " + "\n  ".join(dry.rstrip().splitlines()))
+    for recipe in RECIPES[1:]:
+        run = by_name.get(f"recipes--{recipe}--s0")
+        left = 0 if run and run["status"] == "completed" else args.budget_steps - ((run or {}).get("last_step") or 0)
+        todo[recipe] = todo.get(recipe, 0) + left
+    total, unknown = 0.0, []
+    print("price, one run at a time (launcher.max_parallel = 1):")
+    for recipe, steps in todo.items():
+        if recipe not in rate:
+            unknown.append(recipe)
+            print(f"  {recipe}: {steps} steps, no rate measured for this setup")
+            continue
+        secs, source = rate[recipe]
+        total += steps * secs
+        print(f"  {recipe}: {steps} steps x {secs:.2f} s = {steps * secs / 60:.1f} min ({source})")
+    more = f", plus {', '.join(unknown)} unpriced" if unknown else ""
+    print(f"total: {sum(todo.values())} steps, about {total / 60:.0f} min of wall-clock{more}; the warm start "
+          "(about 1.5 min, once per machine) and --until-decided's extensions come on top")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--setup", default="tiny-cpu", help="setup preset or file (default tiny-cpu)")
@@ -81,9 +158,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--until-decided", action="store_true",
                         help="extend runs and add seeds until every verdict is decided")
     parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument("--plan", action="store_true",
+                        help="print what would be trained and its price in steps and wall-clock; train nothing")
     args = parser.parse_args(argv)
     if args.seeds < 3:
         parser.error(f"--seeds {args.seeds}: a margin needs at least 3 seeds")
+    if args.plan:
+        return plan(args)
 
     names = seed_runs(args)
     Path(args.out).mkdir(parents=True, exist_ok=True)
