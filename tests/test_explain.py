@@ -93,7 +93,7 @@ def test_key_docs_read_the_declaration():
     assert key_doc("name").bounds == ("at most 100 characters", "one line")          # the tighter length
     assert key_doc("logging.project").type_text == "string; at least 1 character, at most 4,096 characters, one line"
     assert key_doc("optim.grad_clip").type_text == "number > 0, <= 1e6, or unset"
-    assert key_doc("async").key == "async" and [k.name for k in key_doc("async").keys] == ["mode", "k"]
+    assert key_doc("async").key == "async" and [k.name for k in key_doc("async").keys] == ["mode", "k", "schedule"]
     assert [k.name for k in key_doc("launcher.slurm").keys][:3] == ["partition", "account", "qos"]
     assert toml_text(5.0) == "5.0" and toml_text(5e-7) == "5e-07" and toml_text(None) == "unset"
 

@@ -16,7 +16,7 @@ import pytest
 
 from conftest import ROOT
 from scalectl.errors import UserError
-from scalectl.recipe.async_modes import ASYNC_MODE_NAMES, ASYNC_MODES, async_mode
+from scalectl.recipe.async_modes import ASYNC_MODE_NAMES, ASYNC_MODES, PIPELINE_SCHEDULES, async_mode
 from scalectl.recipe.schema import Async
 from scalectl.rl.schedule.modes import SOURCES, schedule_for
 
@@ -27,7 +27,33 @@ P = 48                                           # prompts per step
 def test_the_schema_allows_every_mode_of_the_table_and_no_other():
     assert typing.get_args(Async.model_fields["mode"].annotation) == ASYNC_MODE_NAMES == (
         "sync", "ppo_off_policy", "pipeline")
-    assert {cls.source for cls in ASYNC_MODES.values()} <= set(SOURCES)      # every mode has a batch source
+    assert {cls.source for cls in ASYNC_MODES.values() if isinstance(cls.source, str)} <= set(SOURCES)
+    assert {async_mode(Async(mode="pipeline", schedule=s)).source for s in PIPELINE_SCHEDULES} <= set(SOURCES)
+    assert typing.get_args(Async.model_fields["schedule"].annotation) == PIPELINE_SCHEDULES == (
+        "streaming", "fixed_lag")
+
+
+def test_the_fixed_lag_schedule_is_the_pipelines_alone_and_runs_in_one_process():
+    """``async.schedule = fixed_lag`` with another mode, or on a layout of processes, is refused
+    naming the keys; at its default a recipe keeps the content hash it had before the key existed."""
+    from pydantic import ValidationError
+
+    from scalectl.recipe.load import load
+
+    with pytest.raises(ValidationError, match=r"async.schedule = 'fixed_lag' applies to async.mode = 'pipeline' "
+                                              r"only, not 'sync'; allowed with 'sync': streaming"):
+        Async(mode="sync", schedule="fixed_lag")
+    m = async_mode(Async(mode="pipeline", k=8, schedule="fixed_lag"))
+    assert m.layout_problems(1, 1, P) == []
+    assert m.layout_problems(2, 1, P) == [
+        "async.schedule = fixed_lag samples and trains in one process: it needs hardware.generators = 1 and "
+        "hardware.trainers = 1, not 2 and 1 (use async.schedule = streaming for this layout)"]
+    setup = ROOT / "setups" / "tiny-cpu.toml"
+    plain = load(ROOT / "recipes" / "scalerl.toml", setup, [])
+    assert load(ROOT / "recipes" / "scalerl.toml", setup, ["async.schedule=streaming"]).content_hash == \
+        plain.content_hash == "6a2cfc67d93e"          # the hash of the study's ScaleRL runs (docs/study.md)
+    assert load(ROOT / "recipes" / "scalerl.toml", setup, ["async.schedule=fixed_lag"]).content_hash != \
+        plain.content_hash
 
 
 @pytest.mark.parametrize("mode, k, bound, steps, round_, window, processes, word", [
@@ -38,14 +64,17 @@ def test_the_schema_allows_every_mode_of_the_table_and_no_other():
     # a stream: no rounds, (k + 1) P requests kept open, always in processes
     ("pipeline", 8, 8, None, None, 9 * P, [True, True, True, True], "pipeline-8"),
     ("pipeline", 1, 1, None, None, 2 * P, [True, True, True, True], "pipeline-1"),
+    # the fixed-lag pipeline: in one process on 1 + 1 (other layouts are refused: see below)
+    ("pipeline fixed_lag", 3, 3, None, None, 4 * P, [False, True, True, True], "pipeline-3 (fixed lag)"),
 ])
 def test_each_mode_declares_its_bound_rounds_window_and_processes(mode, k, bound, steps, round_, window,
                                                                   processes, word):
-    m = async_mode(Async(mode=mode, k=k))
+    mode, *schedule = mode.split()
+    m = async_mode(Async(mode=mode, k=k, schedule=schedule[0] if schedule else "streaming"))
     assert (m.name, m.staleness_bound, m.steps_per_round, m.round_prompts(P), m.request_window(P),
             [m.in_processes(g, t) for g, t in LAYOUTS], m.describe()) == (
         mode, bound, steps, round_, window, processes, word)
-    s = schedule_for(Async(mode=mode, k=k))            # the schedule says what its mode says
+    s = schedule_for(Async(mode=mode, k=k, **({"schedule": schedule[0]} if schedule else {})))
     assert s.mode == m and [s.in_processes(g, t) for g, t in LAYOUTS] == processes and s.describe() == word
 
 
@@ -160,3 +189,31 @@ def test_local_batches_refuse_a_batch_older_than_the_bound(local):
     with pytest.raises(StalenessError, match=r"a trained token has version 0, 2 versions behind trainer version 2 "
                                              r"\(async\.mode = ppo_off_policy-2 allows at most 1\)"):
         source.next_batch(2)
+
+
+def test_the_fixed_lag_pipeline_trains_each_batch_exactly_k_versions_after_it_was_sampled(local):
+    """With k = 2, the batch of step v is sampled whole by version max(0, v - 2): batches 0-2 by
+    version 0 at the first step, then one batch per step by the weights that step starts with;
+    k + 1 batches are kept ahead, and the step's staleness metrics say the lag."""
+    recipe, policy, train, new_state = local
+    from scalectl.recipe.load import load
+    recipe = load(ROOT / "recipes" / "grpo.toml", ROOT / "setups" / "tiny-cpu.toml", [
+        "async.mode=pipeline", "async.k=2", "async.schedule=fixed_lag", "batch.prompts_per_step=2",
+        "batch.generations_per_prompt=2", "length.max_new_tokens=4", "filter.zero_variance=false",
+        "filter.retire_solved=false"])
+    schedule = schedule_for(recipe.async_)
+    assert not schedule.in_processes(1, 1) and schedule.mode.source == "lagged"
+    state = new_state(recipe, 0, len(train))
+    policy.engine.update_weights(None, 0)
+    source = schedule.batches(recipe, policy, state, train)
+    seen = []
+    for v in range(6):
+        batch, _ = source.next_batch(v)
+        assert len(state.pending) == 2                   # k batches left ahead after the pop
+        seen.append(_versions(batch))
+        state.step = v + 1                               # the step is taken: version v + 1
+        policy.engine.update_weights(None, v + 1)
+        assert source.step_metrics(v + 1) == {"staleness_max": min(v, 2), "staleness_mean": float(min(v, 2))}
+    assert seen == [{0}, {0}, {0}, {1}, {2}, {3}]
+    with pytest.raises(ValueError, match="fixed_lag samples in the trainer's own process"):
+        schedule.batches(recipe, policy, state, train, link=object())

@@ -15,8 +15,8 @@ the rest of scalectl needs to know about a mode's arithmetic (v = trainer versio
 * whether a layout of M generators and N trainers runs in processes of their own
   (:meth:`AsyncMode.in_processes`), and which layouts it accepts
   (:meth:`AsyncMode.layout_problems`, the dry run's reasons to refuse one);
-* how its batches reach the trainer (:attr:`AsyncMode.source`: ``rounds`` or ``stream``),
-  which picks the batch source in :mod:`scalectl.rl.schedule.modes`.
+* how its batches reach the trainer (:attr:`AsyncMode.source`: ``rounds``, ``stream`` or
+  ``lagged``), which picks the batch source in :mod:`scalectl.rl.schedule.modes`.
 
 The modes:
 
@@ -27,10 +27,16 @@ The modes:
 * ``pipeline`` (PipelineRL-k, Piche et al. 2025, as run by ScaleRL, Khatri et al. 2025,
   arXiv 2510.13786, section 3.1): generator processes stream groups, the trainer pushes
   weights after every step and keeps c_v + (k + 1) P requests issued (c_v groups consumed
-  before step v), so every trained token is at most k versions old.
+  before step v), so every trained token is at most k versions old.  Which version samples
+  a token then depends on how fast each side runs (the machine's load among them);
+  ``async.schedule = "fixed_lag"`` takes that timing out: each batch is sampled whole by
+  the policy exactly k versions behind the trainer that trains it (batch v by version
+  max(0, v - k)), in one process on 1 generator + 1 trainer, so a run's curve is the same
+  on a quiet machine and a busy one.
 
-``sync`` and ``ppo_off_policy`` run in one process on 1 generator + 1 trainer and in
-processes on any other layout; ``pipeline`` always runs in processes.
+``sync``, ``ppo_off_policy`` and the fixed-lag pipeline run in one process on 1 generator + 1
+trainer; ``sync`` and ``ppo_off_policy`` run in processes on any other layout; the streaming
+pipeline always runs in processes.
 
 This module imports neither torch nor the launchers: the recipe schema builds the allowed
 values of ``async.mode`` from :data:`ASYNC_MODES`, and the dry run
@@ -167,13 +173,31 @@ class PPOOffPolicy(RoundMode):
                 f"{self.round_prompts(prompts_per_step)} prompts")
 
 
+#: The allowed values of ``async.schedule``: ``streaming`` (PipelineRL as timed by the machine)
+#: and ``fixed_lag`` (each batch sampled by the policy exactly k versions behind).
+PIPELINE_SCHEDULES: tuple[str, ...] = ("streaming", "fixed_lag")
+
+
 @dataclass(frozen=True)
 class Pipeline(AsyncMode):
-    """PipelineRL-k: generators stream, weights pushed after every step, (k + 1) P requests kept
-    open, so every trained token is at most k versions old; always in processes."""
+    """PipelineRL-k: every trained token is at most k versions old.
 
+    With ``schedule = "streaming"`` generators stream, weights are pushed after every step and
+    (k + 1) P requests are kept open; always in processes, and which version samples a token
+    depends on timing.  With ``schedule = "fixed_lag"`` the trainer's batch v is sampled whole
+    by version max(0, v - k), k + 1 batches kept generated ahead, in one process on 1 generator
+    + 1 trainer: the same tokens whatever the machine's load.
+
+    Attributes:
+        schedule: one of :data:`PIPELINE_SCHEDULES` (``async.schedule``).
+    """
+
+    schedule: str = "streaming"
     name: ClassVar[str] = "pipeline"
-    source: ClassVar[str] = "stream"
+
+    @property
+    def source(self) -> str:
+        return "lagged" if self.schedule == "fixed_lag" else "stream"
 
     @property
     def staleness_bound(self) -> int:
@@ -183,10 +207,20 @@ class Pipeline(AsyncMode):
         return (self.k + 1) * prompts_per_step
 
     def in_processes(self, generators: int, trainers: int) -> bool:
-        return True
+        return self.schedule != "fixed_lag" or not (generators == 1 and trainers == 1)
+
+    def describe(self) -> str:
+        return f"{self.name}-{self.k}" + (" (fixed lag)" if self.schedule == "fixed_lag" else "")
 
     def layout_problems(self, generators: int, trainers: int, prompts_per_step: int) -> list[str]:
-        """The (k + 1) P prompts kept requested must be at least one per generator."""
+        """The fixed-lag schedule runs in one process (1 generator + 1 trainer); the streaming one's
+        (k + 1) P prompts kept requested must be at least one per generator."""
+        if self.schedule == "fixed_lag":
+            if generators == 1 and trainers == 1:
+                return []
+            return [f"async.schedule = fixed_lag samples and trains in one process: it needs hardware.generators "
+                    f"= 1 and hardware.trainers = 1, not {generators} and {trainers} (use async.schedule = "
+                    "streaming for this layout)"]
         window = self.request_window(prompts_per_step)
         if window >= generators:
             return []
@@ -204,7 +238,8 @@ ASYNC_MODE_NAMES: tuple[str, ...] = tuple(ASYNC_MODES)
 
 
 def async_mode(section) -> AsyncMode:
-    """The :class:`AsyncMode` of a recipe's ``async`` section (anything with ``mode`` and ``k``).
+    """The :class:`AsyncMode` of a recipe's ``async`` section (anything with ``mode`` and ``k``, and
+    for ``pipeline`` optionally ``schedule``).
 
     Raises:
         UserError: an unknown mode (names the allowed ones).
@@ -213,4 +248,9 @@ def async_mode(section) -> AsyncMode:
         cls = ASYNC_MODES[section.mode]
     except KeyError:
         raise UserError(f"async.mode = {section.mode!r} is not one of: {', '.join(ASYNC_MODES)}") from None
+    if cls is Pipeline:
+        schedule = getattr(section, "schedule", "streaming")
+        if schedule not in PIPELINE_SCHEDULES:
+            raise UserError(f"async.schedule = {schedule!r} is not one of: {', '.join(PIPELINE_SCHEDULES)}")
+        return cls(section.k, schedule)
     return cls(section.k)

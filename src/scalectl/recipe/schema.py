@@ -37,7 +37,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validat
 from scalectl.defaults import TRUNCATION_THRESHOLD
 from scalectl.recipe.launcher_choices import DEFAULT_LAUNCHER, LAUNCHER_NAMES
 from scalectl.recipe.loss_choices import COMPANIONS, DEFAULT_LOSS, LOSS_CHOICES, LOSS_NAMES, companion_defaults
-from scalectl.recipe.async_modes import ASYNC_MODE_NAMES
+from scalectl.recipe.async_modes import ASYNC_MODE_NAMES, PIPELINE_SCHEDULES
 from scalectl.recipe.reward_function import ANSWER_FORMATS, BUILTIN_REWARD, check_name
 
 # --------------------------------------------------------------------------- bounds
@@ -173,6 +173,19 @@ class Async(_Section):
         "ppo_off_policy generates k batches with one policy, then takes k steps on them; pipeline lets "
         "trainers run at most k steps ahead of the oldest data they train on; sync ignores it "
         f"({_SCALERL}, Sec. 3.1; docs/recipe-axes.md, \"Asynchrony\")."))
+    schedule: Literal[PIPELINE_SCHEDULES] = Field(default="streaming", description=(
+        "Which policy version samples each batch of async.mode = pipeline. streaming: generators sample "
+        "without stopping and take the weights as they come, so the versions depend on the machine's "
+        "timing; fixed_lag: batch v is sampled whole by version max(0, v - k), in one process on 1 "
+        "generator + 1 trainer, so a run's curve does not depend on the machine's load "
+        "(docs/recipe-axes.md, \"Asynchrony\")."))
+
+    @model_validator(mode="after")
+    def _check_schedule(self) -> "Async":
+        if self.schedule != "streaming" and self.mode != "pipeline":
+            raise ValueError(f"async.schedule = {self.schedule!r} applies to async.mode = 'pipeline' only, not "
+                             f"{self.mode!r}; allowed with {self.mode!r}: streaming (the default)")
+        return self
 
 
 class Filter(_Section):
@@ -650,7 +663,7 @@ UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint", "loggi
 #: Keys added after recipe hashes were first stored, with the value that leaves a hash as it
 #: was: at that value the key is left out of the content hash, so that stored runs of a recipe
 #: are still recognised as its seeds; any other value changes the hash.
-HASH_NEUTRAL = {("model", "think_tags"): False, ("hardware", "gpus_per_generator"): 1,
+HASH_NEUTRAL = {("model", "think_tags"): False, ("async", "schedule"): "streaming", ("hardware", "gpus_per_generator"): 1,
                 ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
                 ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0}
 #: Keys that change speed, memory or where work runs, never what is trained or measured (or

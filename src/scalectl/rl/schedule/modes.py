@@ -12,7 +12,9 @@ request window, whether a layout runs in processes) and builds the loop's
   over M generator processes and N data-parallel trainer processes otherwise
   (:class:`scalectl.rl.schedule.feeder.RoundFeeder`, weights pushed only between rounds);
 * ``stream`` (``pipeline``): generator processes stream groups, the trainer pushes weights
-  after every step (:class:`scalectl.rl.schedule.feeder.Feeder`).
+  after every step (:class:`scalectl.rl.schedule.feeder.Feeder`);
+* ``lagged`` (``pipeline`` with ``async.schedule = "fixed_lag"``): in one process, batch v
+  sampled by version max(0, v - k) (:class:`LaggedBatches`).
 
 Every batch source checks each token it hands to the trainer against the mode's staleness
 bound (:func:`scalectl.rl.batches.collect.check_staleness`).  A new async mode is described in
@@ -27,7 +29,7 @@ from typing import Callable, Protocol
 
 from scalectl.recipe.async_modes import AsyncMode, async_mode
 from scalectl.rl.batches.collect import check_staleness, generate_batch
-from scalectl.rl.schedule.feeder import Feeder, RoundFeeder
+from scalectl.rl.schedule.feeder import Feeder, RoundFeeder, staleness_stats
 
 
 class BatchSource(Protocol):
@@ -155,6 +157,52 @@ class LocalBatches:
         pass
 
 
+class LaggedBatches:
+    """PipelineRL-k without its timing: the trainer's batch v is sampled whole by policy version
+    max(0, v - k), by the run's own engine.
+
+    ``k + 1`` batches are kept generated ahead in ``state.pending`` (so a checkpoint holds them):
+    before step v the batches for steps v .. v + k are there, the last one sampled by the weights
+    of version v, which made it.  So every batch of step v >= k is exactly k versions old, the
+    first k batches (version 0) less; which tokens are trained does not depend on how fast either
+    side runs.  Batch b is sampled with seed ``seed * 100003 + b``.
+    """
+
+    def __init__(self, recipe, policy, state, problems: list, mode: AsyncMode):
+        self.recipe, self.policy, self.state, self.problems, self.mode = recipe, policy, state, problems, mode
+        self._versions: list[list[int]] = []
+
+    def next_batch(self, version: int) -> tuple[list, dict]:
+        """The batch of step ``version``, after sampling (with the current weights) the batches that
+        bring the queue to k + 1.
+
+        Raises:
+            StalenessError: a token more than k versions behind ``version``.
+        """
+        state = self.state
+        while len(state.pending) < self.mode.k + 1:
+            batch = state.step + len(state.pending)
+            state.pending.append(generate_batch(self.recipe, self.policy.engine, self.problems, state,
+                                                seed=self.recipe.seed * 100003 + batch))
+        kept, stats = state.pending.pop(0)
+        self._versions = check_staleness(self.mode, version, kept)
+        return kept, stats
+
+    def after_step(self, version: int) -> None:
+        pass
+
+    def step_metrics(self, version: int) -> dict:
+        """The staleness of the batch just trained (by ``version - 1``): k from step k on."""
+        st = staleness_stats(version - 1, self._versions)
+        return {"staleness_max": st["staleness_max"], "staleness_mean": st["staleness_mean"]}
+
+    def checkpoint_fields(self) -> dict:
+        return {}
+
+    def close(self) -> None:
+        pass
+
+
 # --------------------------------------------------------------------------- the builders
 
 
@@ -173,3 +221,11 @@ def _stream(mode: AsyncMode, recipe, policy, state, problems: list, link) -> Bat
     if link is None:
         raise ValueError(f"async.mode = {mode.name} needs the trainer's link to its generators")
     return Feeder(recipe, state, policy.model, link, mode)
+
+
+@source("lagged")
+def _lagged(mode: AsyncMode, recipe, policy, state, problems: list, link) -> BatchSource:
+    """Batch v sampled here by version max(0, v - k) (``async.schedule = "fixed_lag"``)."""
+    if link is not None:
+        raise ValueError("async.schedule = fixed_lag samples in the trainer's own process; it has no link")
+    return LaggedBatches(recipe, policy, state, problems, mode)
