@@ -73,10 +73,12 @@ def seed_runs(args) -> list[str]:
 
 
 #: Wall-clock seconds per optimiser step of each recipe on the default setup (``tiny-cpu``), measured
-#: by ``make study`` on a quiet 2-core Intel Xeon on 2026-12-02 (docs/study.md, "The result on the
-#: default setup"), evaluations included: the price of a recipe no run in the store has measured.
-DEFAULT_SECONDS_PER_STEP = {"tiny-cpu": {"scalerl": 0.8, "grpo": 0.8, "dapo": 0.9, "magistral": 0.8,
-                                         "minimax": 0.8}}
+#: by ``make study`` on a 2-core Intel Xeon on 2026-12-03 (docs/study.md, "The result on the default
+#: setup"; load 2-5, the study's own processes included), evaluations included: the price of a recipe
+#: no run in the store has measured.  ScaleRL is the median of its 3 seeds (0.79-0.98 s); DAPO's
+#: dynamic sampling generates for more prompts than a step trains on.
+DEFAULT_SECONDS_PER_STEP = {"tiny-cpu": {"scalerl": 0.90, "grpo": 0.87, "dapo": 2.53, "magistral": 0.94,
+                                         "minimax": 1.42}}
 RECIPES = ("scalerl", "grpo", "dapo", "magistral", "minimax")
 
 
@@ -89,13 +91,14 @@ def _seconds(run: dict) -> float | None:
 
 def seconds_per_step(runs: list[dict], setup: str) -> dict[str, tuple[float, str]]:
     """Recipe -> (wall-clock seconds per step, where the figure comes from): the median over the
-    store's completed runs of that recipe (a run's name holds the recipe's, as the study and its
-    ablation name them), else :data:`DEFAULT_SECONDS_PER_STEP` for the setup, else nothing."""
+    store's completed runs of that recipe (named as the study and its ablation name them:
+    ``study-scalerl-b500-s0``, ``recipes--grpo--s0``; other runs of the store do not count),
+    else :data:`DEFAULT_SECONDS_PER_STEP` for the setup, else nothing."""
     out: dict[str, tuple[float, str]] = {}
     for recipe in RECIPES:
         rates = sorted(secs / run["last_step"] for run in runs
                        if run.get("status") == "completed" and run.get("last_step")
-                       and (f"-{recipe}-" in run["name"] or f"--{recipe}--" in run["name"])
+                       and (run["name"].startswith(f"study-{recipe}-b") or f"--{recipe}--" in run["name"])
                        and (secs := _seconds(run)) is not None)
         if rates:
             out[recipe] = (rates[len(rates) // 2], f"median of {len(rates)} completed run(s) in the store")
@@ -143,7 +146,7 @@ def plan(args) -> int:
         print(f"  {recipe}: {steps} steps x {secs:.2f} s = {steps * secs / 60:.1f} min ({source})")
     more = f", plus {', '.join(unknown)} unpriced" if unknown else ""
     print(f"total: {sum(todo.values())} steps, about {total / 60:.0f} min of wall-clock{more}; the warm start "
-          "(about 1.5 min, once per machine) and --until-decided's extensions come on top")
+          "(1.5-5 min, once per machine) and --until-decided's extensions come on top")
     return 0
 
 

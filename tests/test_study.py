@@ -77,6 +77,8 @@ def test_plan_takes_a_recipes_rate_from_its_completed_runs():
              "started": "2026-12-02T11:00:00+00:00", "ended": "2026-12-02T11:10:00+00:00"},      # 1.2 s
             {"name": "study-scalerl-b500-s2", "status": "completed", "last_step": 250,
              "started": "2026-12-02T12:00:00+00:00", "ended": "2026-12-02T12:05:00+00:00"},      # 1.2 s
+            {"name": "study-scalerl-fixedlag-b500-s0", "status": "completed", "last_step": 500,    # another recipe
+             "started": "2026-12-02T12:00:00+00:00", "ended": "2026-12-02T12:50:00+00:00"},
             {"name": "recipes--grpo--s0", "status": "running", "last_step": 100,
              "started": "2026-12-02T13:00:00+00:00", "ended": None}]
     rate = study.seconds_per_step(runs, "tiny-cpu")
