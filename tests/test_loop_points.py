@@ -161,3 +161,21 @@ def test_a_run_retiring_half_its_pool_is_warned(policy, tmp_path):
     log = " ".join((proc.stdout + proc.stderr).split())
     assert log.count("training prompts are retired") == 1
     assert f"warning: step {first}: " in log
+
+
+@pytest.mark.slow
+def test_a_fixed_lag_pipeline_run_repeats_its_points_exactly(policy, tmp_path):
+    """``async.schedule = fixed_lag`` samples batch v with version max(0, v - k) in one process:
+    two runs of one seed give the same points in every field but the wall-clock ones, floats
+    included (the same machine, the same kernels; docs/study.md repeats a 500-step run so)."""
+    fixed = ("async.mode=pipeline", "async.k=2", "async.schedule=fixed_lag")
+    runs = []
+    for name in ("first", "second"):
+        (tmp_path / name).mkdir()
+        runs.append([{k: v for k, v in p.items() if k != "gpu_hours"}
+                     for p in points_of(policy, tmp_path / name, "sync", fixed)])
+    assert [p["step"] for p in runs[0]] == [0, 2, 4, 6]
+    assert any(p["train_reward"] not in (None, -1.0) for p in runs[0]), "the run never saw a reward"
+    assert runs[0] == runs[1]
+    steps = [json.loads(line) for line in (tmp_path / "first" / "runs" / "sync" / "steps.jsonl").read_text().splitlines()]
+    assert [s["staleness_max"] for s in steps] == [0, 1, 2, 2, 2, 2]      # k = 2 behind from step 2 on
