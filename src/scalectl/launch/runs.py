@@ -438,7 +438,8 @@ def plan_lines(recipe, setup_path, launcher: str | None = None) -> list[str]:
         f"  loss {r.loss.type} (clip_low {r.loss.clip_low}, clip_high {r.loss.clip_high}, "
         f"{r.loss.aggregation} aggregation), advantage normalization {r.advantage.normalization}, "
         f"LM head {r.precision.lm_head}",
-        f"  async {r.async_.mode} k={r.async_.k}{' (fixed lag)' if r.async_.schedule == 'fixed_lag' else ''}; filters: zero_variance={r.filter.zero_variance} "
+        f"  async {r.async_.mode} k={r.async_.k}{' (fixed lag)' if r.async_.schedule == 'fixed_lag' else ''}; "
+        f"filters: zero_variance={r.filter.zero_variance} "
         f"dynamic_sampling={r.filter.dynamic_sampling} retire_solved={r.filter.retire_solved}"
         f"@{r.filter.retire_threshold}; length control {r.length.control}",
         f"  batch {r.batch.prompts_per_step} prompts x {r.batch.generations_per_prompt} generations, "
