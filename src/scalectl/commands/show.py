@@ -40,7 +40,8 @@ def show(
         loss, asy = recipe.get("loss", {}), recipe.get("async", {})
         out.print(f"loss {loss.get('type')} ({loss.get('aggregation')} aggregation), advantage "
                   f"{recipe.get('advantage', {}).get('normalization')}, head {recipe.get('precision', {}).get('lm_head')}, "
-                  f"async {asy.get('mode')} k={asy.get('k')}, run folder {info.get('run_dir') or '-'}")
+                  f"async {asy.get('mode')} k={asy.get('k')}"
+                  f"{' (fixed lag)' if asy.get('schedule') == 'fixed_lag' else ''}, run folder {info.get('run_dir') or '-'}")
     from scalectl.display import Column, fitted_table, format_number
 
     # The gpu_hours field holds device-hours: CPU-hours for a run on CPU.
