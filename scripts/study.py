@@ -127,7 +127,7 @@ def plan(args) -> int:
         todo["scalerl"] = todo.get("scalerl", 0) + left
     print("step 2: the recipes against ScaleRL (scalectl ablate --dry-run):")
     dry = scalectl("ablate", str(ROOT / "ablations" / "recipes.toml"), "--setup", args.setup, "--budget-steps",
-                   str(args.budget_steps), "--runs-dir", args.runs_dir, "--db", args.db, "--dry-run",
+                   str(args.budget_steps), "--margin", "auto", "--runs-dir", args.runs_dir, "--db", args.db, "--dry-run",
                    capture=True).stdout
     print("  " + "\n  ".join(dry.rstrip().splitlines()))
     for recipe in RECIPES[1:]:
