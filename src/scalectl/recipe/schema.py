@@ -663,7 +663,8 @@ UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint", "loggi
 #: Keys added after recipe hashes were first stored, with the value that leaves a hash as it
 #: was: at that value the key is left out of the content hash, so that stored runs of a recipe
 #: are still recognised as its seeds; any other value changes the hash.
-HASH_NEUTRAL = {("model", "think_tags"): False, ("async", "schedule"): "streaming", ("hardware", "gpus_per_generator"): 1,
+HASH_NEUTRAL = {("model", "think_tags"): False, ("async", "schedule"): "streaming",
+                ("hardware", "gpus_per_generator"): 1,
                 ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
                 ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0}
 #: Keys that change speed, memory or where work runs, never what is trained or measured (or

@@ -157,7 +157,7 @@ class LocalBatches:
         pass
 
 
-class LaggedBatches:
+class LaggedBatches(LocalBatches):
     """PipelineRL-k without its timing: the trainer's batch v is sampled whole by policy version
     max(0, v - k), by the run's own engine.
 
@@ -169,7 +169,7 @@ class LaggedBatches:
     """
 
     def __init__(self, recipe, policy, state, problems: list, mode: AsyncMode):
-        self.recipe, self.policy, self.state, self.problems, self.mode = recipe, policy, state, problems, mode
+        super().__init__(recipe, policy, state, problems, mode)
         self._versions: list[list[int]] = []
 
     def next_batch(self, version: int) -> tuple[list, dict]:
@@ -188,19 +188,10 @@ class LaggedBatches:
         self._versions = check_staleness(self.mode, version, kept)
         return kept, stats
 
-    def after_step(self, version: int) -> None:
-        pass
-
     def step_metrics(self, version: int) -> dict:
         """The staleness of the batch just trained (by ``version - 1``): k from step k on."""
         st = staleness_stats(version - 1, self._versions)
         return {"staleness_max": st["staleness_max"], "staleness_mean": st["staleness_mean"]}
-
-    def checkpoint_fields(self) -> dict:
-        return {}
-
-    def close(self) -> None:
-        pass
 
 
 # --------------------------------------------------------------------------- the builders
