@@ -148,7 +148,8 @@ def _pipeline(generators: int, trainers: int, nodes: int, steps: int, k: int = 1
             "launcher.slurm.cpus_per_task": 1, "batch.prompts_per_step": 4, "batch.generations_per_prompt": 4,
             "eval.prompts": 8, "eval.samples_per_prompt": 2, "eval.every_steps": every or steps,
             "checkpoint.every_steps": every or steps, "data.train_size": 100, "filter.zero_variance": "false",
-            "budget.steps": steps, "logging.rollouts": "true", "hardware.threads": 1}
+            "budget.steps": steps, "logging.rollouts": "true", "hardware.threads": 1,
+            "budget.no_signal_steps": 0}    # an untrained policy (every reward -1) runs until its budget or a cancel
     return [a for key, value in sets.items() for a in ("--set", f"{key}={value}")]
 
 
