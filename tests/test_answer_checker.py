@@ -129,7 +129,7 @@ NEW_PAIRS = [
     ("3\\,\\text{kg}", "3\\,\\text{Kg}", False),
     ("5\\,\\Omega", "5\\,\\omega", False),
     ("1\\text{ kJ}", "1000\\text{ J}", False),           # units are not converted
-    ("5\\text{ m}", "5", False),                          # a unit the gold does not have
+    ("5\\text{ m}", "5", True),                           # a unit the gold does not name is ignored
     ("5\\,\\mathrm{m}", "5\\text{ m}", True),
     ("4.4e7\\text{ m/s}", "4.4\\times 10^{7}\\mathrm{~m/s}", True),
     ("4.4\\times 10^{7}", "4.4\\times 10^{7}\\mathrm{~m/s}", True),   # the gold's unit left out
