@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -66,15 +67,38 @@ GPU_HOURS_MAX = 1e9
 LINE_MAX = 4096
 
 
+def _control_character(text: str, allowed: str = "") -> str | None:
+    """Why ``text`` is refused, or None: its first control (Unicode category Cc: NUL, ESC, DEL,
+    the C1 controls) or format character (Cf: the bidirectional overrides such as U+202E, which
+    show text in another order than it is stored, zero-width characters), other than those in
+    ``allowed``, named with its code point and where it is (1 = the first character)."""
+    for i, c in enumerate(text, start=1):
+        if c not in allowed and unicodedata.category(c) in ("Cc", "Cf"):
+            name = unicodedata.name(c, "")
+            return f"contains the control character {c!r} (U+{ord(c):04X}{' ' + name if name else ''}) at character {i}"
+    return None
+
+
 def _one_line(text: str) -> str:
-    bad = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+    bad = _control_character(text)
     if bad is not None:
-        raise ValueError(f"contains the control character {bad!r}: one line of printable text is allowed")
+        raise ValueError(f"{bad}: one line of printable text is allowed")
     return text
 
 
-#: A one-line string (no newline, tab, NUL or other control character), at most LINE_MAX characters.
+def _free_text(text: str) -> str:
+    bad = _control_character(text, allowed="\t\n")
+    if bad is not None:
+        raise ValueError(f"{bad}: printable text, tabs and newlines are allowed")
+    return text
+
+
+#: A one-line string (no newline, tab, NUL, bidirectional override or other control or format
+#: character: Unicode categories Cc and Cf), at most LINE_MAX characters.
 Line = Annotated[str, Field(max_length=LINE_MAX), AfterValidator(_one_line)]
+#: Free text of several lines: printable text, tabs and newlines (no NUL, carriage return,
+#: bidirectional override or other Cc/Cf character).
+Text = Annotated[str, AfterValidator(_free_text)]
 
 
 class _Section(BaseModel):
@@ -235,7 +259,7 @@ class Length(_Section):
     interrupt_max: int = Field(default=12000, ge=1, le=TOKENS_MAX, description=(
         "Longest interruption length, in generated tokens (length.control = interrupt). It must "
         "stay below length.max_new_tokens, to leave room for the answer."))
-    interrupt_phrase: str = Field(
+    interrupt_phrase: Text = Field(
         default="Okay, time is up. Let me stop thinking and formulate a final answer now. </think>",
         max_length=LINE_MAX, description=(
             "Text appended at the interruption length to close the thinking section. The model then "
@@ -687,7 +711,7 @@ class Recipe(_Section):
     name: Line = Field(default="run", max_length=100, description=(
         "Name of the recipe, leading its runs' names (NAME-sSEED). A recipe file that sets none is "
         "named for its file's stem."))
-    description: str = Field(default="", max_length=10_000, description=(
+    description: Text = Field(default="", max_length=10_000, description=(
         "What the recipe is, in words (shown by scalectl recipes); not part of the content hash."))
     seed: int = Field(default=0, ge=0, le=SEED_MAX, description=(
         "Seed of the run (scalectl run --seed). Not part of the content hash: the runs of one recipe "
