@@ -453,7 +453,7 @@ def check_sources(recipe: Recipe) -> list[tuple[str, str]]:
     elif not Path(source).expanduser().is_file():
         problems.append(("data.source", f"data.source = {source!r}: no such file"))
     problems += function_problems(recipe.reward.function, recipe.reward.format, think_tags=recipe.model.think_tags,
-                                  model_path=model)      # the reward function imports here, and fits the model
+                                  model_path=model, convention=recipe.reward.convention)      # the reward function imports here, and fits the model
     return problems
 
 

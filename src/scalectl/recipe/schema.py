@@ -39,7 +39,7 @@ from scalectl.defaults import TRUNCATION_THRESHOLD
 from scalectl.recipe.launcher_choices import DEFAULT_LAUNCHER, LAUNCHER_NAMES
 from scalectl.recipe.loss_choices import COMPANIONS, DEFAULT_LOSS, LOSS_CHOICES, LOSS_NAMES, companion_defaults
 from scalectl.recipe.async_modes import ASYNC_MODE_NAMES, PIPELINE_SCHEDULES
-from scalectl.recipe.reward_function import ANSWER_FORMATS, BUILTIN_REWARD, check_name
+from scalectl.recipe.reward_function import ANSWER_FORMATS, BUILTIN_REWARD, CONVENTIONS, check_name
 
 # --------------------------------------------------------------------------- bounds
 # Every number has finite bounds that fit where the value goes; values are strict
@@ -366,7 +366,8 @@ class Reward(_Section):
     or by a function of the user's, named as ``package.module:callable`` and called in every
     process that scores (generators of every async mode, evaluation) as
     ``function(completion, gold, fields)``, returning a float reward (right, for the pass
-    rate, when > 0) or a :class:`scalectl.rl.reward.score.Score`.  Part of the content hash
+    rate, when > 0) or a :class:`scalectl.rl.reward.score.Score`; or as verl or TRL call
+    theirs (``convention``, :data:`scalectl.recipe.reward_function.CONVENTIONS`).  Part of the content hash
     by ``function`` and ``version``, never by the function's code; the allowed formats are
     :data:`scalectl.recipe.reward_function.ANSWER_FORMATS`."""
 
@@ -388,7 +389,21 @@ class Reward(_Section):
     timeout_s: float = Field(default=5.0, gt=0, le=3600, description=(
         "Seconds one call of the reward function may take, in a process of its own. A function of the "
         "user's that overruns fails the run, naming it; a math-verify comparison of the built-in checker "
-        "that overruns scores -1."))
+        "that overruns scores -1; a TRL-shaped function, called once per group, may take this times the "
+        "group's completions."))
+    convention: Literal[CONVENTIONS] | None = Field(default=None, description=(
+        "How reward.function is called: scalectl (f(completion, gold, fields)), verl "
+        "(compute_score(data_source, solution_str, ground_truth, extra_info)) or trl "
+        "(reward_func(prompts, completions, completion_ids, **columns) over a group, TRL's GRPOTrainer). "
+        "Unset: recognised from the function's signature (docs/rewards.md, \"Functions written for verl "
+        "or TRL\")."))
+
+    @model_validator(mode="after")
+    def _convention_needs_a_function(self) -> "Reward":
+        if self.function == BUILTIN_REWARD and self.convention not in (None, "scalectl"):
+            raise ValueError(f"reward.convention = {self.convention!r} applies to a function of your own, not the "
+                             f"built-in checker {BUILTIN_REWARD!r} (a scalectl one); set reward.function too")
+        return self
 
 
 class Fit(_Section):
@@ -690,7 +705,8 @@ UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint", "loggi
 HASH_NEUTRAL = {("model", "think_tags"): False, ("async", "schedule"): "streaming",
                 ("hardware", "gpus_per_generator"): 1,
                 ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
-                ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0}
+                ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0,
+                ("reward", "convention"): None}
 #: Keys that change speed, memory or where work runs, never what is trained or measured (or
 #: that only describe the checkpoint for the dry run, or stop a run that has no learning
 #: signal): excluded from the content hash.
