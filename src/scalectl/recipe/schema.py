@@ -392,11 +392,11 @@ class Reward(_Section):
         "that overruns scores -1; a TRL-shaped function, called once per group, may take this times the "
         "group's completions."))
     convention: Literal[CONVENTIONS] | None = Field(default=None, description=(
-        "How reward.function is called: scalectl (f(completion, gold, fields)), verl "
-        "(compute_score(data_source, solution_str, ground_truth, extra_info)) or trl "
-        "(reward_func(prompts, completions, completion_ids, **columns) over a group, TRL's GRPOTrainer). "
-        "Unset: recognised from the function's signature (docs/rewards.md, \"Functions written for verl "
-        "or TRL\")."))
+        "How reward.function is called: as scalectl, verl or TRL calls a reward function. scalectl: "
+        "f(completion, gold, fields); verl: compute_score(data_source, solution_str, ground_truth, extra_info), "
+        "its custom_reward_function; trl: reward_func(prompts, completions, completion_ids, **columns) over "
+        "a group, as TRL's GRPOTrainer. Unset: recognised from the function's signature (docs/rewards.md, "
+        "\"Functions written for verl or TRL\")."))
 
     @model_validator(mode="after")
     def _convention_needs_a_function(self) -> "Reward":

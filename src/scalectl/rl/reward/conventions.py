@@ -22,7 +22,8 @@ value means (docs/rewards.md, "Functions written for verl or TRL").
   the synthetic ones, has the column ``answer``: its gold answer).  ``trainer_state``,
   ``log_extra``, ``log_metric`` and ``environments`` are not passed.  It returns one value
   per completion: a float (correct when > 0) or None (not applicable: reward 0, not
-  correct, as TRL's sum over reward functions counts it when it is the only one).
+  correct, as TRL's sum over reward functions counts it when it is the only one; TRL since
+  1.10 also leaves such a completion out of its group's mean, which scalectl does not).
 
 Pure Python (no torch): these run in the worker processes of :mod:`scalectl.rl.reward.calls`.
 """
