@@ -23,6 +23,7 @@ from conftest import ROOT
 from scalectl.rl.reward.checker import check_verdict, judge, negated_group, score, without_delimiters, without_spacing
 from scalectl.rl.reward.mathverify import numbers_agree, partial_parse, verify_here, _parse
 from scalectl.rl.reward.numbers import is_scale, trailing_unit
+from scalectl.rl.reward.scoring import Scorer
 from scalectl.rl.reward.written import primed_names
 from scalectl.rl.rollout.base import Completion
 from scalectl.rl.rollout.groups import rollout_stats, score_groups
@@ -146,6 +147,7 @@ def test_a_partial_parse_is_an_error_not_a_verdict():
 
 def test_a_run_counts_the_checker_errors_of_its_rollouts():
     class Problem:
+        prompt = "?"
         answer = "\\frac{1}{3}E_{1}+\\frac{2}{3}E_{2}"
 
     class Length:
@@ -154,13 +156,13 @@ def test_a_run_counts_the_checker_errors_of_its_rollouts():
     texts = ["\\boxed{\\frac{2}{3}E_{1}}", "\\boxed{7}", "no box", "\\boxed{\\frac{1}{3}E_{1}+\\frac{2}{3}E_{2}}"]
     comps = [Completion(prompt_index=0, prompt_ids=[1], token_ids=[1, 2], logprobs=torch.zeros(2),
                         versions=[0, 0], finish_reason="stop", text=t) for t in texts]
-    groups = score_groups([comps], [Problem()], [0], Length(), lambda text, p: score(text, p.answer))
+    groups = score_groups([comps], [Problem()], [0], Length(), Scorer())      # the built-in checker
     stats = rollout_stats(groups)
     # "7" is judged by math-verify too: the gold's partial parse is an error for it as well;
     # "no box" has no answer (no error); the identical answer is equal as a string
     assert stats["checker_errors"] == 2 and "math-verify read" in stats["checker_error"]
     assert groups[0].correct == [False, False, False, True]
-    clean = score_groups([comps[2:3]], [Problem()], [0], Length(), lambda text, p: score(text, p.answer))
+    clean = score_groups([comps[2:3]], [Problem()], [0], Length(), Scorer())
     assert rollout_stats(clean)["checker_errors"] == 0 and "checker_error" not in rollout_stats(clean)
 
 

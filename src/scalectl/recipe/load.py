@@ -229,9 +229,15 @@ def _nest(dotted: str, value: Any) -> dict:
     return out
 
 
+def _printable(part: str) -> str:
+    """A key as the error shows it: as written, or with its unprintable characters escaped
+    (``hidden\\u2066_size``), so that a hostile key cannot reorder or hide the message."""
+    return part if part.isprintable() else part.encode("unicode_escape").decode("ascii")
+
+
 def _describe(err: dict, data: dict) -> str:
     """One pydantic error as 'key = value: what is allowed'."""
-    loc = [str(p) for p in err["loc"]]
+    loc = [_printable(str(p)) for p in err["loc"]]
     # pydantic reports model-level validator failures at the section itself
     key = ".".join(loc)
     kind = err["type"]
@@ -447,7 +453,7 @@ def check_sources(recipe: Recipe) -> list[tuple[str, str]]:
     elif not Path(source).expanduser().is_file():
         problems.append(("data.source", f"data.source = {source!r}: no such file"))
     problems += function_problems(recipe.reward.function, recipe.reward.format, think_tags=recipe.model.think_tags,
-                                  model_path=model)      # the reward function imports here, and fits the model
+                                  model_path=model, convention=recipe.reward.convention)      # the reward function imports here, and fits the model
     return problems
 
 

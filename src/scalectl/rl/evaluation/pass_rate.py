@@ -40,7 +40,7 @@ def evaluate_chunk(engine, problems: list, chunk: range, params, *, samples_per_
     part = [problems[i] for i in chunk]
     groups = engine.generate([p.prompt for p in part], samples_per_prompt, params, seed=seed + chunk.start)
     for prob, comps in zip(part, groups):
-        scores = [score(c.text, prob) for c in comps]
+        scores = score.group([c.text for c in comps], prob, [c.token_ids for c in comps])
         counts.append(sum(s.correct for s in scores))
         errors += sum(bool(getattr(s, "error", None)) for s in scores)
         truncated += sum(c.finish_reason == "length" for c in comps)
@@ -95,9 +95,10 @@ def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: i
             completion that hits ``params.max_new_tokens`` counts as truncated.
         samples_per_prompt: k.
         seed: sampling seed (the same per step, so reruns are comparable).
-        score: ``score(completion_text, problem)`` -> :class:`~scalectl.rl.reward.score.Score`,
-            the run's reward (:func:`scalectl.rl.reward.scoring.scorer_for`); a completion is
-            counted correct when its ``Score.correct`` is true.
+        score: the run's reward, a :class:`~scalectl.rl.reward.scoring.Scorer`
+            (:func:`scalectl.rl.reward.scoring.scorer_for`; ``score.group`` scores the k
+            completions of a prompt); a completion is counted correct when its
+            ``Score.correct`` is true.
         chunk_prompts: prompts per engine call (bounds memory).
 
     Returns:

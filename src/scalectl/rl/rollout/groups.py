@@ -60,15 +60,16 @@ def score_groups(raw_groups: list[list], problems: list, prompt_ids: list[int], 
         problems: the prompt set (objects with ``answer``, and ``fields`` for a real set).
         prompt_ids: the prompt index of each group.
         length: the recipe's :class:`~scalectl.recipe.schema.Length` section.
-        score: ``score(completion_text, problem)`` -> :class:`~scalectl.rl.reward.score.Score`,
-            the recipe's reward (:func:`scalectl.rl.reward.scoring.scorer_for`).
+        score: the recipe's reward, a :class:`~scalectl.rl.reward.scoring.Scorer`
+            (:func:`scalectl.rl.reward.scoring.scorer_for`): ``score.group(texts, problem,
+            token_ids)`` scores a group's completions (in one call of a TRL-shaped function).
 
     Raises:
         RewardFunctionError: the recipe's reward function failed on a completion.
     """
     groups = []
     for pid, comps in zip(prompt_ids, raw_groups):
-        scores = [score(c.text, problems[pid]) for c in comps]
+        scores = score.group([c.text for c in comps], problems[pid], [c.token_ids for c in comps])
         correct = [s.correct for s in scores]
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
         if length.control == "penalty":
