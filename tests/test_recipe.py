@@ -85,7 +85,7 @@ def test_override_is_validated_like_the_file():
 EXPECTED_ERRORS = {
     "bad-loss-type.toml": "bad-loss-type.toml: loss.type = 'cisp' is not one of: ppo_clip, gspo, cispo",
     "clip-low-range.toml": "clip-low-range.toml: loss.clip_low = 1.5 is out of range: must be < 1",
-    "unknown-section.toml": "unknown-section.toml: lossy: unknown key; did you mean loss? The keys of a recipe:\n"
+    "unknown-section.toml": "unknown-section.toml: lossy: unknown key; did you mean loss? The keys of a recipe (line 1):\n"
                             "  name         Name of the recipe",
     "unknown-key.toml": "unknown-key.toml: loss.tipe: unknown key; did you mean loss.type? The keys of [loss] (line 2):\n"
                         "  type         Policy loss: ",

@@ -250,7 +250,8 @@ def _describe(err: dict, data: dict) -> str:
         return f"{key} = {shown} is not one of: {allowed}"
     if kind == "value_error":
         msg = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
-        return f"{key}: {msg}" if key else msg
+        # a section's validator whose message names its own key ("async.schedule = ...") is not prefixed
+        return f"{key}: {msg}" if key and not msg.startswith(key + ".") else msg
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
               "less_than_equal": "<="}[kind]
@@ -298,7 +299,7 @@ _KEY = re.compile(r"^\s*([A-Za-z0-9_\-\.\"' ]+?)\s*=")
 def key_line(path: str, dotted: str) -> int | None:
     """The 1-based line of ``path`` (a TOML file) where the dotted key ``dotted`` is set, or
     None (not a readable file, or the key not found as ``key = ...`` under its table header:
-    e.g. inside an inline table).  tomllib gives no positions; this reads the text."""
+    e.g. inside an inline table).  A section's line is its ``[header]``.  tomllib gives no positions; this reads the text."""
     try:
         text = Path(path).read_text(encoding="utf-8", errors="replace")
     except (OSError, ValueError):
@@ -308,6 +309,8 @@ def key_line(path: str, dotted: str) -> int | None:
         header = _HEADER.match(line)
         if header:
             table = header.group(1).replace(" ", "").replace('"', "").replace("'", "")
+            if table == dotted:
+                return number                   # a section: its header
             continue
         key = _KEY.match(line)
         if key:
