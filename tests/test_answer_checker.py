@@ -129,7 +129,7 @@ NEW_PAIRS = [
     ("3\\,\\text{kg}", "3\\,\\text{Kg}", False),
     ("5\\,\\Omega", "5\\,\\omega", False),
     ("1\\text{ kJ}", "1000\\text{ J}", False),           # units are not converted
-    ("5\\text{ m}", "5", False),                          # a unit the gold does not have
+    ("5\\text{ m}", "5", True),                           # a unit the gold does not name is ignored
     ("5\\,\\mathrm{m}", "5\\text{ m}", True),
     ("4.4e7\\text{ m/s}", "4.4\\times 10^{7}\\mathrm{~m/s}", True),
     ("4.4\\times 10^{7}", "4.4\\times 10^{7}\\mathrm{~m/s}", True),   # the gold's unit left out
@@ -162,8 +162,9 @@ COMPLETIONS = [
     ("<think>a</think> \\boxed{4} <think>more", Gold(("4",), think_tags=True), False),  # reopened, unfinished
     ("<think>a</think> the answer is 4", Gold(("4",), think_tags=True), False),  # no box after the block
     ("<think>4 or 5?</think> \\boxed{5}", Gold(("4", "5"), think_tags=True), True),
-    ("<think>so \\boxed{4}", "4", True),                                        # no think tags: all text graded
-    ("<think>so \\boxed{4}", Gold(("4",)), True),
+    ("<think>so \\boxed{4}", "4", False),                                       # no think tags: an unclosed block is cut
+    ("<think>so \\boxed{4}", Gold(("4",)), False),
+    ("<think>so 3</think>\\boxed{4}", "4", True),                              # no think tags: a closed block is text
 ]
 
 
@@ -189,9 +190,22 @@ def test_completion(completion, gold, right):
     assert reward(completion, gold, timeout=5.0) == (1.0 if right else -1.0)
 
 
+@pytest.mark.parametrize("completion, right", [
+    ("<think>so \\boxed{42}", False),                         # cut at the length limit while thinking
+    ("hmm <think>x is \\boxed{42} or", False),
+    ("\\boxed{42} <think>or 41", True),                        # answered, then began to think again
+    ("<think>41?</think> so \\boxed{42}", True),                # a closed block: graded whole, as before
+    ("<think>\\boxed{42}</think>", True),
+    ("<think>a</think> \\boxed{42} <think>\\boxed{41}", True),  # only the unclosed last block is cut
+    ("\\boxed{42}", True),
+])
+def test_an_unclosed_thinking_block_is_not_graded_without_think_tags(completion, right):
+    assert check(completion, "42") is right
+
+
 def test_graded_text_and_gold():
     assert graded_text("<think>a</think>b</think>c", think_tags=True) == "c"
-    assert graded_text("<think>a", think_tags=True) is None and graded_text("<think>a", think_tags=False) == "<think>a"
+    assert graded_text("<think>a", think_tags=True) is None and graded_text("<think>a", think_tags=False) == ""
     assert str(Gold(("4", "x=4"))) == "4 | x=4"
     for bad in ((), ("4", 4), [None]):
         with pytest.raises(ValueError, match="one or more string answers"):

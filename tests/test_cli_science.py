@@ -176,6 +176,21 @@ def test_show_names_device_hours_of_a_cpu_run_and_prints_zero_as_zero(db_path):
     assert "GPU-hours" in gpu.output
 
 
+def test_show_says_when_the_checker_could_not_judge_held_out_completions(db_path):
+    with Store.open(db_path) as store:
+        run = store.create_run("errs", recipe={"hardware": {"device": "cpu"}})
+        store.add_points(run, [{"step": 0, "pass_rate": 0.25, "checker_errors": 0},
+                               {"step": 10, "pass_rate": 0.5, "checker_errors": 3},
+                               {"step": 20, "pass_rate": 0.5, "checker_errors": 1}])
+        clean = store.create_run("clean", recipe={})
+        store.add_points(clean, [{"step": 0, "pass_rate": 0.25, "checker_errors": 0}])
+    result = CliRunner().invoke(app, ["show", "errs", "--db", str(db_path)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "could not judge 4 held-out completion(s)" in result.output and "steps 10, 20)" in result.output
+    quiet = CliRunner().invoke(app, ["show", "clean", "--db", str(db_path)], env={"COLUMNS": "200"})
+    assert quiet.exit_code == 0 and "could not judge" not in quiet.output
+
+
 def test_compare_says_a_ceiling_not_identified_once(db_path):
     """A run stopped at 0.9 x C_mid: its verdict's reason is its ceiling_not_identified flag, which
     compare printed a second time as the flag's own line; now each flag sentence appears once."""

@@ -219,7 +219,8 @@ def test_think_tags_reach_training_and_held_out_problems():
         comps = [Completion(0, [1], [2], [-0.5], [0], "stop", t) for t in texts]
         [group] = score_groups([comps], held, [0], thinking.length, scorer_for(thinking))
         assert group.correct == [False, True, False, False]
-        assert [check(t, plain_held[0].answer) for t in texts] == [True, True, True, True]
+        # without think tags an unclosed block is cut; the rest is graded whole
+        assert [check(t, plain_held[0].answer) for t in texts] == [False, True, True, True]
 
 
 @pytest.mark.parametrize("name", ["gsm8k-test.jsonl", "aime24.parquet", "aime25.parquet", "amc23.parquet"])

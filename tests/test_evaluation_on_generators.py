@@ -73,7 +73,10 @@ def test_point_parts_refuse_another_version_and_unasked_chunks():
     parts.add(0, [dict(chunk, versions=[[3]] * 4)])
     assert parts.complete and parts.result(2) == {"pass_rate": 0.25, "samples_per_prompt": 2,
                                                   "correct_counts": [1, 0], "truncation_rate": 0.0,
-                                                  "mean_length": 2.25}
+                                                  "mean_length": 2.25, "checker_errors": 0}
+    counted = PointParts(4, {0: 1})
+    counted.add(0, [dict(chunk, versions=[[4]] * 4, checker_errors=3)])   # a generator's count reaches the point
+    assert counted.result(2)["checker_errors"] == 3
     assert parts.record() == [{"step": 3, "generator": 0, "start": 0, "prompts": 2, "versions": [[3]] * 4}]
 
 

@@ -149,7 +149,7 @@ def test_unknown_key_error_lists_the_section_and_suggests_the_closest(tmp_path):
     done = run_cli("validate", str(bad))
     assert done.returncode == 2 and "Traceback" not in done.stderr
     lines = done.stderr.splitlines()
-    assert lines[0] == f"error: {bad}: loss.clipp_high: unknown key; did you mean loss.clip_high? The keys of [loss]:"
+    assert lines[0] == f"error: {bad}: loss.clipp_high: unknown key; did you mean loss.clip_high? The keys of [loss] (line 2):"
     assert [line.split()[0] for line in lines[1:]] == list(Loss.model_fields)
     for line, info in zip(lines[1:], Loss.model_fields.values()):
         assert line.endswith(summary(info.description))

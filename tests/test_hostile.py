@@ -230,6 +230,25 @@ CASES = [
     Case("name-newline", recipe('name = "a\\nb"\n'), ("r.toml: name: contains the control character '\\n'",)),
     Case("description-long", recipe(f'description = "{"d" * 20000}"\n'),
          ("r.toml: description = 'ddd", "longer than 10,000 characters")),
+    Case("description-nul", recipe('description = "two\\nlines\\u0000"\n'),
+         ("r.toml: description: contains the control character '\\x00' (U+0000) at character 10: printable text, "
+          "tabs and newlines are allowed",)),
+    Case("description-rtl-override", recipe('description = "see gpj.\\u202eexe.txt"\n'),
+         ("r.toml: description: contains the control character '\\u202e' (U+202E RIGHT-TO-LEFT OVERRIDE) at "
+          "character 9",)),
+    Case("description-carriage-return", recipe('description = "a\\rb"\n'),
+         ("r.toml: description: contains the control character '\\r' (U+000D) at character 2",)),
+    Case("name-rtl-override", recipe('name = "run\\u202ecod"\n'),
+         ("r.toml: name: contains the control character '\\u202e' (U+202E RIGHT-TO-LEFT OVERRIDE) at character 4: "
+          "one line of printable text is allowed",)),
+    Case("name-c1-control", recipe('name = "a\\u009bb"\n'), ("r.toml: name: contains the control character '\\x9b'",)),
+    Case("version-zero-width", recipe('[reward]\nversion = "v\\u200b1"\n'),
+         ("r.toml: reward.version: contains the control character '\\u200b' (U+200B ZERO WIDTH SPACE) at character 2",)),
+    Case("set-interrupt-phrase-escape", override('length.interrupt_phrase="\\u001b[2J</think>"'),
+         ("length.interrupt_phrase: contains the control character '\\x1b' (U+001B) at character 1",)),
+    Case("setup-config-key-bidi", recipe('[model.config]\n"hidden\\u2066_size" = 64\n'),
+         ("r.toml: model.config.hidden\\u2066_size.[key]: contains the control character '\\u2066' (U+2066 "
+          "LEFT-TO-RIGHT ISOLATE) at character 7",)),
     Case("section-not-table", recipe("loss = 5\n"), ("r.toml: loss = 5: must be a table",)),
     # ---- what validate checks without loading
     Case("model-path-missing", recipe('[model]\npath = "/nonexistent/model"\n'),
@@ -307,6 +326,13 @@ CASES = [
          ("p.csv: row 2: step 3 appears more than once (first in row 1)",)),
     Case("import-duplicate-column", imported("compute,pass_rate,compute\n0,0.3,0\n"),
          ("p.csv: column 'compute' appears twice",)),
+    Case("import-json-duplicate-key", imported('{"step": 0, "pass_rate": 0.1, "pass_rate": 0.9}\n', "p.jsonl"),
+         ("p.jsonl: row 1 (line 1): key 'pass_rate' appears twice in one object (JSON would keep the last value)",)),
+    Case("import-json-duplicate-spaced-key", imported('{"step": 0, "pass_rate": 0.1}\n\n{"step": 1, " step ": 2, '
+                                                      '"pass_rate": 0.2}\n', "p.jsonl"),
+         ("p.jsonl: row 3 (line 3): key 'step' appears twice",)),
+    Case("import-json-duplicate-nested-key", imported('{"step": 0, "pass_rate": 0.1, "x": {"a": 1, "a": 2}}\n',
+                                                      "p.jsonl"), ("p.jsonl: row 1 (line 1): key 'a' appears twice",)),
     Case("import-no-pass-rate-column", imported("compute,pass_rat,colour\n0,0.3,red\n"),
          ("p.csv: no pass_rate column (columns: compute, pass_rat, colour); name it with --tag COLUMN",)),
     Case("import-map-not-a-field", imported("compute,acc\n0,0.3\n", extra=("--map", "acc=accuracy")),
@@ -412,6 +438,31 @@ def test_whole_numbers_written_as_floats_import_as_integers(tmp_path, runner):
         (p,) = s.points(s.get_run("w")["id"])
     assert (p["step"], p["tokens"], p["train_reward"]) == (2, 1_000_000, -0.25)
     assert isinstance(p["step"], int) and isinstance(p["tokens"], int)
+
+
+def test_free_text_keeps_tabs_newlines_and_any_script(tmp_path, runner):
+    """The control-character check of the free-text fields refuses neither the whitespace of
+    several lines nor letters beyond ASCII."""
+    text = "Zeile 1:\tGRPO über 日本語 données\nline 2 \u00e9\u0301 ok"
+    f = tmp_path / "r.toml"
+    f.write_text(f'extends = "{GRPO}"\ndescription = """{text}"""\n[length]\ninterrupt_phrase = "Stop.\\n</think>"\n')
+    result = runner.invoke(app, ["validate", str(f)])
+    assert result.exit_code == 0, result.output
+    from scalectl.recipe.load import load
+
+    recipe = load(f)
+    assert recipe.description == text and recipe.length.interrupt_phrase == "Stop.\n</think>"
+
+
+def test_a_json_lines_row_with_each_key_once_imports_as_before(tmp_path, runner):
+    """Keys are matched without surrounding spaces, as before the duplicate check."""
+    store = tmp_path / "s.db"
+    f = tmp_path / "p.jsonl"
+    f.write_text('{" step": 0, "pass_rate ": 0.25, "gpu_hours": 0}\n{"step": 1, "pass_rate": 0.5, "gpu_hours": 2}\n')
+    assert runner.invoke(app, ["import", str(f), "--name", "j", "--db", str(store)]).exit_code == 0
+    with Store.open(store) as s:
+        points = s.points(s.get_run("j")["id"])
+    assert [(p["step"], p["gpu_hours"], p["pass_rate"]) for p in points] == [(0, 0.0, 0.25), (1, 2.0, 0.5)]
 
 
 def test_reading_commands_create_no_store(tmp_path, runner):

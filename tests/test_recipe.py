@@ -85,9 +85,9 @@ def test_override_is_validated_like_the_file():
 EXPECTED_ERRORS = {
     "bad-loss-type.toml": "bad-loss-type.toml: loss.type = 'cisp' is not one of: ppo_clip, gspo, cispo",
     "clip-low-range.toml": "clip-low-range.toml: loss.clip_low = 1.5 is out of range: must be < 1",
-    "unknown-section.toml": "unknown-section.toml: lossy: unknown key; did you mean loss? The keys of a recipe:\n"
+    "unknown-section.toml": "unknown-section.toml: lossy: unknown key; did you mean loss? The keys of a recipe (line 1):\n"
                             "  name         Name of the recipe",
-    "unknown-key.toml": "unknown-key.toml: loss.tipe: unknown key; did you mean loss.type? The keys of [loss]:\n"
+    "unknown-key.toml": "unknown-key.toml: loss.tipe: unknown key; did you mean loss.type? The keys of [loss] (line 2):\n"
                         "  type         Policy loss: ",
     "wrong-type.toml": "wrong-type.toml: batch.prompts_per_step = 'many': must be an integer",
     "retire-threshold.toml": "retire-threshold.toml: filter.retire_threshold = 1.5 is out of range: must be <= 1",
@@ -134,3 +134,16 @@ def test_a_key_added_later_keeps_stored_hashes_at_its_neutral_value():
     assert load("scalerl", setup="tiny-cpu").content_hash == "6a2cfc67d93e"
     thinking = load("scalerl", setup="tiny-cpu", overrides=["model.think_tags=true"])
     assert thinking.content_hash != "6a2cfc67d93e"
+
+
+def test_a_bad_value_names_its_file_key_and_line(tmp_path):
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "x"\ndescription = "ok\\u0000no"\n\n[loss]\n# a comment\nclip_low = "a"\n'
+                   '\n[length]\nmax_new_tokens = -3\n')
+    proc = run_cli("validate", str(bad))
+    assert proc.returncode == 2
+    lines = [line.removeprefix("error: ") for line in proc.stderr.strip().splitlines()]
+    described = {line.split(": ", 2)[1].split(" ")[0].rstrip(":"): line for line in lines if "bad.toml" in line}
+    assert described["description"].endswith("(line 2)") and "U+0000" in described["description"]
+    assert described["loss.clip_low"].endswith("(line 6)")
+    assert described["length.max_new_tokens"].endswith("(line 9)")

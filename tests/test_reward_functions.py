@@ -148,7 +148,12 @@ def test_validation_imports_the_function_and_refuses_what_would_not_work(tmp_pat
     assert "module 'custom_rewards'" in problems("reward.function=custom_rewards:nothing_here")
     assert "reward.function = 'custom_rewards:NOT_CALLABLE' is not a function (an object of type int)" in problems(
         "reward.function=custom_rewards:NOT_CALLABLE")
-    assert "cannot be called as f(completion, gold, fields)" in problems("reward.function=custom_rewards:two_arguments")
+    two = problems("reward.function=custom_rewards:two_arguments")
+    assert (f"reward.function = 'custom_rewards:two_arguments' (in {ROOT / 'tests' / 'custom_rewards.py'}) fits none "
+            "of the three accepted shapes (scalectl: f(completion, gold, fields) or f(completion, gold, **fields)") in two
+    assert "; verl: compute_score(data_source, solution_str, ground_truth, extra_info=None)" in two
+    assert "; trl: reward_func(completions, **kwargs) over a batch" in two
+    assert two.endswith("as scalectl calls it: too many positional arguments")
     assert "model.think_tags = true has no effect with reward.function = 'custom_rewards:digit_share'" in problems(
         "reward.function=custom_rewards:digit_share", "model.think_tags=true")
     assert "reward.format = 'gsm8k': model.path = 'builtin:tiny' is warm-started to answer in \\boxed{}" in problems(

@@ -56,6 +56,17 @@ def test_the_fixed_lag_schedule_is_the_pipelines_alone_and_runs_in_one_process()
         plain.content_hash
 
 
+def test_the_dry_run_says_a_one_process_run_broadcasts_no_weights():
+    from scalectl.job.layout import check_layout
+    from scalectl.recipe.load import load
+
+    setup = ROOT / "setups" / "tiny-cpu.toml"
+    for overrides, broadcast in ((["async.schedule=fixed_lag"], False), (["async.mode=sync"], False), ([], True)):
+        recipe = load(ROOT / "recipes" / "scalerl.toml", setup, overrides)
+        (line,) = [ln for ln in check_layout(recipe, 1_000_000).lines if ln.startswith("weight sync:")]
+        assert ("per update from trainer 0" in line) is broadcast and ("no broadcast" in line) is not broadcast
+
+
 @pytest.mark.parametrize("mode, k, bound, steps, round_, window, processes, word", [
     # k is ignored by sync: one batch per weights, P prompts a round
     ("sync", 8, 0, 1, P, P, [False, True, True, True], "sync"),

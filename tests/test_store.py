@@ -308,7 +308,7 @@ def test_a_version_3_store_gains_the_series_table_and_keeps_its_points(tmp_path)
     path = tmp_path / "old.db"
     _store_at_version_3(path)
     with Store.open(path) as store:
-        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 4
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
         run = store.get_run("old")["id"]
         assert [(p["step"], p["pass_rate"]) for p in store.points(run)] == [(0, 0.25), (10, 0.5)]
         assert store.series(run) == [] and store.points(run, "aime24") == []
@@ -367,3 +367,30 @@ def test_delete_run_removes_its_rows_only(db_path):
         with pytest.raises(UserError, match="no run"):
             store.delete_run(gone)
         store.create_run("gone")                                  # the name is free again
+
+
+def test_a_version_4_store_gains_checker_errors_and_keeps_its_points(tmp_path):
+    import sqlite_utils
+
+    from scalectl.store.database import MIGRATIONS
+
+    path = tmp_path / "v4.db"
+    conn = sqlite3.connect(path)
+    db = sqlite_utils.Database(conn)
+    for migrate in MIGRATIONS[:4]:
+        migrate(db)
+    for table in ("eval_points", "series_points"):      # as version 4 made them: without the column
+        if "checker_errors" in db[table].columns_dict:
+            db[table].transform(drop={"checker_errors"})
+    conn.execute("PRAGMA user_version = 4")
+    conn.execute("INSERT INTO runs (name, status) VALUES ('old', 'completed')")
+    conn.execute("INSERT INTO eval_points (run_id, step, pass_rate) VALUES (1, 0, 0.25)")
+    conn.commit()
+    conn.close()
+    with Store.open(path) as store:
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        run = store.get_run("old")["id"]
+        (old,) = store.points(run)
+        assert (old["step"], old["pass_rate"], old["checker_errors"]) == (0, 0.25, None)
+        store.add_point(run, {"step": 10, "pass_rate": 0.5, "checker_errors": 3})
+        assert [(p["step"], p["checker_errors"]) for p in store.points(run)] == [(0, None), (10, 3)]

@@ -30,6 +30,8 @@ class EvalPoint:
             over completion tokens (None before the first step).
         retired_prompts: prompts retired as solved so far.
         wall_seconds: wall-clock seconds of generation and training so far.
+        checker_errors: held-out completions the built-in answer checker could not judge
+            (an internal error, a partial parse, a timeout: scored wrong), None when not counted.
     """
 
     step: int
@@ -47,6 +49,7 @@ class EvalPoint:
     logprob_mismatch: float | None = None
     retired_prompts: int | None = None
     wall_seconds: float | None = None
+    checker_errors: int | None = None
 
     def to_dict(self) -> dict:
         """The point as a plain dict (every field, None included)."""
@@ -70,5 +73,5 @@ POINT_FIELDS: dict[str, type] = {
     "step": int, "gpu_hours": float, "flops": float, "tokens": int, "samples": int, "pass_rate": float,
     "samples_per_prompt": int, "correct_counts": str, "truncation_rate": float, "mean_length": float,
     "train_reward": float, "entropy": float, "logprob_mismatch": float, "retired_prompts": int,
-    "wall_seconds": float,
+    "wall_seconds": float, "checker_errors": int,
 }

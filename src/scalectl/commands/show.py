@@ -55,6 +55,12 @@ def show(
     out.print(fitted_table(None, cols, [
         [str(p["step"]), *(format_number(p[k], digits.get(k, 3), decimals=True) for k in keys)]
         for p in points], out.width))
+    errors = [(p["step"], p["checker_errors"]) for p in points if p.get("checker_errors")]
+    if errors:
+        out.print(f"[yellow]the answer checker could not judge {sum(n for _, n in errors)} held-out completion(s)"
+                  f"[/yellow] (scored wrong; steps {', '.join(str(s) for s, _ in errors[:8])}"
+                  f"{' ...' if len(errors) > 8 else ''}): their pass rates are lower bounds; the run's "
+                  "steps.jsonl counts those of its rollouts (checker_errors)", soft_wrap=True, highlight=False)
     for name, (meta, pts) in series.items():
         out.print(f"[bold]series {name}[/bold]: {meta['prompts']} prompts of {meta['source']}, "
                   f"mean@{meta['samples_per_prompt']}", soft_wrap=True, highlight=False)

@@ -464,7 +464,11 @@ def check_layout(recipe, params: int | None, launcher: str | None = None) -> Lay
                 problems.append(f"a generator needs {weights / 1e9:.1f} GB for the weights alone, more than "
                                 f"hardware.memory_gb = {hw.memory_gb:g}")
     plan = weight_sync_plan(params, recipe.model.dtype, hw.generators)
-    lines.append(plan.line())
+    if mode.in_processes(hw.generators, hw.trainers):
+        lines.append(plan.line())
+    else:
+        lines.append("weight sync: none (one process generates and trains: the engine reads the trained "
+                     "weights in place, no broadcast)")
     return LayoutReport(lines, problems, memory, plan, activations, generators)
 
 

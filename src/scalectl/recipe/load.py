@@ -229,9 +229,15 @@ def _nest(dotted: str, value: Any) -> dict:
     return out
 
 
+def _printable(part: str) -> str:
+    """A key as the error shows it: as written, or with its unprintable characters escaped
+    (``hidden\\u2066_size``), so that a hostile key cannot reorder or hide the message."""
+    return part if part.isprintable() else part.encode("unicode_escape").decode("ascii")
+
+
 def _describe(err: dict, data: dict) -> str:
     """One pydantic error as 'key = value: what is allowed'."""
-    loc = [str(p) for p in err["loc"]]
+    loc = [_printable(str(p)) for p in err["loc"]]
     # pydantic reports model-level validator failures at the section itself
     key = ".".join(loc)
     kind = err["type"]
@@ -244,7 +250,8 @@ def _describe(err: dict, data: dict) -> str:
         return f"{key} = {shown} is not one of: {allowed}"
     if kind == "value_error":
         msg = str(err["ctx"]["error"]) if "ctx" in err else err["msg"]
-        return f"{key}: {msg}" if key else msg
+        # a section's validator whose message names its own key ("async.schedule = ...") is not prefixed
+        return f"{key}: {msg}" if key and not msg.startswith(key + ".") else msg
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         op = {"greater_than": ">", "greater_than_equal": ">=", "less_than": "<",
               "less_than_equal": "<="}[kind]
@@ -285,8 +292,46 @@ def _error_file(loc: tuple, origin: dict[str, str], fallback: str) -> str:
     return best or fallback
 
 
+_HEADER = re.compile(r"^\s*\[\[?\s*([^\]]+?)\s*\]\]?\s*(?:#.*)?$")
+_KEY = re.compile(r"^\s*([A-Za-z0-9_\-\.\"' ]+?)\s*=")
+
+
+def key_line(path: str, dotted: str) -> int | None:
+    """The 1-based line of ``path`` (a TOML file) where the dotted key ``dotted`` is set, or
+    None (not a readable file, or the key not found as ``key = ...`` under its table header:
+    e.g. inside an inline table).  A section's line is its ``[header]``.  tomllib gives no positions; this reads the text."""
+    try:
+        text = Path(path).read_text(encoding="utf-8", errors="replace")
+    except (OSError, ValueError):
+        return None
+    table = ""
+    for number, line in enumerate(text.splitlines(), 1):
+        header = _HEADER.match(line)
+        if header:
+            table = header.group(1).replace(" ", "").replace('"', "").replace("'", "")
+            if table == dotted:
+                return number                   # a section: its header
+            continue
+        key = _KEY.match(line)
+        if key:
+            name = key.group(1).replace(" ", "").replace('"', "").replace("'", "")
+            if (f"{table}.{name}" if table else name) == dotted:
+                return number
+    return None
+
+
+def _at_line(where: str, loc: tuple) -> str:
+    """`` (line N)`` when ``where`` is a file that sets the key ``loc`` on line N, else ``""``."""
+    for cut in range(len(loc), 0, -1):          # the key, or the nearest key above it set in the file
+        line = key_line(where, ".".join(str(p) for p in loc[:cut]))
+        if line is not None:
+            return f" (line {line})"
+    return ""
+
+
 def validate(data: dict, origin: dict[str, str], label: str) -> Recipe:
-    """Validate merged recipe data; every error names its file and dotted key.
+    """Validate merged recipe data; every error names its file and dotted key, and the line
+    of the file that sets the key when it can be found (:func:`key_line`).
 
     Raises:
         UserError: with one line per problem.
@@ -294,7 +339,13 @@ def validate(data: dict, origin: dict[str, str], label: str) -> Recipe:
     try:
         return Recipe.model_validate(data)
     except ValidationError as exc:
-        lines = [f"{_error_file(e['loc'], origin, label)}: {_describe(e, data)}" for e in exc.errors()]
+        lines = []
+        for e in exc.errors():
+            where = _error_file(e["loc"], origin, label)
+            first, *rest = _describe(e, data).split("\n")    # the line number ends the first line,
+            at = _at_line(where, e["loc"])                    # before the colon that opens a list
+            first = f"{first[:-1]}{at}:" if first.endswith(":") else first + at
+            lines.append("\n".join([f"{where}: {first}", *rest]))
         raise UserError("\n".join(lines)) from None
 
 
@@ -447,7 +498,7 @@ def check_sources(recipe: Recipe) -> list[tuple[str, str]]:
     elif not Path(source).expanduser().is_file():
         problems.append(("data.source", f"data.source = {source!r}: no such file"))
     problems += function_problems(recipe.reward.function, recipe.reward.format, think_tags=recipe.model.think_tags,
-                                  model_path=model)      # the reward function imports here, and fits the model
+                                  model_path=model, convention=recipe.reward.convention)      # the reward function imports here, and fits the model
     return problems
 
 

@@ -11,6 +11,12 @@ Modules are found as ``python -m`` finds them: on ``PYTHONPATH``, among the inst
 packages, and in the current folder (appended to ``sys.path``, after the rest), so that
 ``mypkg/rewards.py`` beside the recipe works without installing it.
 
+A function may be written for another trainer (``reward.convention``, :data:`CONVENTIONS`):
+verl's ``custom_reward_function`` (``compute_score(data_source, solution_str, ground_truth,
+extra_info=None)``) or TRL's GRPOTrainer ``reward_funcs`` (``reward_func(completions,
+**kwargs)`` over a batch); unset, the convention is recognised from the signature
+(:func:`convention_of`), and :mod:`scalectl.rl.reward.conventions` calls each.
+
 Pure Python: no torch, no pydantic.
 """
 
@@ -32,6 +38,23 @@ ANSWER_FORMATS = ("boxed", "gsm8k", "last_line")
 
 _NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
+#: The calling conventions of reward functions (``reward.convention``): scalectl's own, verl's
+#: ``custom_reward_function`` (its NaiveRewardManager's call) and TRL's GRPOTrainer reward
+#: functions (``GRPOTrainer._calculate_rewards``).
+CONVENTIONS = ("scalectl", "verl", "trl")
+#: How a function of each convention is called and what it returns (docs/rewards.md).
+SHAPES = {
+    "scalectl": "f(completion, gold, fields) or f(completion, gold, **fields), returning a float or a Score",
+    "verl": "compute_score(data_source, solution_str, ground_truth, extra_info=None), returning a float or a "
+            "dict with a 'score' key",
+    "trl": "reward_func(completions, **kwargs) over a batch (prompts, completions, completion_ids and the row's "
+           "columns as keyword lists), returning a list of floats or None",
+}
+#: The keyword arguments verl's NaiveRewardManager passes to ``compute_score``.
+VERL_KEYWORDS = ("data_source", "solution_str", "ground_truth", "extra_info")
+#: The keyword arguments TRL's GRPOTrainer passes to every reward function, besides the columns.
+TRL_KEYWORDS = ("prompts", "completions", "completion_ids")
+
 
 def check_name(name: str) -> str:
     """``name`` when it has the form ``package.module:callable`` (dotted identifiers on
@@ -46,16 +69,95 @@ def check_name(name: str) -> str:
     return name
 
 
-def import_function(name: str):
-    """The callable ``name`` (``package.module:callable``) names, imported in this process.
+def _misfit(sig: inspect.Signature, convention: str) -> str | None:
+    """Why a function of signature ``sig`` cannot be called as ``convention`` calls it (the
+    message of :meth:`inspect.Signature.bind`), or None when it can."""
+    params = sig.parameters.values()
+    try:
+        if convention == "verl":
+            sig.bind(**dict.fromkeys(VERL_KEYWORDS))
+        elif convention == "trl":
+            # the row's columns come as keywords too: a required parameter may name one
+            sig.bind_partial(**dict.fromkeys(TRL_KEYWORDS))
+            positional = [p.name for p in params if p.kind is p.POSITIONAL_ONLY and p.default is p.empty]
+            if positional:
+                return f"parameter {positional[0]!r} is positional-only (TRL passes keywords)"
+        else:
+            try:
+                sig.bind("completion", "gold", {})
+            except TypeError:
+                sig.bind("completion", "gold")        # f(completion, gold, **fields)
+                if not any(p.kind is p.VAR_KEYWORD for p in params):
+                    raise
+    except TypeError as exc:
+        return str(exc)
+    return None
 
-    The current folder is appended to ``sys.path`` first (see the module docstring), and
-    the callable must take three positional arguments (completion, gold, fields).
+
+def fields_as_keywords(function) -> bool:
+    """Whether a function of the ``scalectl`` convention takes the row as keyword arguments
+    (``f(completion, gold, **fields)``) rather than as one dict (``f(completion, gold, fields)``,
+    preferred when both fit)."""
+    try:
+        inspect.signature(function).bind("completion", "gold", {})
+    except TypeError:
+        return True
+    except ValueError:          # no signature to read
+        return False
+    return False
+
+
+def convention_of(function, declared: str | None = None) -> str:
+    """The calling convention of ``function`` (one of :data:`CONVENTIONS`).
+
+    ``declared`` (``reward.convention``) is checked against the signature.  Unset, the
+    convention is recognised: verl or TRL when the function fits that call and names one of
+    its parameters (:data:`VERL_KEYWORDS`, :data:`TRL_KEYWORDS`; both pass keywords), else
+    scalectl when it fits, else the one foreign call it fits.  A function without a signature
+    to read (a builtin) is taken as ``declared`` or scalectl.
+
+    Raises:
+        ValueError: it fits the declared convention not, none, or (unset) several equally (the
+            message says which and how each is called).
+    """
+    try:
+        sig = inspect.signature(function)
+    except (ValueError, TypeError):
+        return declared or "scalectl"
+    misfits = {c: _misfit(sig, c) for c in CONVENTIONS}
+    if declared is not None:
+        if misfits[declared] is None:
+            return declared
+        raise ValueError(f"cannot be called as reward.convention = {declared!r} calls it, "
+                         f"{SHAPES[declared]}: {misfits[declared]}")
+    names = set(sig.parameters)
+    named = [c for c, words in (("verl", VERL_KEYWORDS[:3]), ("trl", TRL_KEYWORDS))
+             if misfits[c] is None and names & set(words)]
+    if not named and misfits["scalectl"] is None:
+        return "scalectl"
+    fitting = named or [c for c in ("verl", "trl") if misfits[c] is None]
+    if len(fitting) == 1:
+        return fitting[0]
+    if fitting:
+        raise ValueError(f"fits the calls of {' and '.join(fitting)} alike; say which with reward.convention "
+                         f"= {' or '.join(repr(c) for c in fitting)}")
+    shapes = "; ".join(f"{c}: {shape}" for c, shape in SHAPES.items())
+    meant = next((c for c, words in (("verl", VERL_KEYWORDS[:3]), ("trl", TRL_KEYWORDS)) if names & set(words)),
+                 "scalectl")
+    raise ValueError(f"fits none of the three accepted shapes ({shapes}); as {meant} calls it: {misfits[meant]}")
+
+
+def import_reward(name: str, convention: str | None = None) -> tuple[object, str]:
+    """The callable ``name`` (``package.module:callable``) names, imported in this process,
+    and its calling convention (``convention`` checked, or recognised: :func:`convention_of`).
+
+    The current folder is appended to ``sys.path`` first (see the module docstring).
 
     Raises:
         UserError: naming ``reward.function`` and its value: a malformed name, a module
             that cannot be imported (with the import's own error), no such attribute, an
-            attribute that is not callable, or one that cannot take three arguments.
+            attribute that is not callable, or one whose signature fits no convention, the
+            declared one or several (naming its file and the accepted shapes).
     """
     key = f"reward.function = {name!r}"
     try:
@@ -73,26 +175,30 @@ def import_function(name: str):
             raise
         raise UserError(f"{key} cannot be imported: {type(exc).__name__}: {exc} (modules are looked for on "
                         "PYTHONPATH, among the installed packages and in the current folder)") from None
+    where = getattr(obj, "__file__", None) or "?"
     for part in attr.split("."):
         if not hasattr(obj, part):
-            raise UserError(f"{key}: module {module_name!r} ({getattr(obj, '__file__', '?')}) has no "
-                            f"attribute {attr!r}")
+            raise UserError(f"{key}: module {module_name!r} ({where}) has no attribute {attr!r}")
         obj = getattr(obj, part)
     if not callable(obj):
         raise UserError(f"{key} is not a function (an object of type {type(obj).__name__})")
     try:
-        inspect.signature(obj).bind("completion", "gold", {})
-    except TypeError as exc:
-        raise UserError(f"{key} cannot be called as f(completion, gold, fields): {exc}") from None
-    except ValueError:          # no signature to read (a builtin): calls will tell
-        pass
-    return obj
+        return obj, convention_of(obj, convention)
+    except ValueError as exc:
+        raise UserError(f"{key} (in {where}) {exc}") from None
 
 
-def function_problems(function: str, answer_format: str, *, think_tags: bool, model_path: str) -> list[tuple[str, str]]:
+def import_function(name: str, convention: str | None = None):
+    """The callable of :func:`import_reward` alone (same errors)."""
+    return import_reward(name, convention)[0]
+
+
+def function_problems(function: str, answer_format: str, *, think_tags: bool, model_path: str,
+                      convention: str | None = None) -> list[tuple[str, str]]:
     """What stops a ``[reward]`` section from working with this recipe, found before a run.
 
-    * the function cannot be imported here (:func:`import_function`);
+    * the function cannot be imported here, or its signature fits not ``convention``
+      (``reward.convention``; unset: no convention or several: :func:`import_reward`);
     * ``model.think_tags`` with a function of the user's: it receives the whole completion,
       so the key would have no effect (the built-in checker reads after ``</think>``);
     * ``builtin:tiny`` with the built-in checker and a format other than ``boxed``: the
@@ -105,7 +211,7 @@ def function_problems(function: str, answer_format: str, *, think_tags: bool, mo
     problems = []
     if function != BUILTIN_REWARD:
         try:
-            import_function(function)
+            import_reward(function, convention)
         except UserError as exc:
             problems.append(("reward.function", str(exc)))
         if think_tags:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import unicodedata
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
@@ -38,7 +39,7 @@ from scalectl.defaults import TRUNCATION_THRESHOLD
 from scalectl.recipe.launcher_choices import DEFAULT_LAUNCHER, LAUNCHER_NAMES
 from scalectl.recipe.loss_choices import COMPANIONS, DEFAULT_LOSS, LOSS_CHOICES, LOSS_NAMES, companion_defaults
 from scalectl.recipe.async_modes import ASYNC_MODE_NAMES, PIPELINE_SCHEDULES
-from scalectl.recipe.reward_function import ANSWER_FORMATS, BUILTIN_REWARD, check_name
+from scalectl.recipe.reward_function import ANSWER_FORMATS, BUILTIN_REWARD, CONVENTIONS, check_name
 
 # --------------------------------------------------------------------------- bounds
 # Every number has finite bounds that fit where the value goes; values are strict
@@ -66,15 +67,38 @@ GPU_HOURS_MAX = 1e9
 LINE_MAX = 4096
 
 
+def _control_character(text: str, allowed: str = "") -> str | None:
+    """Why ``text`` is refused, or None: its first control (Unicode category Cc: NUL, ESC, DEL,
+    the C1 controls) or format character (Cf: the bidirectional overrides such as U+202E, which
+    show text in another order than it is stored, zero-width characters), other than those in
+    ``allowed``, named with its code point and where it is (1 = the first character)."""
+    for i, c in enumerate(text, start=1):
+        if c not in allowed and unicodedata.category(c) in ("Cc", "Cf"):
+            name = unicodedata.name(c, "")
+            return f"contains the control character {c!r} (U+{ord(c):04X}{' ' + name if name else ''}) at character {i}"
+    return None
+
+
 def _one_line(text: str) -> str:
-    bad = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+    bad = _control_character(text)
     if bad is not None:
-        raise ValueError(f"contains the control character {bad!r}: one line of printable text is allowed")
+        raise ValueError(f"{bad}: one line of printable text is allowed")
     return text
 
 
-#: A one-line string (no newline, tab, NUL or other control character), at most LINE_MAX characters.
+def _free_text(text: str) -> str:
+    bad = _control_character(text, allowed="\t\n")
+    if bad is not None:
+        raise ValueError(f"{bad}: printable text, tabs and newlines are allowed")
+    return text
+
+
+#: A one-line string (no newline, tab, NUL, bidirectional override or other control or format
+#: character: Unicode categories Cc and Cf), at most LINE_MAX characters.
 Line = Annotated[str, Field(max_length=LINE_MAX), AfterValidator(_one_line)]
+#: Free text of several lines: printable text, tabs and newlines (no NUL, carriage return,
+#: bidirectional override or other Cc/Cf character).
+Text = Annotated[str, AfterValidator(_free_text)]
 
 
 class _Section(BaseModel):
@@ -235,7 +259,7 @@ class Length(_Section):
     interrupt_max: int = Field(default=12000, ge=1, le=TOKENS_MAX, description=(
         "Longest interruption length, in generated tokens (length.control = interrupt). It must "
         "stay below length.max_new_tokens, to leave room for the answer."))
-    interrupt_phrase: str = Field(
+    interrupt_phrase: Text = Field(
         default="Okay, time is up. Let me stop thinking and formulate a final answer now. </think>",
         max_length=LINE_MAX, description=(
             "Text appended at the interruption length to close the thinking section. The model then "
@@ -342,7 +366,8 @@ class Reward(_Section):
     or by a function of the user's, named as ``package.module:callable`` and called in every
     process that scores (generators of every async mode, evaluation) as
     ``function(completion, gold, fields)``, returning a float reward (right, for the pass
-    rate, when > 0) or a :class:`scalectl.rl.reward.score.Score`.  Part of the content hash
+    rate, when > 0) or a :class:`scalectl.rl.reward.score.Score`; or as verl or TRL call
+    theirs (``convention``, :data:`scalectl.recipe.reward_function.CONVENTIONS`).  Part of the content hash
     by ``function`` and ``version``, never by the function's code; the allowed formats are
     :data:`scalectl.recipe.reward_function.ANSWER_FORMATS`."""
 
@@ -364,7 +389,21 @@ class Reward(_Section):
     timeout_s: float = Field(default=5.0, gt=0, le=3600, description=(
         "Seconds one call of the reward function may take, in a process of its own. A function of the "
         "user's that overruns fails the run, naming it; a math-verify comparison of the built-in checker "
-        "that overruns scores -1."))
+        "that overruns scores -1; a TRL-shaped function, called once per group, may take this times the "
+        "group's completions."))
+    convention: Literal[CONVENTIONS] | None = Field(default=None, description=(
+        "How reward.function is called: as scalectl, verl or TRL calls a reward function. scalectl: "
+        "f(completion, gold, fields); verl: compute_score(data_source, solution_str, ground_truth, extra_info), "
+        "its custom_reward_function; trl: reward_func(prompts, completions, completion_ids, **columns) over "
+        "a group, as TRL's GRPOTrainer. Unset: recognised from the function's signature (docs/rewards.md, "
+        "\"Functions written for verl or TRL\")."))
+
+    @model_validator(mode="after")
+    def _convention_needs_a_function(self) -> "Reward":
+        if self.function == BUILTIN_REWARD and self.convention not in (None, "scalectl"):
+            raise ValueError(f"reward.convention = {self.convention!r} applies to a function of your own, not the "
+                             f"built-in checker {BUILTIN_REWARD!r} (a scalectl one); set reward.function too")
+        return self
 
 
 class Fit(_Section):
@@ -666,7 +705,8 @@ UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint", "loggi
 HASH_NEUTRAL = {("model", "think_tags"): False, ("async", "schedule"): "streaming",
                 ("hardware", "gpus_per_generator"): 1,
                 ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
-                ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0}
+                ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0,
+                ("reward", "convention"): None}
 #: Keys that change speed, memory or where work runs, never what is trained or measured (or
 #: that only describe the checkpoint for the dry run, or stop a run that has no learning
 #: signal): excluded from the content hash.
@@ -687,7 +727,7 @@ class Recipe(_Section):
     name: Line = Field(default="run", max_length=100, description=(
         "Name of the recipe, leading its runs' names (NAME-sSEED). A recipe file that sets none is "
         "named for its file's stem."))
-    description: str = Field(default="", max_length=10_000, description=(
+    description: Text = Field(default="", max_length=10_000, description=(
         "What the recipe is, in words (shown by scalectl recipes); not part of the content hash."))
     seed: int = Field(default=0, ge=0, le=SEED_MAX, description=(
         "Seed of the run (scalectl run --seed). Not part of the content hash: the runs of one recipe "

@@ -314,6 +314,7 @@ class _Run:
     boundary: dict | None = None    # while a step is under way: the state saved if it is interrupted
     warned_pool: bool = False       # the warning of a training pool emptied by retirement: once per process
     warned_short: bool = False      # the warning of a dynamic-sampling batch trained short: once per process
+    warned_checker: bool = False    # the warning of an answer the checker could not judge: once per process
     quiet: list | None = None       # the metrics of the first steps without a learning signal (None: not checked)
 
     def done(self) -> bool:
@@ -379,6 +380,11 @@ class _Run:
                               f"on its {metrics['groups_kept']} groups; later short steps are counted in "
                               "steps.jsonl (short_batch), not repeated here.")
             self.warned_short = True
+        if not self.warned_checker and metrics.get("checker_errors"):
+            self.reporter.log(f"warning: step {state.step}: the answer checker could not judge "
+                              f"{metrics['checker_errors']} completion(s), scored -1: {metrics.get('checker_error')}; "
+                              "later ones are counted in steps.jsonl (checker_errors), not repeated here.")
+            self.warned_checker = True
         if not self.warned_pool and (warning := pool_warning(len(state.history.retired), state.sampler.n_prompts)):
             self.reporter.log(f"warning: step {state.step}: {warning}")
             self.warned_pool = True

@@ -30,7 +30,7 @@ Tables (schema version :data:`SCHEMA_VERSION`, migrations in :data:`MIGRATIONS`)
   correct_counts (JSON list of per-prompt correct counts, for pass@k),
   truncation_rate, mean_length (tokens), train_reward, entropy,
   logprob_mismatch (mean |log pi_train - log pi_gen|), retired_prompts,
-  wall_seconds, time (ISO 8601).
+  wall_seconds, checker_errors, time (ISO 8601).
 * ``fits``: run_id, key (axis/method/window), fit (JSON), points_digest, created.
 * ``ablation_stages`` (version 2): one row per (ablation, stage, variant) of an
   adaptive ablation: budget (steps per run), seeds, A with its interval, dA
@@ -45,6 +45,8 @@ Tables (schema version :data:`SCHEMA_VERSION`, migrations in :data:`MIGRATIONS`)
   series' name, its ``source`` (the prompt set: a file, or the run's own held-out split) and
   ``prompts`` (how many it held).  A store of an older version gains the table, empty, when
   a command that writes opens it; nothing else changes.
+* version 5: ``eval_points`` and ``series_points`` gain ``checker_errors`` (held-out
+  completions the answer checker could not judge; empty in the rows of older stores).
 """
 
 from __future__ import annotations
@@ -66,7 +68,7 @@ from scalectl.points import POINT_FIELDS, EvalPoint
 if TYPE_CHECKING:
     import sqlite_utils
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 DEFAULT_DB = "scalectl.db"
 RUN_STATES = ("created", "pending", "running", "completed", "failed", "cancelled", "timed_out")
 
@@ -125,8 +127,14 @@ def _migrate_4(db: "sqlite_utils.Database") -> None:
                                foreign_keys=[("run_id", "runs", "id")])
 
 
+def _migrate_5(db: "sqlite_utils.Database") -> None:
+    for table in ("eval_points", "series_points"):       # made by an earlier migration of this release: has it
+        if "checker_errors" not in db[table].columns_dict:
+            db[table].add_column("checker_errors", int)
+
+
 #: Migration i+1 brings a store from schema version i to i+1.
-MIGRATIONS = [_migrate_1, _migrate_2, _migrate_3, _migrate_4]
+MIGRATIONS = [_migrate_1, _migrate_2, _migrate_3, _migrate_4, _migrate_5]
 #: The tables a scalectl store holds (another program's SQLite file holds others).
 TABLES = frozenset({"runs", "eval_points", "fits", "ablation_stages", "journal_offsets", "series_points"})
 #: The tables whose rows belong to one run (``run_id``): what :meth:`Store.delete_run` removes with it.

@@ -7,7 +7,8 @@ source came from.
 * a ``.csv`` file: a header and rows of text cells (scalectl's own columns, a W&B export of
   a run's history with ``_step``, ``_runtime``, ``_timestamp`` and one column per logged key,
   a verl or TRL log); a byte-order mark (Excel's "CSV UTF-8") is dropped;
-* a ``.jsonl`` / ``.ndjson`` file: one JSON object per line, JSON numbers as cells;
+* a ``.jsonl`` / ``.ndjson`` file: one JSON object per line, JSON numbers as cells; a key given
+  twice in one object is refused, as a CSV column given twice is;
 * a TensorBoard event folder (``events.out.tfevents.*`` files, as ``torch.utils.tensorboard``
   and scalectl's own ``tensorboard`` backend write them), or one event file: a row per
   step holding every scalar tag logged at it, ``_step`` and ``_runtime`` (seconds since
@@ -129,20 +130,47 @@ def _csv_rows(path: Path, text: str) -> tuple[list[tuple[str, dict]], list[str]]
     return rows, header
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object names one key twice (``key``; json itself would keep the last value)."""
+
+    def __init__(self, key: str):
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, object]]) -> dict:
+    """``object_pairs_hook`` of :func:`json.loads`: the object as a dict, keys stripped of
+    surrounding whitespace (as the columns are matched).
+
+    Raises:
+        _DuplicateKey: a key given twice (also as ``" a"`` beside ``"a"``), at any depth.
+    """
+    out: dict = {}
+    for key, value in pairs:
+        name = key.strip()
+        if name in out:
+            raise _DuplicateKey(name)
+        out[name] = value
+    return out
+
+
 def _jsonl_rows(path: Path, text: str) -> list[tuple[str, dict]]:
     rows = []
     for i, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line, object_pairs_hook=_unique_keys)
         except json.JSONDecodeError as exc:
             raise UserError(f"{path}: row {i}: invalid JSON ({exc.msg})") from None
+        except _DuplicateKey as exc:
+            raise UserError(f"{path}: row {i} (line {i}): key {exc.key!r} appears twice in one object (JSON would "
+                            "keep the last value); give each key once") from None
         except RecursionError:
             raise UserError(f"{path}: row {i}: nested too deeply to be a point") from None
         if not isinstance(row, dict):
             raise UserError(f"{path}: row {i}: expected a JSON object, got {type(row).__name__}")
-        rows.append((f"row {i}", {str(k).strip(): v for k, v in row.items()}))
+        rows.append((f"row {i}", row))
     return rows
 
 

@@ -31,21 +31,24 @@ def evaluate_chunk(engine, problems: list, chunk: range, params, *, samples_per_
 
     Returns:
         ``start`` (the chunk's first prompt), ``correct_counts`` (one per prompt), ``truncated``,
-        ``length_sum`` (tokens), ``completions``, and ``versions``: for every completion, in
+        ``length_sum`` (tokens), ``completions``, ``checker_errors`` (completions the
+        checker could not judge, ``Score.error``), and ``versions``: for every completion, in
         order, the sorted policy versions of its tokens (one version when its weights never
         changed while it was sampled; empty for a completion of no token).
     """
-    counts, truncated, length_sum, total, versions = [], 0, 0, 0, []
+    counts, truncated, length_sum, total, versions, errors = [], 0, 0, 0, [], 0
     part = [problems[i] for i in chunk]
     groups = engine.generate([p.prompt for p in part], samples_per_prompt, params, seed=seed + chunk.start)
     for prob, comps in zip(part, groups):
-        counts.append(sum(score(c.text, prob).correct for c in comps))
+        scores = score.group([c.text for c in comps], prob, [c.token_ids for c in comps])
+        counts.append(sum(s.correct for s in scores))
+        errors += sum(bool(getattr(s, "error", None)) for s in scores)
         truncated += sum(c.finish_reason == "length" for c in comps)
         length_sum += sum(len(c.token_ids) for c in comps)
         total += len(comps)
         versions += [sorted(set(c.versions)) for c in comps]
     return {"start": chunk.start, "correct_counts": counts, "truncated": truncated, "length_sum": length_sum,
-            "completions": total, "versions": versions}
+            "completions": total, "versions": versions, "checker_errors": errors}
 
 
 def combine_chunks(parts: list[dict], samples_per_prompt: int) -> dict:
@@ -53,13 +56,13 @@ def combine_chunks(parts: list[dict], samples_per_prompt: int) -> dict:
 
     Returns:
         pass_rate (mean@k), samples_per_prompt, correct_counts (list, one per prompt),
-        truncation_rate, mean_length (tokens): what :func:`evaluate` returns.
+        truncation_rate, mean_length (tokens), checker_errors: what :func:`evaluate` returns.
 
     Raises:
         ValueError: the chunks do not cover consecutive prompts from 0, or cover none.
     """
     parts = sorted(parts, key=lambda p: p["start"])
-    counts, truncated, length_sum, total = [], 0, 0, 0
+    counts, truncated, length_sum, total, errors = [], 0, 0, 0, 0
     for part in parts:
         if part["start"] != len(counts):
             raise ValueError(f"evaluation chunks: expected one starting at prompt {len(counts)}, got {part['start']}")
@@ -67,6 +70,7 @@ def combine_chunks(parts: list[dict], samples_per_prompt: int) -> dict:
         truncated += part["truncated"]
         length_sum += part["length_sum"]
         total += part["completions"]
+        errors += part.get("checker_errors", 0)
     if total == 0:
         raise ValueError("an evaluation of no completion")
     return {
@@ -75,6 +79,7 @@ def combine_chunks(parts: list[dict], samples_per_prompt: int) -> dict:
         "correct_counts": counts,
         "truncation_rate": truncated / total,
         "mean_length": length_sum / total,
+        "checker_errors": errors,
     }
 
 
@@ -90,14 +95,15 @@ def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: i
             completion that hits ``params.max_new_tokens`` counts as truncated.
         samples_per_prompt: k.
         seed: sampling seed (the same per step, so reruns are comparable).
-        score: ``score(completion_text, problem)`` -> :class:`~scalectl.rl.reward.score.Score`,
-            the run's reward (:func:`scalectl.rl.reward.scoring.scorer_for`); a completion is
-            counted correct when its ``Score.correct`` is true.
+        score: the run's reward, a :class:`~scalectl.rl.reward.scoring.Scorer`
+            (:func:`scalectl.rl.reward.scoring.scorer_for`; ``score.group`` scores the k
+            completions of a prompt); a completion is counted correct when its
+            ``Score.correct`` is true.
         chunk_prompts: prompts per engine call (bounds memory).
 
     Returns:
         pass_rate (mean@k), samples_per_prompt, correct_counts (list, one per
-        prompt), truncation_rate, mean_length (tokens).
+        prompt), truncation_rate, mean_length (tokens), checker_errors.
 
     Raises:
         RewardFunctionError: the run's reward function failed on a completion.

@@ -2,9 +2,12 @@
 
 Each process that scores keeps worker processes for the function (:class:`~scalectl.rl.reward.workers.WorkerPool`):
 a fresh interpreter that imports the function once (:func:`serve_function`; with this
-process's ``sys.path``, the current folder included) and then answers one call at a time
+process's ``sys.path``, the current folder included) and then answers one request at a time
 over a pipe, the completion, gold answer and fields going as one JSON line (values JSON
-cannot hold, such as dates, as their ``str``).  A call that overruns ``timeout`` seconds
+cannot hold, such as dates, as their ``str``): one completion against one gold answer
+(:func:`call_function`; the ``scalectl`` and ``verl`` conventions), or the completions of one
+prompt in one call (:func:`call_batch`; ``trl``), as :mod:`scalectl.rl.reward.conventions`
+calls each.  A call that overruns ``timeout`` seconds
 kills its worker and raises :class:`~scalectl.rl.reward.score.RewardFunctionError`, as do a
 function that cannot be imported, raises, returns what is not a reward
 (:func:`~scalectl.rl.reward.score.as_score`) or makes its process exit; every message names
@@ -23,18 +26,20 @@ import logging
 import threading
 
 from scalectl.errors import UserError
-from scalectl.recipe.reward_function import import_function
-from scalectl.rl.reward.score import RewardFunctionError, Score, as_score
+from scalectl.recipe.reward_function import import_reward
+from scalectl.rl.reward.conventions import Caller
+from scalectl.rl.reward.score import RewardFunctionError, Score
 from scalectl.rl.reward.workers import CheckTimeout, WorkerPool, WorkerRefused
 
-_POOLS: dict[str, WorkerPool] = {}
+_POOLS: dict[tuple[str, str | None], WorkerPool] = {}
 _POOLS_LOCK = threading.Lock()
 
 
-def serve_function(name: str) -> None:
-    """Body of a reward-function process: import ``name``, print ``ready`` (or the import
-    error, one line), then read ``[completion, gold, fields]`` JSON lines on stdin and write
-    ``{"reward", "correct"}`` or ``{"error"}`` JSON lines on stdout, until stdin closes.
+def serve_function(name: str, convention: str | None = None) -> None:
+    """Body of a reward-function process: import ``name`` (of ``convention``, or the one its
+    signature shows: :func:`~scalectl.recipe.reward_function.import_reward`), print ``ready``
+    (or the import error, one line), then answer JSON request lines on stdin (:func:`answer`)
+    with JSON lines on stdout, until stdin closes.
 
     SIGINT is ignored (Ctrl-C stops the run through its own processes, which then close
     stdin), the process exits within a second of its parent (a watchdog thread: also while
@@ -49,7 +54,7 @@ def serve_function(name: str) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     threading.Thread(target=_exit_with, args=(os.getppid(),), daemon=True, name="parent-watchdog").start()
     try:
-        function = import_function(name)
+        caller = Caller(*import_reward(name, convention))
     except UserError as exc:
         out.write(" ".join(str(exc).split()) + "\n")
         out.flush()
@@ -57,8 +62,7 @@ def serve_function(name: str) -> None:
     out.write("ready\n")
     out.flush()
     for line in sys.stdin:
-        completion, gold, fields = json.loads(line)
-        out.write(json.dumps(answer(function, completion, gold, fields)) + "\n")
+        out.write(json.dumps(answer(caller, json.loads(line))) + "\n")
         out.flush()
 
 
@@ -74,31 +78,46 @@ def _exit_with(parent: int) -> None:
     os._exit(1)
 
 
-def answer(function, completion: str, gold: str, fields: dict) -> dict:
-    """``function(completion, gold, fields)`` as a reply: ``{"reward": float, "correct": bool}``,
-    or ``{"error": what went wrong}`` (an exception, with the line it came from, or a value
-    :func:`~scalectl.rl.reward.score.as_score` refuses)."""
+def answer(caller: Caller, request: dict) -> dict:
+    """The reply to one request of :func:`serve_function`:
+
+    * ``{"convention": true}``: ``{"convention": NAME}``, the function's convention;
+    * ``{"one": [completion, gold, fields, data_source]}``: ``{"reward": float, "correct": bool}``
+      (:meth:`~scalectl.rl.reward.conventions.Caller.one`);
+    * ``{"batch": [prompt, completions, completion_ids, fields]}``: ``{"scores": [[reward,
+      correct], ...]}`` (:meth:`~scalectl.rl.reward.conventions.Caller.batch`);
+
+    or ``{"error": what went wrong}``: an exception, with the line it came from, or a value
+    that is not a reward (:func:`~scalectl.rl.reward.score.as_score`)."""
     import traceback
 
+    if "convention" in request:
+        return {"convention": caller.convention}
     try:
-        value = function(completion, gold, fields)
+        value = caller.batch(*request["batch"]) if "batch" in request else caller.one(*request["one"])
     except Exception as exc:  # noqa: BLE001 - the user's code: reported, naming the function
-        frames = traceback.extract_tb(exc.__traceback__)
-        where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-        return {"error": f"raised {type(exc).__name__}: {exc}{where}"}
+        return {"error": _raised(exc, traceback.extract_tb(exc.__traceback__))}
     try:
-        score = as_score(value)
+        if "batch" in request:
+            return {"scores": [[s.reward, s.correct] for s in caller.scores(value, len(request["batch"][1]))]}
+        score = caller.score(value)
     except (TypeError, ValueError) as exc:
         return {"error": str(exc)}
     return {"reward": score.reward, "correct": score.correct}
 
 
-def _pool(name: str) -> WorkerPool:
+def _raised(exc: Exception, frames) -> str:
+    where = f" (at {frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"raised {type(exc).__name__}: {exc}{where}"
+
+
+def _pool(name: str, convention: str | None) -> WorkerPool:
     with _POOLS_LOCK:
-        if name not in _POOLS:
-            _POOLS[name] = WorkerPool(f"from scalectl.rl.reward.calls import serve_function; serve_function({name!r})")
-            atexit.register(_POOLS[name].close)
-        return _POOLS[name]
+        if (name, convention) not in _POOLS:
+            _POOLS[name, convention] = pool = WorkerPool(
+                f"from scalectl.rl.reward.calls import serve_function; serve_function({name!r}, {convention!r})")
+            atexit.register(pool.close)
+        return _POOLS[name, convention]
 
 
 def close_workers() -> None:
@@ -110,52 +129,108 @@ def close_workers() -> None:
         pool.close()
 
 
-def _about(completion: str, gold: str) -> str:
+def _about(completion: str, gold: str | None = None) -> str:
     shown = completion if len(completion) <= 80 else completion[:80] + "..."
-    return f"the completion {shown!r} (gold {gold!r})"
+    return f"the completion {shown!r}" + (f" (gold {gold!r})" if gold is not None else "")
 
 
 @functools.lru_cache(maxsize=None)
-def _here(name: str):
-    return import_function(name)
+def _here(name: str, convention: str | None) -> Caller:
+    return Caller(*import_reward(name, convention))
 
 
-def call_function(name: str, completion: str, gold: str, fields: dict, *, timeout: float) -> Score:
-    """The :class:`~scalectl.rl.reward.score.Score` of ``name(completion, gold, fields)``,
-    called in a worker process, at most ``timeout`` seconds.
+def _key(name: str, convention: str | None) -> str:
+    return f"reward.function = {name!r}" + (f" (reward.convention = {convention!r})" if convention else "")
+
+
+def _ask(name: str, convention: str | None, request: dict, timeout: float, about: str, bound: str = "") -> dict:
+    """The reply of a worker of ``name`` to ``request`` (:func:`answer`), at most ``timeout``
+    seconds; in this process where no worker can be started.
 
     Raises:
-        RewardFunctionError: the function cannot be imported, raised, overran ``timeout``
-            (its process was killed), made its process exit, or returned something that is
-            not a reward; the message names it and the completion.
+        RewardFunctionError: no reply in time (the worker is killed), the worker exited, or it
+            could not import the function; the message names it, ``about`` (what was scored) and
+            ``bound`` (what ``timeout`` is: ``reward.timeout_s = 5 s``).
     """
-    key = f"reward.function = {name!r}"
-    request = json.dumps([completion, gold, fields], default=str)
-    pool = _pool(name)
+    key = _key(name, convention)
+    line = json.dumps(request, default=str)
+    pool = _pool(name, convention)
     if pool.unavailable is None:
         try:
-            reply = json.loads(pool.run(request, timeout))
+            return json.loads(pool.run(line, timeout))
         except CheckTimeout:
-            raise RewardFunctionError(f"{key} did not return within reward.timeout_s = {timeout:g} s on "
-                                      f"{_about(completion, gold)}; its process was killed") from None
+            raise RewardFunctionError(f"{key} did not return within {bound or f'{timeout:g} s'} on {about}; "
+                                      "its process was killed") from None
         except EOFError as exc:
-            raise RewardFunctionError(f"{key}: {exc} while scoring {_about(completion, gold)}") from None
+            raise RewardFunctionError(f"{key}: {exc} while scoring {about}") from None
         except WorkerRefused as exc:
             raise RewardFunctionError(str(exc)) from None
         except Exception as exc:  # noqa: BLE001 - no process can be started here
             pool.unavailable = f"{type(exc).__name__}: {exc}"
             logging.getLogger(__name__).warning(
                 "%s runs in-process, without a time bound: cannot start a process for it (%s)", key, pool.unavailable)
-        else:
-            return _score(key, reply, completion, gold)
     try:
-        function = _here(name)
+        caller = _here(name, convention)
     except UserError as exc:
         raise RewardFunctionError(str(exc)) from None
-    return _score(key, answer(function, *json.loads(request)), completion, gold)
+    return answer(caller, json.loads(line))
 
 
-def _score(key: str, reply: dict, completion: str, gold: str) -> Score:
+_CONVENTIONS: dict[tuple[str, str | None], str] = {}
+
+
+def function_convention(name: str, convention: str | None, *, timeout: float) -> str:
+    """The calling convention of ``name``: ``convention`` (``reward.convention``) when set, else
+    the one its worker recognised from its signature (asked once per process).
+
+    Raises:
+        RewardFunctionError: the function cannot be imported, or fits no convention or several
+            (see :func:`~scalectl.recipe.reward_function.convention_of`).
+    """
+    if convention is not None:
+        return convention
+    if (name, None) not in _CONVENTIONS:
+        reply = _ask(name, None, {"convention": True}, max(timeout, 60.0), "its signature")
+        _CONVENTIONS[name, None] = reply["convention"]
+    return _CONVENTIONS[name, None]
+
+
+def call_function(name: str, completion: str, gold: str, fields: dict, *, timeout: float,
+                  convention: str | None = None, data_source: str = "") -> Score:
+    """The :class:`~scalectl.rl.reward.score.Score` of one completion against one gold answer
+    by ``name`` (of the ``scalectl`` or ``verl`` convention:
+    :meth:`~scalectl.rl.reward.conventions.Caller.one`), called in a worker process, at most
+    ``timeout`` seconds.
+
+    Raises:
+        RewardFunctionError: the function cannot be imported, raised, overran ``timeout``
+            (its process was killed), made its process exit, or returned something that is
+            not a reward; the message names it and the completion.
+    """
+    about = _about(completion, gold)
+    reply = _ask(name, convention, {"one": [completion, gold, fields, data_source]}, timeout, about,
+                 f"reward.timeout_s = {timeout:g} s")
     if "error" in reply:
-        raise RewardFunctionError(f"{key} {reply['error']}, on {_about(completion, gold)}")
+        raise RewardFunctionError(f"{_key(name, convention)} {reply['error']}, on {about}")
     return Score(float(reply["reward"]), bool(reply["correct"]))
+
+
+def call_batch(name: str, prompt: str, completions: list[str], completion_ids: list[list[int]], fields: dict, *,
+               timeout: float, convention: str | None = None) -> list[Score]:
+    """The Scores of the completions of one prompt by ``name`` (of the ``trl`` convention:
+    :meth:`~scalectl.rl.reward.conventions.Caller.batch`), in one call in a worker process, at
+    most ``timeout`` seconds per completion (``len(completions) x timeout`` in all).
+
+    Raises:
+        RewardFunctionError: as :func:`call_function`; the message names the batch by its
+            prompt and first completion.
+    """
+    if not completions:
+        return []
+    about = f"a batch of {len(completions)} completions of the prompt {prompt[:60]!r} (the first: " \
+            f"{_about(completions[0])[len('the completion '):]})"
+    reply = _ask(name, convention, {"batch": [prompt, completions, completion_ids, fields]},
+                 timeout * len(completions), about, f"{len(completions)} x reward.timeout_s = {timeout:g} s")
+    if "error" in reply:
+        raise RewardFunctionError(f"{_key(name, convention)} {reply['error']}, on {about}")
+    return [Score(float(r), bool(c)) for r, c in reply["scores"]]

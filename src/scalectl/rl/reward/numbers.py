@@ -139,6 +139,44 @@ def with_unit(text: str) -> tuple[Fraction, str, bool] | None:
     return None if value is None else (value, unit, bool(_MARK.search(tail)))
 
 
+#: Units that are a multiplier, not a unit: an answer may not add one the gold does not name.
+SCALE_WORDS = frozenset("thousand thousands million millions billion billions trillion trillions hundred "
+                        "hundreds dozen dozens lakh lakhs crore crores percent per cent ppm ppb ppt bn mn".split())
+#: Single letters that, alone as a unit, are a multiplier: kilo, million (or mega), billion.
+#: (``K``, ``T``, ``G`` are kelvin, tesla, gauss.)
+SCALE_LETTERS = frozenset("kMB")
+#: Where a marked unit starts: a text group, a degree sign, ohm, micro, angstrom.
+_UNIT_START = re.compile(rf"(?:{_SPACE})(?:{_TEXT_GROUP}|\^{_SPACE}\{{?{_SPACE}\\circ|°|\\Omega|\\mu|\\AA)")
+_OPEN_END = re.compile(r"[-+*/=^_{(\[,]$|\\(?:times|cdot|frac|sqrt)$")
+
+
+def trailing_unit(text: str) -> tuple[str, str] | None:
+    """(head, unit) when ``text`` ends in a unit marked as one (a ``\\text{}``-like group,
+    a degree sign, ``\\Omega``, ``\\mu``, ``\\AA``, with powers, ``/``, ``\\cdot`` and
+    letters after it) after a non-empty expression, else None.  The unit is
+    :func:`unit_form`; the head is stripped.  ``"9.6 \\text{ nm}"`` -> ``("9.6", "nm")``;
+    ``"3\\sqrt{2}\\,\\mathrm{m/s}^2"`` -> ``("3\\sqrt{2}", "m/s^2")``; ``"30^\\circ"`` ->
+    ``("30", "°")``; ``"\\text{Paris}"``, ``"x \\text{ for } x > 0"``, ``"2x"`` -> None."""
+    for m in _UNIT_START.finditer(text):
+        head, tail = text[:m.start()].strip(), text[m.start():]
+        if not head or _OPEN_END.search(head) or head.count("{") != head.count("}"):
+            continue
+        if _UNIT_TAIL.fullmatch(tail) and (unit := unit_form(tail)):
+            return head, unit
+        return None
+    return None
+
+
+def is_scale(unit: str) -> bool:
+    """Whether ``unit`` (as :func:`unit_form` gives it) changes a number's value the way a
+    multiplier does: a single ``k``, ``M``, ``B`` (:data:`SCALE_LETTERS`), or a word such as
+    thousand, million, percent, ppm (:data:`SCALE_WORDS`) in it."""
+    if unit in SCALE_LETTERS:
+        return True
+    lowered = unit.lower()
+    return any(word in lowered for word in SCALE_WORDS if len(word) > 2) or lowered in SCALE_WORDS
+
+
 def without_e_notation(text: str) -> str:
     """``text`` with every e-notation number written as ``\\times 10^{}`` (what math-verify
     reads): ``"(1.6e-19, 2)"`` -> ``"(1.6\\times 10^{-19}, 2)"``.  A number glued to a

@@ -28,10 +28,14 @@ class Score:
     Attributes:
         reward: the reward (a finite float; the built-in checker: +1 or -1).
         correct: whether it counts as solved in the pass rate (mean@k).
+        error: None, or why the built-in checker could not judge the answer (an exception
+            inside math-verify, a partial parse, a timeout; it then scored -1): counted in
+            the run's metrics (``checker_errors``).
     """
 
     reward: float
     correct: bool
+    error: str | None = None
 
 
 class RewardFunctionError(UserError):

@@ -15,7 +15,11 @@ in the recipe is imported and called wherever completions are scored:
   normalised as the loader normalises them: :func:`scalectl.rl.data.files.normalize_answer`)
   and the problem's row (a dict of its columns as read, ``{}`` for a synthetic problem).
   A problem with several acceptable answers calls it once per answer: the highest reward
-  counts, and the completion is correct when any call says so.
+  counts, and the completion is correct when any call says so.  A function written for verl
+  or TRL (``reward.convention``) is called as that trainer calls it
+  (:mod:`scalectl.rl.reward.conventions`): verl's once per completion and gold answer, TRL's
+  once per group of completions of a prompt (:meth:`Scorer.group`,
+  :func:`scalectl.rl.reward.calls.call_batch`).
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from dataclasses import dataclass
 
 from scalectl.errors import UserError
 from scalectl.recipe.reward_function import BUILTIN_REWARD, think_tags_problem
-from scalectl.rl.reward.calls import call_function
+from scalectl.rl.reward.calls import call_batch, call_function, function_convention
 from scalectl.rl.reward.checker import score as builtin_score
+from scalectl.rl.reward.conventions import dataset_name
 from scalectl.rl.reward.gold import Gold
 from scalectl.rl.reward.score import Score
 
@@ -37,12 +42,17 @@ class Scorer:
     Attributes:
         function: ``reward.function`` (``package.module:callable``).
         answer_format: ``reward.format`` (the built-in checker's; prompts' instruction).
-        timeout_s: ``reward.timeout_s``, seconds per call.
+        timeout_s: ``reward.timeout_s``, seconds per call (per completion for ``trl``).
+        convention: ``reward.convention`` (None: recognised from the function's signature).
+        dataset: the prompt set's name, verl's ``data_source`` for a row without that column
+            (:func:`~scalectl.rl.reward.conventions.dataset_name` of ``data.source``).
     """
 
     function: str = BUILTIN_REWARD
     answer_format: str = "boxed"
     timeout_s: float = 5.0
+    convention: str | None = None
+    dataset: str = ""
 
     @property
     def builtin(self) -> bool:
@@ -50,8 +60,19 @@ class Scorer:
         return self.function == BUILTIN_REWARD
 
     def __call__(self, completion_text: str, problem) -> Score:
-        """The score of one completion of ``problem`` (an object with ``answer``, a string or
-        a :class:`~scalectl.rl.reward.gold.Gold`, and optionally ``fields``, its row).
+        """The score of one completion of ``problem`` (:meth:`group` of one)."""
+        return self.group([completion_text], problem)[0]
+
+    def group(self, texts: list[str], problem, token_ids: list[list[int]] | None = None) -> list[Score]:
+        """The scores of completions of one ``problem`` (an object with ``prompt``, ``answer``, a
+        string or a :class:`~scalectl.rl.reward.gold.Gold`, and optionally ``fields``, its row),
+        in order.
+
+        The built-in checker and functions of the ``scalectl`` and ``verl`` conventions score
+        each completion against each gold answer (the highest reward counts, correct when any
+        call says so); a ``trl`` function scores them all in one call, with the row (and
+        ``token_ids``, the completions' tokens, TRL's ``completion_ids``; empty lists when not
+        given).
 
         Raises:
             RewardFunctionError: a function of the user's failed (see
@@ -59,16 +80,25 @@ class Scorer:
         """
         gold = problem.answer
         if self.builtin:
-            return builtin_score(completion_text, gold, answer_format=self.answer_format, timeout=self.timeout_s)
+            return [builtin_score(t, gold, answer_format=self.answer_format, timeout=self.timeout_s) for t in texts]
         fields = dict(getattr(problem, "fields", None) or {})
         answers = gold.answers if isinstance(gold, Gold) else (gold,)
-        scores = [call_function(self.function, completion_text, str(g), fields, timeout=self.timeout_s)
-                  for g in answers]
-        return Score(max(s.reward for s in scores), any(s.correct for s in scores))
+        convention = function_convention(self.function, self.convention, timeout=self.timeout_s)
+        if convention == "trl":
+            ids = token_ids if token_ids is not None else [[] for _ in texts]
+            return call_batch(self.function, str(problem.prompt), list(texts), ids, fields or {"answer": str(answers[0])},
+                              timeout=self.timeout_s, convention=self.convention)
+        out = []
+        for text in texts:
+            scores = [call_function(self.function, text, str(g), fields, timeout=self.timeout_s,
+                                    convention=self.convention, data_source=self.dataset) for g in answers]
+            out.append(Score(max(s.reward for s in scores), any(s.correct for s in scores)))
+        return out
 
 
 def scorer_for(recipe) -> Scorer:
-    """The :class:`Scorer` of ``recipe`` (its ``reward`` section).
+    """The :class:`Scorer` of ``recipe`` (its ``reward`` section; ``data.source`` names the set
+    for verl's ``data_source``).
 
     Raises:
         UserError: ``model.think_tags`` with a function of the user's (which receives the
@@ -77,4 +107,4 @@ def scorer_for(recipe) -> Scorer:
     r = recipe.reward
     if r.function != BUILTIN_REWARD and recipe.model.think_tags:
         raise UserError(think_tags_problem(r.function))
-    return Scorer(r.function, r.format, r.timeout_s)
+    return Scorer(r.function, r.format, r.timeout_s, r.convention, dataset_name(recipe.data.source))

@@ -21,7 +21,7 @@ import functools
 import logging
 import threading
 
-from scalectl.rl.reward.mathverify import verify_here
+from scalectl.rl.reward.mathverify import Verdict, verify_here
 
 #: Seconds a new checker process may take to start (imports math-verify, sympy).
 WORKER_START_TIMEOUT_S = 120.0
@@ -31,8 +31,9 @@ MAX_IDLE_WORKERS = 4
 
 def serve_checks() -> None:
     """Body of a checker process (``python -c "from scalectl.rl.reward.workers import serve_checks;
-    serve_checks()"``): reads ``[gold, answer]`` JSON lines on stdin, writes ``1`` or ``0``
-    lines on stdout, until stdin closes.  Stray output of the libraries goes to stderr."""
+    serve_checks()"``): reads ``[gold, answer]`` JSON lines on stdin, writes a
+    ``[correct, error]`` JSON line for each on stdout (:class:`~scalectl.rl.reward.mathverify.Verdict`),
+    until stdin closes.  Stray output of the libraries goes to stderr."""
     import json
     import os
     import sys
@@ -46,10 +47,10 @@ def serve_checks() -> None:
     for line in sys.stdin:
         try:
             gold, answer = json.loads(line)
-            ok = verify_here(str(gold), str(answer))
-        except ValueError:
-            ok = False
-        out.write("1\n" if ok else "0\n")
+            verdict = verify_here(str(gold), str(answer))
+        except ValueError as exc:
+            verdict = Verdict(False, f"a request the checker process could not read: {exc}")
+        out.write(json.dumps(list(verdict)) + "\n")
         out.flush()
 
 
@@ -197,9 +198,10 @@ atexit.register(_POOL.close)
 
 
 @functools.lru_cache(maxsize=65536)
-def verify_bounded(gold: str, answer: str, timeout: float) -> bool:
+def verify_bounded(gold: str, answer: str, timeout: float) -> Verdict:
     """:func:`~scalectl.rl.reward.mathverify.verify_here` in a checker process, at most
-    ``timeout`` seconds (cached per arguments; a timeout is not cached).
+    ``timeout`` seconds (cached per arguments; a timeout is not cached): its
+    :class:`~scalectl.rl.reward.mathverify.Verdict`.
 
     Raises:
         CheckTimeout: the check overran ``timeout`` (its process was killed) or its process died.
@@ -208,7 +210,8 @@ def verify_bounded(gold: str, answer: str, timeout: float) -> bool:
         import json
 
         try:
-            return _POOL.run(json.dumps([gold, answer]), timeout) == "1"
+            correct, error = json.loads(_POOL.run(json.dumps([gold, answer]), timeout))
+            return Verdict(bool(correct), error)
         except (CheckTimeout, EOFError, OSError):
             raise CheckTimeout from None
         except Exception as exc:  # noqa: BLE001 - no process can be started here

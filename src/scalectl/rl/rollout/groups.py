@@ -30,6 +30,8 @@ class Group:
         rewards: (G,) float, the reward (built-in: +1/-1) plus any length shaping.
         generator: the rank of the generator process that sampled it (None: sampled in the
             trainer's process).
+        checker_errors: how many of its completions the built-in checker could not judge
+            (``Score.error``: scored -1); checker_error: the first such error, or None.
     """
 
     prompt_id: int
@@ -37,6 +39,8 @@ class Group:
     correct: list[bool]
     rewards: torch.Tensor = field(repr=False)
     generator: int | None = None
+    checker_errors: int = 0
+    checker_error: str | None = None
 
     @property
     def n_correct(self) -> int:
@@ -56,31 +60,40 @@ def score_groups(raw_groups: list[list], problems: list, prompt_ids: list[int], 
         problems: the prompt set (objects with ``answer``, and ``fields`` for a real set).
         prompt_ids: the prompt index of each group.
         length: the recipe's :class:`~scalectl.recipe.schema.Length` section.
-        score: ``score(completion_text, problem)`` -> :class:`~scalectl.rl.reward.score.Score`,
-            the recipe's reward (:func:`scalectl.rl.reward.scoring.scorer_for`).
+        score: the recipe's reward, a :class:`~scalectl.rl.reward.scoring.Scorer`
+            (:func:`scalectl.rl.reward.scoring.scorer_for`): ``score.group(texts, problem,
+            token_ids)`` scores a group's completions (in one call of a TRL-shaped function).
 
     Raises:
         RewardFunctionError: the recipe's reward function failed on a completion.
     """
     groups = []
     for pid, comps in zip(prompt_ids, raw_groups):
-        scores = [score(c.text, problems[pid]) for c in comps]
+        scores = score.group([c.text for c in comps], problems[pid], [c.token_ids for c in comps])
         correct = [s.correct for s in scores]
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
         if length.control == "penalty":
             lmax = length.penalty_max or length.max_new_tokens
             pen = overlong_penalty(torch.tensor([len(c.token_ids) for c in comps]), lmax, length.penalty_cache)
             rewards = rewards + torch.where(torch.tensor(correct), pen.to(rewards.dtype), torch.zeros_like(rewards))
-        groups.append(Group(pid, comps, correct, rewards))
+        errors = [s.error for s in scores if getattr(s, "error", None)]
+        groups.append(Group(pid, comps, correct, rewards, checker_errors=len(errors),
+                            checker_error=errors[0] if errors else None))
     return groups
 
 
 def rollout_stats(groups: list[Group]) -> dict:
-    """Reward mean, truncation rate, mean completion length (tokens), zero-variance share."""
+    """Reward mean, truncation rate, mean completion length (tokens), zero-variance share,
+    pass rate, and ``checker_errors`` (completions the checker could not judge) with the first
+    such error as ``checker_error`` when there is one."""
     comps = [c for g in groups for c in g.completions]
     if not comps:
-        return {"reward": 0.0, "truncation_rate": 0.0, "mean_length": 0.0, "zero_variance_share": 0.0}
+        return {"reward": 0.0, "truncation_rate": 0.0, "mean_length": 0.0, "zero_variance_share": 0.0,
+                "checker_errors": 0}
+    errors = [g.checker_error for g in groups if g.checker_error]
     return {
+        "checker_errors": sum(g.checker_errors for g in groups),
+        **({"checker_error": errors[0]} if errors else {}),
         "reward": float(torch.cat([g.rewards for g in groups]).mean()),
         "truncation_rate": sum(c.finish_reason == "length" for c in comps) / len(comps),
         "mean_length": sum(len(c.token_ids) for c in comps) / len(comps),
