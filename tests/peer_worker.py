@@ -58,8 +58,9 @@ def main(role: str, rank: int, world: int, trainer: int, port: int, mode: str, f
     ready = folder / f"ready-{rank}"
     if role == "trainer":
         channel.board.limit_s = LIMIT_S
+        sends = []                       # held: a send whose work is dropped never reaches its receiver
         for req in range(8):
-            send_object(channel.groups["control"], ("requests", [(req, req, -1)]), 0)
+            sends.extend(send_object(channel.groups["control"], ("requests", [(req, req, -1)]), 0))
         ready.write_text("ready")
         while True:
             if mode == "marks":
