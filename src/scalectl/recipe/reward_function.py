@@ -188,6 +188,15 @@ def import_reward(name: str, convention: str | None = None) -> tuple[object, str
         raise UserError(f"{key} (in {where}) {exc}") from None
 
 
+def convention_line(name: str, declared: str | None, convention: str) -> str:
+    """What ``scalectl validate`` says of a reward function of the user's: ``name``
+    (``package.module:callable``), the ``convention`` it is called with (one of
+    :data:`CONVENTIONS`), whether ``declared`` (``reward.convention``) or recognised from
+    its signature (``declared`` None), and how that convention calls it (:data:`SHAPES`)."""
+    how = "as reward.convention says" if declared is not None else "recognised from its signature"
+    return f"reward.function = {name!r}: convention {convention} ({how}), called as {SHAPES[convention]}"
+
+
 def import_function(name: str, convention: str | None = None):
     """The callable of :func:`import_reward` alone (same errors)."""
     return import_reward(name, convention)[0]
