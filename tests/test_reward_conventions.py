@@ -176,6 +176,36 @@ def test_a_function_that_fits_no_convention_is_told_the_three_shapes(function, w
     assert text.endswith(why)
 
 
+#: The three shapes, as docs/rewards.md describes the three conventions.
+THREE_SHAPES = ("(scalectl: f(completion, gold, fields) or f(completion, gold, **fields), returning a float or a "
+                "Score; verl: compute_score(data_source, solution_str, ground_truth, extra_info=None), returning a "
+                "float or a dict with a 'score' key; trl: reward_func(completions, **kwargs) over a batch (prompts, "
+                "completions, completion_ids and the row's columns as keyword lists), returning a list of floats "
+                "or None)")
+
+
+def test_a_function_of_keywords_only_is_refused_naming_the_three_shapes_as_the_docs_do(tmp_path):
+    """``f(**kwargs)`` fits verl's call and TRL's alike: the refusal named the two conventions
+    only, where docs/rewards.md describes three and says the refusal names them."""
+    with pytest.raises(ValueError) as err:
+        convention_of(_keywords_only)
+    assert str(err.value) == ("fits the calls of verl and trl alike; say which with reward.convention = 'verl' or "
+                              f"'trl', or write it in one of the three accepted shapes {THREE_SHAPES}")
+    with pytest.raises(ValueError) as none:
+        convention_of(_two)
+    assert str(none.value).startswith(f"fits none of the three accepted shapes {THREE_SHAPES[:-1]});")
+    docs = (ROOT / "docs" / "rewards.md").read_text()
+    quoted = next(line for line in docs.splitlines() if line.startswith("reward.function = 'mypkg.rewards:score' "
+                                                                         "(in /home/me/study/mypkg/rewards.py) fits"))
+    assert quoted == f"reward.function = 'mypkg.rewards:score' (in /home/me/study/mypkg/rewards.py) {err.value}"
+    (tmp_path / "keywords_reward.py").write_text("def score(**kwargs):\n    return 1.0\n")
+    out = run_cli("validate", "recipes/scalerl.toml", "--setup", "setups/tiny-cpu.toml",
+                  "--set", "reward.function=keywords_reward:score", env={"PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 2, out.stderr
+    assert (f"reward.function = 'keywords_reward:score' (in {tmp_path / 'keywords_reward.py'}) {err.value}"
+            in " ".join(out.stderr.split()))
+
+
 def test_validate_refuses_a_function_of_no_shape_naming_the_file(tmp_path):
     (tmp_path / "shapeless_reward.py").write_text("def score(text):\n    return 1.0\n")
     out = run_cli("validate", "recipes/scalerl.toml", "--setup", "setups/tiny-cpu.toml",
