@@ -151,9 +151,77 @@ def test_compare_of_every_run_leaves_out_runs_that_cannot_be_fitted(db):
     res = cli(db, "compare", "--bootstrap", "0", "--json")
     assert res.exit_code == 0, res.output
     assert sorted(r["name"] for r in json.loads(res.stdout)["rows"]) == ["base", "cispo", "magistral", "scalerl"]
-    assert "left out: run 'short':" in res.stderr
-    named = cli(db, "compare", "scalerl", "short", "--bootstrap", "0")
-    assert named.exit_code == 2 and "run 'short':" in named.stderr      # a run named must fit
+    assert json.loads(res.stdout)["left_out"] == [{"run": "short", "reason": SHORT_REASON}]
+    text = cli(db, "compare", "--bootstrap", "0")
+    assert text.exit_code == 0, text.output
+    assert text.stdout.splitlines()[-1] == f"left out: {SHORT_REASON}"
+
+
+#: Why a run of 3 points (0, 10, 20 GPU-hours) cannot be fitted: its window starts at 1.5 % of
+#: its last point, 0.3, so it holds 10 and 20; the point at 0 measures R0 and A, B, C_mid and
+#: the noise need one point more than those two.
+SHORT_REASON = ("run 'short': the fit window (compute >= 0.3) holds 2 points; at least 4 are needed to fit "
+                "4 parameters (the 1 at compute 0 gives R0)")
+
+
+def _stored_fits(db) -> dict[str, list[dict]]:
+    """run name -> the fits the store holds for it, read with sqlite3 itself."""
+    import sqlite3
+
+    with sqlite3.connect(db) as con:
+        rows = con.execute("SELECT runs.name, fits.fit FROM fits JOIN runs ON runs.id = fits.run_id").fetchall()
+    out: dict[str, list[dict]] = {}
+    for name, fit in rows:
+        out.setdefault(name, []).append(json.loads(fit))
+    return out
+
+
+def test_compare_of_named_runs_ranks_those_that_fit_and_lists_the_others_under_the_table(db):
+    """Runs of known sigmoids (A 0.61, B 1.92, C_mid 2542 and A 0.535, B 1.8, C_mid 2600, 61 points
+    to 5 x C_mid, noise sd 0.005) beside a run of 3 points and one of none: the two that fit are
+    ranked, the other two named under the table with their reasons; exit 0."""
+    with Store.open(db) as store:
+        short = store.create_run("short", hardware="H100", recipe_hash="h-short")
+        store.add_points(short, [{"step": s, "gpu_hours": 10.0 * s, "pass_rate": 0.3} for s in (0, 1, 2)])
+        store.create_run("empty", hardware="H100", recipe_hash="h-empty")
+    args = ("compare", "scalerl", "short", "magistral", "empty", "--baseline", "scalerl", "--bootstrap", "200")
+    proc = run_cli(*args, db=db)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    table_end = max(i for i, line in enumerate(lines) if line.startswith("└"))
+    assert [line.split("│")[2].strip() for line in lines[:table_end] if line.startswith("│")] == ["scalerl", "magistral"]
+    assert lines[-2:] == [f"left out: {SHORT_REASON}", "left out: run 'empty' has no evaluation points yet"]
+    assert not any("short" in line or "empty" in line for line in lines[:table_end])
+    data = json.loads(run_cli(*args, "--json", db=db, check=True).stdout)
+    assert [r["name"] for r in data["rows"]] == ["scalerl", "magistral"]
+    assert next(r for r in data["rows"] if r["name"] == "magistral")["verdict"] == "lower ceiling"
+    assert data["left_out"] == [{"run": "short", "reason": SHORT_REASON},
+                                {"run": "empty", "reason": "run 'empty' has no evaluation points yet"}]
+    stored = _stored_fits(db)
+    assert sorted(stored) == ["magistral", "scalerl"]             # nothing stored for the runs left out
+    assert stored["scalerl"][0]["A"] == pytest.approx(0.61, abs=0.01)
+    assert stored["magistral"][0]["A"] == pytest.approx(0.535, abs=0.01)
+    assert stored["scalerl"][0]["C_mid"] == pytest.approx(2542, rel=0.1)
+
+
+def test_compare_with_fewer_than_two_runs_that_fit_is_an_error_naming_each_left_out(db):
+    with Store.open(db) as store:
+        short = store.create_run("short", hardware="H100", recipe_hash="h-short")
+        store.add_points(short, [{"step": s, "gpu_hours": 10.0 * s, "pass_rate": 0.3} for s in (0, 1, 2)])
+    one = run_cli("compare", "scalerl", "short", "--bootstrap", "0", db=db)
+    assert one.returncode == 2 and one.stdout == ""
+    assert one.stderr.splitlines() == [
+        f"error: compare needs two runs that can be fitted; of 2 run(s) in {db}, 1 can (scalerl):",
+        f"  left out: {SHORT_REASON}"]
+    alone = run_cli("compare", "short", "--bootstrap", "0", db=db)
+    assert alone.returncode == 2 and "1 run(s) in" in alone.stderr and ", 0 can (none):" in alone.stderr
+    base = run_cli("compare", "scalerl", "short", "magistral", "--baseline", "short", "--bootstrap", "0", db=db)
+    assert base.returncode == 2
+    assert (f"error: --baseline 'short' cannot be fitted, so nothing can be judged against it: {SHORT_REASON}"
+            in " ".join(base.stderr.split()))
+    assert cli(db, "compare", "scalerl", "--bootstrap", "0").exit_code == 0     # one run, none left out: as before
+    bad = cli(db, "compare", "scalerl", "short", "--method", "lsq")
+    assert bad.exit_code == 2 and "--method 'lsq' is not one of: vp, grid" in bad.stderr
 
 
 def test_show_names_device_hours_of_a_cpu_run_and_prints_zero_as_zero(db_path):

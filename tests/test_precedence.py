@@ -4,6 +4,7 @@ recipes are merged, and every override of another layer's value named."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from conftest import ROOT, run_cli
 from scalectl import presets
 from scalectl.ablation.planner import AblationSpec, VariantSpec, plan, read_ablation
 from scalectl.errors import UserError
+from scalectl.recipe.layers import Layer
+from scalectl.recipe.layers import overridden as find_overridden
 from scalectl.recipe.load import flatten, load, read_layered
 
 TINY = ROOT / "setups" / "tiny-cpu.toml"
@@ -108,6 +111,53 @@ def test_run_says_which_value_overrode_which(study):
     assert "override: optim.lr = 0.5 from recipes/lr.toml overrides 0.0001 from setups/tiny-cpu.toml" in lines
     assert "override: budget.steps = 10 from --set budget.steps overrides 500 from setups/tiny-cpu.toml" in lines
     assert any("lr 0.5 (warm-up 5)" in ln for ln in lines)
+
+
+#: (command, --setup given, --set values) -> the override lines it prints, each naming where the
+#: replaced value was set: the recipe file (0.5), the setup (0.0001 and 500), or nowhere (a
+#: schema default: no line).  ``run`` merges the default setup when --setup is not given.
+OVERRIDE_CASES = [
+    ("validate", False, ["optim.lr=3e-5"],
+     ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml"]),
+    ("validate", False, ["budget.steps=10"], []),
+    ("validate", False, [], []),
+    ("validate", True, [], ["optim.lr = 0.5 from recipes/lr.toml overrides 0.0001 from setups/tiny-cpu.toml"]),
+    ("validate", True, ["optim.lr=3e-5"],
+     ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0001 from setups/tiny-cpu.toml"]),
+    ("validate", True, ["budget.steps=10"],
+     ["budget.steps = 10 from --set budget.steps overrides 500 from setups/tiny-cpu.toml",
+      "optim.lr = 0.5 from recipes/lr.toml overrides 0.0001 from setups/tiny-cpu.toml"]),
+    ("run", False, ["optim.lr=3e-5"],
+     ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0001 from setups/tiny-cpu.toml"]),
+    ("run", True, ["optim.lr=3e-5", "budget.steps=10"],
+     ["budget.steps = 10 from --set budget.steps overrides 500 from setups/tiny-cpu.toml",
+      "optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0001 from setups/tiny-cpu.toml"]),
+]
+
+
+@pytest.mark.parametrize("command,with_setup,sets,expected", OVERRIDE_CASES)
+def test_an_override_line_names_where_the_replaced_value_was_set(study, command, with_setup, sets, expected):
+    """Without --setup, validate named a value the recipe file set as set by --set
+    (``overrides 0.5 from --set optim.lr``): the recipe layer shared the loader's origin table."""
+    args = [command, "recipes/lr.toml", *(["--dry-run"] if command == "run" else []),
+            *(["--setup", "tiny-cpu"] if with_setup else []), *(a for s in sets for a in ("--set", s))]
+    proc = run_cli(*args, cwd=study, check=True)
+    prefix, text = ("# override: ", proc.stdout) if command == "validate" else ("override: ", proc.stderr)
+    assert [ln[len(prefix):] for ln in text.splitlines() if ln.startswith(prefix)] == expected
+    if command == "validate":
+        data = json.loads(run_cli(*args, "--json", cwd=study, check=True).stdout)
+        assert [[r["from"] for r in o["overrides"]] for o in data[0]["overridden"]] == [
+            re.findall(r"from (\S+)", line.split(" overrides ", 1)[1]) for line in expected]
+
+
+def test_a_layer_keeps_the_sources_it_was_made_with():
+    origin = {"optim.lr": "recipes/lr.toml"}
+    layer = Layer({"optim.lr": 0.5}, origin, "recipes/lr.toml")
+    origin["optim.lr"] = "--set optim.lr"              # the loader fills its table on
+    top = Layer({"optim.lr": 3e-5}, {"optim.lr": "--set optim.lr"}, "--set")
+    assert layer.source("optim.lr") == "recipes/lr.toml"
+    assert [str(o) for o in find_overridden([layer, top])] == [
+        "optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml"]
 
 
 def test_a_recipe_file_variant_trains_its_own_value(study):

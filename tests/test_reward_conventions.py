@@ -176,6 +176,36 @@ def test_a_function_that_fits_no_convention_is_told_the_three_shapes(function, w
     assert text.endswith(why)
 
 
+#: The three shapes, as docs/rewards.md describes the three conventions.
+THREE_SHAPES = ("(scalectl: f(completion, gold, fields) or f(completion, gold, **fields), returning a float or a "
+                "Score; verl: compute_score(data_source, solution_str, ground_truth, extra_info=None), returning a "
+                "float or a dict with a 'score' key; trl: reward_func(completions, **kwargs) over a batch (prompts, "
+                "completions, completion_ids and the row's columns as keyword lists), returning a list of floats "
+                "or None)")
+
+
+def test_a_function_of_keywords_only_is_refused_naming_the_three_shapes_as_the_docs_do(tmp_path):
+    """``f(**kwargs)`` fits verl's call and TRL's alike: the refusal named the two conventions
+    only, where docs/rewards.md describes three and says the refusal names them."""
+    with pytest.raises(ValueError) as err:
+        convention_of(_keywords_only)
+    assert str(err.value) == ("fits the calls of verl and trl alike; say which with reward.convention = 'verl' or "
+                              f"'trl', or write it in one of the three accepted shapes {THREE_SHAPES}")
+    with pytest.raises(ValueError) as none:
+        convention_of(_two)
+    assert str(none.value).startswith(f"fits none of the three accepted shapes {THREE_SHAPES[:-1]});")
+    docs = (ROOT / "docs" / "rewards.md").read_text()
+    quoted = next(line for line in docs.splitlines() if line.startswith("reward.function = 'mypkg.rewards:score' "
+                                                                         "(in /home/me/study/mypkg/rewards.py) fits"))
+    assert quoted == f"reward.function = 'mypkg.rewards:score' (in /home/me/study/mypkg/rewards.py) {err.value}"
+    (tmp_path / "keywords_reward.py").write_text("def score(**kwargs):\n    return 1.0\n")
+    out = run_cli("validate", "recipes/scalerl.toml", "--setup", "setups/tiny-cpu.toml",
+                  "--set", "reward.function=keywords_reward:score", env={"PYTHONPATH": str(tmp_path)})
+    assert out.returncode == 2, out.stderr
+    assert (f"reward.function = 'keywords_reward:score' (in {tmp_path / 'keywords_reward.py'}) {err.value}"
+            in " ".join(out.stderr.split()))
+
+
 def test_validate_refuses_a_function_of_no_shape_naming_the_file(tmp_path):
     (tmp_path / "shapeless_reward.py").write_text("def score(text):\n    return 1.0\n")
     out = run_cli("validate", "recipes/scalerl.toml", "--setup", "setups/tiny-cpu.toml",
@@ -189,6 +219,44 @@ def test_validate_refuses_a_function_of_no_shape_naming_the_file(tmp_path):
                  "--set", "reward.function=shapeless_reward:score", "--set", "reward.convention=verl",
                  env={"PYTHONPATH": str(tmp_path)})
     assert ok.returncode == 2 and "cannot be called as reward.convention = 'verl' calls it" in ok.stderr
+
+
+#: A function of each convention as a user writes it, and the call validate says it gets.
+VALIDATE_CASES = [
+    ("scalectl", "def score(completion, gold, fields):\n    return 1.0\n", "score",
+     "f(completion, gold, fields) or f(completion, gold, **fields), returning a float or a Score"),
+    ("verl", "def compute_score(data_source, solution_str, ground_truth, extra_info=None):\n    return 1.0\n",
+     "compute_score", "compute_score(data_source, solution_str, ground_truth, extra_info=None), returning a "
+     "float or a dict with a 'score' key"),
+    ("trl", "def reward_func(completions, **kwargs):\n    return [1.0 for _ in completions]\n", "reward_func",
+     "reward_func(completions, **kwargs) over a batch (prompts, completions, completion_ids and the row's columns "
+     "as keyword lists), returning a list of floats or None"),
+]
+
+
+@pytest.mark.parametrize("convention,source,attr,call", VALIDATE_CASES)
+def test_validate_names_the_convention_it_recognised(tmp_path, convention, source, attr, call):
+    (tmp_path / "users_reward.py").write_text(source)
+    name = f"users_reward:{attr}"
+    for setup in (["--setup", "setups/tiny-cpu.toml"], []):
+        args = ("validate", "recipes/scalerl.toml", *setup, "--set", f"reward.function={name}")
+        proc = run_cli(*args, env={"PYTHONPATH": str(tmp_path)}, check=True)
+        said = [line for line in proc.stdout.splitlines() if line.startswith("# reward: ")]
+        assert said == [f"# reward: reward.function = {name!r}: convention {convention} (recognised from its "
+                        f"signature), called as {call}"], proc.stdout
+        data = json.loads(run_cli(*args, "--json", env={"PYTHONPATH": str(tmp_path)}, check=True).stdout)
+        assert data[0]["reward_convention"] == {"convention": convention, "from": "signature"}
+    declared = run_cli("validate", "recipes/scalerl.toml", "--set", f"reward.function={name}", "--set",
+                       f"reward.convention={convention}", env={"PYTHONPATH": str(tmp_path)}, check=True)
+    assert (f"# reward: reward.function = {name!r}: convention {convention} (as reward.convention says), "
+            f"called as {call}") in declared.stdout.splitlines()
+
+
+def test_validate_of_the_built_in_checker_names_no_convention():
+    proc = run_cli("validate", "recipes/scalerl.toml", "--setup", "setups/tiny-cpu.toml", check=True)
+    assert "# reward:" not in proc.stdout
+    data = json.loads(run_cli("validate", "recipes/scalerl.toml", "--json", check=True).stdout)
+    assert data[0]["reward_convention"] is None
 
 
 # --------------------------------------------------------------------------- the recipe key

@@ -29,7 +29,7 @@ from scalectl.commands.common import (
 )
 from scalectl.errors import UserError
 from scalectl.present.tables import compare_table
-from scalectl.science.fits import FitOptions, fit_run
+from scalectl.science.fits import FitOptions, check_options, fit_run
 from scalectl.science.margin import resolve as resolve_margin
 
 
@@ -56,10 +56,15 @@ def compare(
     The margin (ceilings closer than it tie) is the paper's 0.02 unless --margin gives one;
     --margin auto measures it from the completed runs of the baseline's recipe hash (at
     least 3 seeds: `scalectl margin`).  The line under the table names the margin used.  A run
-    without values on the axis is fitted on the axis it has, with a note; mixed axes are flagged."""
+    without values on the axis is fitted on the axis it has, with a note; mixed axes are flagged.
+    A run that cannot be fitted (too few points in its window, a failed fit) is left out of the
+    ranking and listed under the table with the reason; the others are compared.  Fewer than two
+    runs that can be fitted (of two or more) is an error (exit 2), and so is a --baseline that
+    cannot be fitted."""
     from scalectl.science import compare as cmp
 
     opts = FitOptions(axis, min_compute, method, "auto", bootstrap, 0.95, seed, series)
+    check_options(opts)          # a bad option is no run's fault: refused before any run is left out
     with open_store(db) as store:
         if runs:
             infos = [store.get_run(r) for r in runs]
@@ -70,16 +75,12 @@ def compare(
         names = [r["name"] for r in infos]
         if len(set(names)) != len(names):
             raise UserError(f"a run is named twice: {names}")
-        curves, left_out = {}, []
+        curves, left_out = {}, {}
         for r in infos:
             try:
                 curves[r["name"]] = fit_run(store, r, opts, log=note)[0]
-            except UserError as exc:       # named runs must fit; of every run, those that can are compared
-                if runs:
-                    raise
-                left_out.append(str(exc))
-        for reason in left_out:
-            err.print(f"left out: {reason}", markup=False)
+            except UserError as exc:       # left out of the ranking, named under it with the reason
+                left_out[r["name"]] = str(exc)
         baseline = _baseline(baseline, curves, infos, left_out, store.path)
         hashes = {r["name"]: r.get("recipe_hash") for r in infos}
         used = resolve_margin(store, margin, hashes.get(baseline or next(iter(curves))), opts)
@@ -105,6 +106,7 @@ def compare(
         data["margin_source"] = used.to_dict()
         data["fits"] = {n: c.fit.to_dict() for n, c in curves.items()}
         data["plots"] = written
+        data["left_out"] = [{"run": name, "reason": reason} for name, reason in left_out.items()]
         print_json(data)
         return
     out.print(compare_table(result, curves, margin, out.width))
@@ -116,21 +118,37 @@ def compare(
         print_flags(row.name, curves[row.name].fit, said=reasons)     # a flag a verdict gave as its reason: once
     for f in result.flags:
         out.print(f"[red]{f.code}[/red]: {f.message}", soft_wrap=True)
+    for reason in left_out.values():      # not ranked: each with why it cannot be fitted
+        out.print(f"left out: {reason}", soft_wrap=True, markup=False, highlight=False)
     for path in written:
         err.print(f"wrote {path}")
 
 
-def _baseline(baseline: str | None, curves: dict, infos: list[dict], left_out: list[str], path) -> str | None:
+def _baseline(baseline: str | None, curves: dict, infos: list[dict], left_out: dict[str, str], path
+              ) -> str | None:
     """The baseline's name: ``--baseline`` as a name or id of a compared run (None: the first).
 
+    Args:
+        curves: run name -> its fitted curve, for the runs that could be fitted.
+        infos: the stored runs asked for (dicts with ``id`` and ``name``).
+        left_out: run name -> why it cannot be fitted.
+
     Raises:
-        UserError: fewer than two runs fitted, or a baseline not among them.
+        UserError: fewer than two runs fitted of several (each left-out run with its reason),
+            a baseline that cannot be fitted, or one not among the runs.
     """
     if len(curves) < 2 and left_out:
-        raise UserError(f"fewer than two runs in {path} can be fitted; compare needs two")
+        reasons = "".join(f"\n  left out: {reason}" for reason in left_out.values())
+        can = ", ".join(curves) or "none"
+        raise UserError(f"compare needs two runs that can be fitted; of {len(infos)} run(s) in {path}, "
+                        f"{len(curves)} can ({can}):{reasons}")
     if baseline is None or baseline in curves:
         return baseline
     ids = {str(r["id"]): r["name"] for r in infos}
+    name = ids.get(baseline, baseline)
+    if name in left_out:
+        raise UserError(f"--baseline {baseline!r} cannot be fitted, so nothing can be judged against it: "
+                        f"{left_out[name]}")
     if baseline not in ids:
         raise UserError(f"--baseline {baseline!r} is not one of the compared runs: {', '.join(curves)}")
     return ids[baseline]

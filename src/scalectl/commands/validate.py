@@ -33,7 +33,9 @@ def validate(
     default setup under it: give that setup to see the hash a run will have.  A key
     the recipe sets wins over the setup's, --set over both; each value that replaced
     another layer's is printed as `# override: KEY = NEW from FILE overrides OLD from FILE`.
-    With --explain KEY, print what KEY means instead (with recipe files: its value in each).
+    A reward function of your own is named with the convention it is called with
+    (`# reward: ...`: scalectl, verl or trl, as reward.convention says or recognised from its
+    signature).  With --explain KEY, print what KEY means instead (with recipe files: its value in each).
     """
     import tomli_w
 
@@ -53,6 +55,7 @@ def validate(
             overridden: list = []
             recipe = load(path, setup, set_, check_files=True, notes=notes, overridden=overridden, origins=origins)
             inputs = check_inputs(recipe, origins) if setup is not None else None   # alone: no run trains it
+            reward = _reward_convention(recipe)
         except UserError as exc:
             problems.append(str(exc))
             continue
@@ -63,10 +66,13 @@ def validate(
                         "taken": notes, "warnings": inputs.warnings if inputs is not None else [],
                         "overridden": [o.to_dict() for o in overridden],
                         "overridden_lines": [str(o) for o in overridden],
+                        "reward_convention": reward,
                         **(_as_run(path, set_, recipe.to_dict()) if setup is None else {})})
     if json_:
         for r in results:
             r.pop("overridden_lines")
+            r["reward_convention"] = r["reward_convention"] and {
+                k: r["reward_convention"][k] for k in ("convention", "from")}
         print_json(results if not problems else {"ok": results, "errors": problems})
     else:
         for r in results:
@@ -74,6 +80,9 @@ def validate(
                       + (" (the recipe alone)" if "run_hash" in r else ""))
             if "run_hash" in r:
                 out.print(_as_run_line(r), markup=False, soft_wrap=True, highlight=False)
+            if r["reward_convention"] is not None:
+                out.print(f"# reward: {r['reward_convention']['line']}", markup=False, soft_wrap=True,
+                          highlight=False)
             for note in r["taken"]:
                 out.print(f"# taken: {note}", markup=False, soft_wrap=True)
             for line in r.pop("overridden_lines"):
@@ -90,6 +99,25 @@ def validate(
         err.print("checked without a setup: the values printed are the recipe's own; `scalectl run` merges "
                   "the default setup under each recipe (the '# a run' line): pass it with --setup to see "
                   "what a run trains", markup=False)
+
+
+def _reward_convention(recipe) -> dict | None:
+    """How the recipe's reward function of the user's is called: ``{"convention": scalectl |
+    verl | trl, "from": "reward.convention" | "signature", "line": the summary line}``, or None
+    for the built-in checker.  The function was imported when the recipe's files were checked
+    (:func:`scalectl.recipe.load.check_sources`), so this import finds it in ``sys.modules``.
+
+    Raises:
+        UserError: the function cannot be imported or fits no convention (as that check).
+    """
+    from scalectl.recipe.reward_function import BUILTIN_REWARD, convention_line, import_reward
+
+    r = recipe.reward
+    if r.function == BUILTIN_REWARD:
+        return None
+    convention = import_reward(r.function, r.convention)[1]
+    return {"convention": convention, "from": "signature" if r.convention is None else "reward.convention",
+            "line": convention_line(r.function, r.convention, convention)}
 
 
 def _as_run(path: Path, overrides: list[str], alone: dict) -> dict:

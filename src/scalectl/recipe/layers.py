@@ -36,11 +36,19 @@ PRECEDENCE = ("schema default", "setup", "recipe file (with its extends chain)",
 class Layer:
     """One layer's explicit values: ``values`` maps a dotted key to its value (a flattened
     table), ``origin`` a dotted key (or a table's key) to where it was set (a file's path,
-    ``--set KEY``); ``fallback`` names the layer where ``origin`` has no entry."""
+    ``--set KEY``); ``fallback`` names the layer where ``origin`` has no entry.
+
+    Both mappings are copied when the layer is made: the loader goes on filling its own
+    origin table with the higher layers' entries (``--set KEY``), which must not become
+    this layer's sources."""
 
     values: Mapping[str, Any]
     origin: Mapping[str, str]
     fallback: str
+
+    def __post_init__(self):
+        object.__setattr__(self, "values", dict(self.values))
+        object.__setattr__(self, "origin", dict(self.origin))
 
     def source(self, key: str) -> str:
         """Where this layer set ``key``: its own entry, else the entry of a table holding it."""

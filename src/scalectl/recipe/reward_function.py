@@ -118,7 +118,8 @@ def convention_of(function, declared: str | None = None) -> str:
 
     Raises:
         ValueError: it fits the declared convention not, none, or (unset) several equally (the
-            message says which and how each is called).
+            message says which, and how each of the three conventions calls a function:
+            :data:`SHAPES`).
     """
     try:
         sig = inspect.signature(function)
@@ -138,10 +139,11 @@ def convention_of(function, declared: str | None = None) -> str:
     fitting = named or [c for c in ("verl", "trl") if misfits[c] is None]
     if len(fitting) == 1:
         return fitting[0]
+    shapes = "; ".join(f"{c}: {shape}" for c, shape in SHAPES.items())
     if fitting:
         raise ValueError(f"fits the calls of {' and '.join(fitting)} alike; say which with reward.convention "
-                         f"= {' or '.join(repr(c) for c in fitting)}")
-    shapes = "; ".join(f"{c}: {shape}" for c, shape in SHAPES.items())
+                         f"= {' or '.join(repr(c) for c in fitting)}, or write it in one of the three accepted "
+                         f"shapes ({shapes})")
     meant = next((c for c, words in (("verl", VERL_KEYWORDS[:3]), ("trl", TRL_KEYWORDS)) if names & set(words)),
                  "scalectl")
     raise ValueError(f"fits none of the three accepted shapes ({shapes}); as {meant} calls it: {misfits[meant]}")
@@ -186,6 +188,15 @@ def import_reward(name: str, convention: str | None = None) -> tuple[object, str
         return obj, convention_of(obj, convention)
     except ValueError as exc:
         raise UserError(f"{key} (in {where}) {exc}") from None
+
+
+def convention_line(name: str, declared: str | None, convention: str) -> str:
+    """What ``scalectl validate`` says of a reward function of the user's: ``name``
+    (``package.module:callable``), the ``convention`` it is called with (one of
+    :data:`CONVENTIONS`), whether ``declared`` (``reward.convention``) or recognised from
+    its signature (``declared`` None), and how that convention calls it (:data:`SHAPES`)."""
+    how = "as reward.convention says" if declared is not None else "recognised from its signature"
+    return f"reward.function = {name!r}: convention {convention} ({how}), called as {SHAPES[convention]}"
 
 
 def import_function(name: str, convention: str | None = None):

@@ -52,6 +52,20 @@ def resolve_axis(run: dict, opts: FitOptions) -> str:
     return axis
 
 
+def check_options(opts: FitOptions) -> None:
+    """Refuse the options that no run could be fitted with, before any run is read:
+    ``--axis`` not one of :data:`AXES`, ``--method`` not ``vp`` or ``grid``, a bad ``--r0``.
+
+    Raises:
+        UserError: naming the option and its allowed values.
+    """
+    if opts.axis is not None and opts.axis not in AXES:
+        raise UserError(f"--axis {opts.axis!r} is not one of: {', '.join(AXES)}")
+    if opts.method not in ("vp", "grid"):
+        raise UserError(f"--method {opts.method!r} is not one of: vp, grid")
+    parse_r0(opts.r0)
+
+
 def parse_r0(value: str) -> str | float:
     if value in ("auto", "measured", "fit"):
         return value
