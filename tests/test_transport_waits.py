@@ -10,6 +10,7 @@ that only keeps a broken build from hanging the suite."""
 from __future__ import annotations
 
 import os
+import queue
 import signal
 import socket
 import subprocess
@@ -140,18 +141,24 @@ def _named(exc, role: str, rank: int, pid: int) -> str:
     return f"{role} task {rank} ({role} rank {rank if role == 'generator' else 0}, pid {pid} on {HOST})"
 
 
-@pytest.mark.parametrize("moment", ["send", "push", "receive"])
+@pytest.mark.parametrize("moment", ["send", "push", "receive", "evaluation"])
 def test_a_stopped_generator_is_named_lost_within_the_limit_whatever_the_trainer_waits_for(peers, moment):
-    """Generator 1 is stopped (kill -STOP) while the trainer sends it a request, pushes weights, or
-    waits for its rollouts: the wait ends once its heartbeat has stood still for the limit, naming it
-    (pid, host) and saying what was seen."""
+    """Generator 1 is stopped (kill -STOP) while the trainer sends it a request, pushes weights,
+    waits for its rollouts, or waits for its share of an evaluation (both took the evaluation's
+    weights): the wait ends once its heartbeat has stood still for the limit, naming it (pid, host)
+    and saying what was seen."""
+    from scalectl.rl.processes.evaluations import on_training_generators
+
     feeder = _feeder(peers, "takes")
     pid = peers.procs[1].pid
+    evals = on_training_generators(feeder.recipe, 8, feeder, feeder.link, queue.Queue(), None)
     if moment == "receive":
         feeder.dispatch(2)                      # one request each; they answer none
+    if moment == "evaluation":
+        assert evals.start({"step": 0}) == [] and evals.pending_step() == 0    # pushed, taken by both
     peers.stop(1)
     action = {"send": lambda: feeder.send(1, BIG), "push": lambda: feeder.push(1),
-              "receive": lambda: feeder.next_group(0)}[moment]
+              "receive": lambda: feeder.next_group(0), "evaluation": evals.wait}[moment]
     exc = _outcome(action)
     assert isinstance(exc, TaskLost), repr(exc)
     assert str(exc) == (f"{_named(exc, 'generator', 1, pid)} stopped answering (its heartbeat stood still for "
