@@ -514,10 +514,14 @@ def test_a_stopped_generator_on_one_node_fails_the_run_within_the_limit_and_ends
     pids = _task_pids(job["job_id"])
     assert sorted(pids) == [0, 1, 2]
     hosts = _hostnames(_scontrol(job["job_id"])["NodeList"])
+    t0 = time.monotonic()
     os.kill(pids[stopped], signal.SIGSTOP)
     state = _ended(job["job_id"])
+    took = time.monotonic() - t0
     assert state == "CANCELLED", state
     row = _status(db, on_cluster, "frozen")
+    print(f"generator task {stopped} stopped on {hosts[stopped]}: job {state} {took:.1f} s later, "
+          f"load {os.getloadavg()[0]:.1f}")
     assert row["status"] == "failed", row
     seen = ("the job's store, which it hosts, did not answer for " if stopped == 0 else
             "its heartbeat stood still for ")
