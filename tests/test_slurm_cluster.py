@@ -283,6 +283,8 @@ def test_a_job_array_of_three_runs_across_the_nodes(on_cluster, policy, tmp_path
             store.add_job_id(spec.run_id, job.job_id)
     array = jobs[0].job_id.split("_")[0]
     assert "#SBATCH --array=0-2%2" in (Path(jobs[0].info["folder"]) / f"{array}_submission.sh").read_text()
+    for job in jobs:                           # the controller's word first: accounting may lag behind it
+        assert _ended(job.job_id) == "COMPLETED", job.job_id
     _wait(lambda: all(r["state"] in TERMINAL_WORDS for r in _sacct(array)) and len(_sacct(array)) == 3, 600,
           "the array's three runs to end")
     acct = {r["job_id"]: r for r in _sacct(array)}
