@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cancel_stale_test_jobs, run_cli
+from conftest import ROOT, SCALECTL, cancel_stale_test_jobs, run_cli
 
 pytestmark = pytest.mark.slurm
 
@@ -118,6 +118,28 @@ def _step_of(checkpoint: str) -> int:
 def _scontrol(job_id) -> dict:
     out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
     return dict(t.split("=", 1) for t in out.split() if "=" in t)
+
+
+#: sacct's words for a job that has ended.
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
+         "DEADLINE")
+
+
+def _sacct(job_id: str) -> dict:
+    """What accounting says of job ``job_id`` (``123`` or ``123_4``): its name and state word."""
+    out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,JobName,State"],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        jid, name, state = line.split("|")
+        if jid == job_id:
+            return {"name": name, "state": state}
+    return {}
+
+
+def _sacct_ended(job_id: str, timeout: float = 120) -> dict:
+    """Accounting's record of job ``job_id`` once it says the job has ended."""
+    return _wait(lambda: (row := _sacct(job_id)) and row["state"].split(" ")[0] in ENDED and row, timeout,
+                 f"sacct to say that job {job_id} has ended")
 
 
 def test_two_task_job_roles_talk_over_gloo(slurm, tmp_path):
@@ -363,8 +385,12 @@ def test_cancel_checkpoints_a_running_slurm_run_and_resume_completes_it(slurm, p
     row = _wait_status(db, "stopped", ("cancelled", "failed", "completed"), timeout=120)
     assert row["status"] == "cancelled", row["error"]
     assert row["error"] == "interrupted (resume with --resume)"      # the job body's word, not the launcher's
+    # Slurm says so too: the job cancels itself once the run is recorded and checkpointed
+    assert _sacct_ended(job["job_id"])["state"].startswith("CANCELLED"), _sacct(job["job_id"])
     stopped_at = int(_latest_checkpoint(run_dir).split("-")[1])
-    assert f"interrupted at step {stopped_at}: saving a checkpoint" in Path(job["log"]).read_text()
+    log = Path(job["log"]).read_text()
+    saving = log.index(f"interrupted at step {stopped_at}: saving a checkpoint")
+    assert log.index(f"ending Slurm job {job['job_id']}: the run is recorded cancelled and checkpointed") > saving
 
     budget = stopped_at + (2 - stopped_at % 2) + 2               # two evaluation steps past the checkpoint
     resumed = run_cli("run", "--resume", "stopped", "--set", f"budget.steps={budget}", "--json", db=db, check=True)
@@ -372,3 +398,91 @@ def test_cancel_checkpoints_a_running_slurm_run_and_resume_completes_it(slurm, p
     row = _wait_status(db, "stopped", ("completed", "failed", "cancelled"), timeout=300)
     assert row["status"] == "completed", row["error"]
     assert [p["step"] for p in _points(db, "stopped")] == list(range(0, budget + 1, 2))
+
+
+
+@pytest.mark.slow
+def test_cancel_of_a_two_task_pipeline_job_reads_cancelled_after_both_tasks_are_done(slurm, policy, submitted,
+                                                                                     tmp_path):
+    """A 1 + 1 pipeline as one job of two tasks (generator task 0, trainer task 1).  `scalectl cancel`
+    interrupts both; the trainer saves its checkpoint and records the run cancelled, the generator
+    stops; only once both have written how they ended is the job cancelled, and sacct says CANCELLED."""
+    db = tmp_path / "s.db"
+    sets = [*PIPE, "--set", "hardware.generators=1", "--set", "hardware.trainers=1",
+            "--set", "launcher.slurm.tasks_per_node=2", "--set", "budget.steps=1000000"]
+    proc = run_cli("run", "recipes/scalerl.toml", "--launcher", "slurm", "--json", "--name", "pair",
+                   "--runs-dir", str(tmp_path / "runs"), "--set", f"model.path={policy}", *sets, db=db,
+                   env=OVERCOMMIT)
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(proc.stdout)
+    submitted.append(job["job_id"])
+    run_dir = Path(job["run_dir"])
+    _wait(lambda: _latest_checkpoint(run_dir), 300, "a first checkpoint")
+    assert sorted(_task_pids(job["job_id"])) == [0, 1]
+    run_cli("cancel", "pair", db=db, check=True, timeout=300)
+    row = _wait_status(db, "pair", ("cancelled", "failed", "completed"), timeout=120)
+    assert (row["status"], row["error"]) == ("cancelled", "interrupted (resume with --resume)")
+    assert _sacct_ended(job["job_id"])["state"].startswith("CANCELLED"), _sacct(job["job_id"])
+    ended = Path(job["log"]).parent / f"ended-{job['job_id']}-0"
+    assert sorted(p.name for p in ended.iterdir()) == ["0.interrupted", "1.cancelled"]
+    stopped_at = int(_latest_checkpoint(run_dir).split("-")[1])
+    trainer = Path(job["log"]).with_name(f"{job['job_id']}_1_log.out").read_text()
+    assert f"interrupted at step {stopped_at}: saving a checkpoint" in trainer
+    logs = Path(job["log"]).read_text() + trainer
+    assert logs.count(f"ending Slurm job {job['job_id']}: the run is recorded cancelled and checkpointed, "
+                      "and all 2 tasks have done their part") >= 1
+
+ABLATION = "lmhead"
+VARIANTS = [f"{ABLATION}--base--s0", f"{ABLATION}--bf16--s0"]
+
+
+def _ablate(tmp_path, policy) -> subprocess.Popen:
+    """`scalectl ablate` of two variants on Slurm: one job array of two tasks running at once, each
+    with a budget it will not reach, so that the command watches them until it is interrupted."""
+    args = ["ablate", "--forward", "precision.lm_head=fp32,bf16", "--name", ABLATION, "--launcher", "slurm",
+            "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "report"), "--budget-steps", "1000",
+            "--poll", "0.5", *TINY, "--set", f"model.path={policy}", "--set", "launcher.max_parallel=2"]
+    env = dict(os.environ, COLUMNS="200", SCALECTL_DB=str(tmp_path / "s.db"))
+    return subprocess.Popen([SCALECTL, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+@pytest.mark.slow
+def test_cancelled_array_tasks_of_an_ablation_read_cancelled_in_sacct(slurm, policy, submitted, tmp_path):
+    """An ablation's two runs train as tasks 0 and 1 of one job array.  `scalectl cancel` stops task 1:
+    its run is checkpointed and recorded cancelled, and sacct says CANCELLED, not FAILED; Ctrl-C on the
+    ablation then cancels task 0 the same way, while task 1's record stays as it was."""
+    db = tmp_path / "s.db"
+    ablate = _ablate(tmp_path, policy)
+    try:
+        dirs = {n: tmp_path / "runs" / n for n in VARIANTS}
+        _wait(lambda: all(_latest_checkpoint(d) for d in dirs.values()) or ablate.poll() is not None, 300,
+              "a first checkpoint of both runs")
+        assert ablate.poll() is None, ablate.communicate()
+        rows = {n: _status(db, n) for n in VARIANTS}
+        jobs = {n: rows[n]["job_ids"][-1] for n in VARIANTS}
+        submitted.extend(jobs.values())
+        array = jobs[VARIANTS[0]].split("_")[0]
+        assert jobs == {VARIANTS[0]: f"{array}_0", VARIANTS[1]: f"{array}_1"}
+
+        run_cli("cancel", VARIANTS[1], db=db, check=True, timeout=300)
+        row = _wait_status(db, VARIANTS[1], ("cancelled", "failed", "completed"), timeout=120)
+        assert (row["status"], row["error"]) == ("cancelled", "interrupted (resume with --resume)")
+        assert _sacct_ended(jobs[VARIANTS[1]])["state"].startswith("CANCELLED"), _sacct(jobs[VARIANTS[1]])
+        assert _scontrol(jobs[VARIANTS[0]]).get("JobState") == "RUNNING"      # the other task trains on
+
+        ablate.send_signal(signal.SIGINT)
+        _, stderr = ablate.communicate(timeout=300)
+        assert ablate.returncode == 130, stderr
+        for n in VARIANTS:
+            row = _status(db, n)
+            assert (row["status"], row["error"]) == ("cancelled", "interrupted (resume with --resume)"), n
+            assert _sacct_ended(jobs[n])["state"].startswith("CANCELLED"), _sacct(jobs[n])
+            stopped_at = int(_latest_checkpoint(dirs[n]).split("-")[1])
+            log = Path(json.loads((dirs[n] / "launch.json").read_text())["jobs"][-1]["log"]).read_text()
+            assert log.index(f"ending Slurm job {jobs[n]}: the run is recorded cancelled") > \
+                log.index(f"interrupted at step {stopped_at}: saving a checkpoint")
+    finally:
+        if ablate.poll() is None:
+            ablate.kill()
+            ablate.communicate()
