@@ -448,8 +448,9 @@ def _ablate(tmp_path, policy) -> subprocess.Popen:
 
 
 @pytest.mark.slow
-def test_cancelled_array_tasks_of_an_ablation_read_cancelled_in_sacct(slurm, policy, submitted, tmp_path):
-    """An ablation's two runs train as tasks 0 and 1 of one job array.  `scalectl cancel` stops task 1:
+def test_an_ablation_array_named_after_it_whose_cancelled_tasks_read_cancelled(slurm, policy, submitted, tmp_path):
+    """An ablation's two runs train as tasks 0 and 1 of one job array, which squeue and sacct name after
+    the ablation.  `scalectl cancel` stops task 1:
     its run is checkpointed and recorded cancelled, and sacct says CANCELLED, not FAILED; Ctrl-C on the
     ablation then cancels task 0 the same way, while task 1's record stays as it was."""
     db = tmp_path / "s.db"
@@ -464,6 +465,10 @@ def test_cancelled_array_tasks_of_an_ablation_read_cancelled_in_sacct(slurm, pol
         submitted.extend(jobs.values())
         array = jobs[VARIANTS[0]].split("_")[0]
         assert jobs == {VARIANTS[0]: f"{array}_0", VARIANTS[1]: f"{array}_1"}
+        # the array bears the ablation's name, not submit_many's default
+        queued = subprocess.run(["squeue", "-h", "-j", array, "-o", "%i|%j|%T"], capture_output=True,
+                                text=True).stdout.split()
+        assert sorted(queued) == [f"{array}_0|{ABLATION}|RUNNING", f"{array}_1|{ABLATION}|RUNNING"]
 
         run_cli("cancel", VARIANTS[1], db=db, check=True, timeout=300)
         row = _wait_status(db, VARIANTS[1], ("cancelled", "failed", "completed"), timeout=120)
@@ -478,6 +483,7 @@ def test_cancelled_array_tasks_of_an_ablation_read_cancelled_in_sacct(slurm, pol
             row = _status(db, n)
             assert (row["status"], row["error"]) == ("cancelled", "interrupted (resume with --resume)"), n
             assert _sacct_ended(jobs[n])["state"].startswith("CANCELLED"), _sacct(jobs[n])
+            assert _sacct(jobs[n])["name"] == ABLATION
             stopped_at = int(_latest_checkpoint(dirs[n]).split("-")[1])
             log = Path(json.loads((dirs[n] / "launch.json").read_text())["jobs"][-1]["log"]).read_text()
             assert log.index(f"ending Slurm job {jobs[n]}: the run is recorded cancelled") > \

@@ -192,7 +192,7 @@ def _free_failed_name(store, name: str, log: Callable[[str], None]) -> None:
             "it is removed and its name taken again")
 
 
-def submit(store, runs: list, kind: str, *, array: bool = False) -> list:
+def submit(store, runs: list, kind: str, *, array: bool = False, job_name: str | None = None) -> list:
     """Hand runs already in the store to the launcher named ``kind`` and record their jobs.
 
     Each run is marked ``pending`` first (the job body marks it ``running`` itself).
@@ -201,6 +201,7 @@ def submit(store, runs: list, kind: str, *, array: bool = False) -> list:
         runs: :class:`scalectl.launch.base.RunSpec` of each run.
         array: submit them together (:meth:`~scalectl.launch.base.Launcher.submit_many`:
             one Slurm job array); else one by one.
+        job_name: the name of that job array (an ablation's name); None: the launcher's default.
 
     Returns:
         The :class:`~scalectl.launch.base.JobHandle` of each run, in order.
@@ -215,7 +216,7 @@ def submit(store, runs: list, kind: str, *, array: bool = False) -> list:
     for r in runs:
         store.update_run(r.run_id, status="pending", launcher=kind, error=None, ended=None)
     try:
-        jobs = launcher.submit_many(runs) if array else [launcher.submit(r) for r in runs]
+        jobs = launcher.submit_many(runs, job_name=job_name) if array else [launcher.submit(r) for r in runs]
     except BaseException as exc:
         for r in runs:
             store.update_run(r.run_id, status="failed", error=f"submission failed: {exc}")

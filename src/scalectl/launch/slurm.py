@@ -512,11 +512,20 @@ class SlurmLauncher(Launcher):
         job = self._submit(self._executor(folder, params), [run])[0]
         return self._record(job, run_dir, folder, params)
 
-    def submit_many(self, runs: list[RunSpec], job_name: str = "scalectl") -> list[JobHandle]:
+    def submit_many(self, runs: list[RunSpec], job_name: str | None = None) -> list[JobHandle]:
         """Submit runs as job arrays, one array per distinct set of sbatch
-        parameters, at most ``launcher.max_parallel`` array tasks at once."""
+        parameters, at most ``launcher.max_parallel`` array tasks at once.
+
+        Args:
+            job_name: the arrays' ``--job-name`` (what squeue and sacct show), made safe for
+                sbatch (:func:`scalectl.names.job_name`): an ablation's name; default
+                ``scalectl``.  A single run goes out as its own job, named after the run.
+        """
+        from scalectl.names import job_name as safe_job_name
+
         if len(runs) <= 1:
             return [self.submit(r) for r in runs]
+        job_name = safe_job_name(job_name or "scalectl")
         groups: dict[str, list[RunSpec]] = {}
         for r in runs:
             params = submitit_parameters(r.recipe, job_name)
