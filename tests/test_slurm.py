@@ -492,3 +492,112 @@ def test_an_ablation_array_named_after_it_whose_cancelled_tasks_read_cancelled(s
         if ablate.poll() is None:
             ablate.kill()
             ablate.communicate()
+
+
+def _script(job: dict) -> str:
+    """The sbatch script submitit wrote for job ``job`` (``scalectl run --json``'s output)."""
+    return (Path(job["log"]).parent / f"{job['job_id']}_submission.sh").read_text()
+
+
+def _row(db, name) -> dict:
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        return dict(conn.execute("SELECT * FROM runs WHERE name = ?", [name]).fetchone())
+
+
+#: 1 generator + 1 trainer placed by role: a generator node and a trainer node, named.
+BY_ROLE = [*PIPE, "--set", "hardware.generators=1", "--set", "hardware.trainers=1", "--set", "launcher.slurm.nodes=2",
+           "--set", "launcher.slurm.generator_nodes=1", "--set", "launcher.slurm.tasks_per_node=1",
+           "--set", "launcher.slurm.generator_nodelist=localhost"]
+
+
+def test_a_run_pinned_to_a_node_that_is_gone_is_resumed_on_another(slurm, policy, submitted, tmp_path):
+    """A run whose trainer is pinned (launcher.slurm.trainer_nodelist) to a node the cluster does not
+    have waits in the queue.  Cancelled, it is resumed with --set launcher.slurm.trainer_nodelist=...:
+    the new job's sbatch script and the controller name the new node, and the stored run keeps its id
+    and recipe hash.  A placement the job would refuse, and any key beyond the placement and the
+    budget, is refused with exit status 2 and changes nothing."""
+    db = tmp_path / "s.db"
+    proc = run_cli("run", "recipes/scalerl.toml", "--launcher", "slurm", "--json", "--name", "pinned",
+                   "--runs-dir", str(tmp_path / "runs"), "--set", f"model.path={policy}", *BY_ROLE,
+                   "--set", "launcher.slurm.trainer_nodelist=gone1", "--set", "budget.steps=1000", db=db)
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads(proc.stdout)
+    submitted.append(first["job_id"])
+    assert "#SBATCH --nodelist=localhost,gone1" in _script(first)
+    assert "--trainer-nodelist gone1" in _script(first)
+    # the one-node cluster has no second node: the job waits (as one pinned to a dead node does)
+    assert _wait(lambda: (_scontrol(first["job_id"]).get("Reason") not in (None, "None")) and
+                 _scontrol(first["job_id"]), 60, "the controller to say why the job waits")["JobState"] == "PENDING"
+    run_cli("cancel", "pinned", db=db, check=True, timeout=120)
+    assert _wait_status(db, "pinned", ("cancelled",), timeout=60)["status"] == "cancelled"
+    before = _row(db, "pinned")
+    job_file = (Path(first["run_dir"]) / "job.json").read_text()
+
+    for sets, says in ((["launcher.slurm.nodes=3"], "--set launcher.slurm.nodes: a resumed run keeps its recipe; "
+                                                     "only budget.steps"),
+                       (["loss.type=gspo"], "--set loss.type: a resumed run keeps its recipe"),
+                       (["launcher.slurm.trainer_nodelist=spare[1-2]"],
+                        "launcher.slurm.trainer_nodelist = 'spare[1-2]' names 2 host(s), but the role has 1 node(s)"),
+                       (["launcher.slurm.trainer_nodelist=localhost"],
+                        "generator_nodelist and trainer_nodelist share hosts")):
+        refused = run_cli("run", "--resume", "pinned", *[a for s in sets for a in ("--set", s)], db=db)
+        assert refused.returncode == 2 and says in refused.stderr and "Traceback" not in refused.stderr, \
+            (sets, refused.stderr)
+        assert _row(db, "pinned") == before and (Path(first["run_dir"]) / "job.json").read_text() == job_file
+
+    resumed = run_cli("run", "--resume", "pinned", "--set", "launcher.slurm.trainer_nodelist=spare1", "--json", db=db)
+    assert resumed.returncode == 0, resumed.stderr
+    again = json.loads(resumed.stdout)
+    submitted.append(again["job_id"])
+    assert (f"run pinned: launcher.slurm.trainer_nodelist = 'spare1' (was 'gone1'); its recipe hash stays "
+            f"{before['recipe_hash']}") in resumed.stderr
+    script = _script(again)
+    assert "#SBATCH --nodelist=localhost,spare1" in script and "--trainer-nodelist spare1" in script
+    assert "gone1" not in script
+    asked = _scontrol(again["job_id"])
+    assert sorted(asked["ReqNodeList"].split(",")) == ["localhost", "spare1"], asked
+    after = _row(db, "pinned")
+    assert (after["id"], after["recipe_hash"]) == (before["id"], before["recipe_hash"])
+    assert json.loads(after["job_ids"]) == [first["job_id"], again["job_id"]]
+    for recipe in (json.loads(after["recipe"]), json.loads((Path(first["run_dir"]) / "job.json").read_text())["recipe"]):
+        assert recipe["launcher"]["slurm"]["trainer_nodelist"] == "spare1"
+        assert recipe["launcher"]["slurm"]["generator_nodelist"] == "localhost"
+
+
+@pytest.mark.slow
+def test_a_trained_run_resumed_on_a_named_node_keeps_its_hash_and_points(slurm, policy, submitted, tmp_path):
+    """A run trains unpinned and is cancelled after its first checkpoint; --resume with
+    launcher.slurm.additional_parameters.nodelist and launcher.slurm.partition sends its next job
+    there (its sbatch script and the controller say so); the run keeps its id, its hash and every
+    point, and trains on from its checkpoint."""
+    db = tmp_path / "s.db"
+    first = _submit(tmp_path, policy, submitted, "moved", "--set", "budget.steps=1000")
+    run_dir = Path(first["run_dir"])
+    assert "--nodelist" not in _script(first) and "--partition" not in _script(first)
+    _wait(lambda: _latest_checkpoint(run_dir), 240, "a first checkpoint")
+    run_cli("cancel", "moved", db=db, check=True, timeout=300)
+    assert _wait_status(db, "moved", ("cancelled", "failed", "completed"))["status"] == "cancelled"
+    before, points = _row(db, "moved"), _points(db, "moved")
+    stopped = _latest_checkpoint(run_dir)
+    assert points and points[-1]["step"] <= int(stopped.split("-")[1])
+
+    resumed = run_cli("run", "--resume", "moved", "--set", "launcher.slurm.additional_parameters.nodelist=localhost",
+                      "--set", "launcher.slurm.partition=debug", "--json", db=db)
+    assert resumed.returncode == 0, resumed.stderr
+    again = json.loads(resumed.stdout)
+    submitted.append(again["job_id"])
+    script = _script(again)
+    assert "#SBATCH --nodelist=localhost" in script and "#SBATCH --partition=debug" in script
+    asked = _scontrol(again["job_id"])
+    assert (asked["ReqNodeList"], asked["Partition"]) == ("localhost", "debug")
+    log = Path(again["log"])
+    _wait(lambda: log.exists() and f"resumed from {stopped}" in log.read_text()
+          and _latest_checkpoint(run_dir) != stopped, 240, f"a checkpoint after {stopped}")
+    run_cli("cancel", "moved", db=db, check=True, timeout=300)
+    assert _wait_status(db, "moved", ("cancelled", "failed", "completed"))["status"] == "cancelled"
+    after = _row(db, "moved")
+    assert (after["id"], after["recipe_hash"]) == (before["id"], before["recipe_hash"])
+    assert json.loads(after["job_ids"]) == [first["job_id"], again["job_id"]]
+    later = _points(db, "moved")
+    assert later[:len(points)] == points and later[-1]["step"] > points[-1]["step"]     # kept, then more
