@@ -105,3 +105,15 @@ def test_job_name_is_checked():
 
     with pytest.raises(UserError, match="Slurm job name 'x; rm -rf ~' is not allowed"):
         submitit_parameters(_recipe(), "x; rm -rf ~")
+
+
+@pytest.mark.parametrize("text, name", [
+    ("lmhead", "lmhead"), ("lm head/v2", "lm-head-v2"), ("x; rm -rf ~", "x-rm--rf-"), ("../../etc", "etc"),
+    ("a..b", "a.b"), ("-rf", "rf"), ("$(id)", "id-"), ("", "scalectl"), ("~/", "scalectl"), ("x" * 120, "x" * 100)])
+def test_job_name_makes_any_text_a_safe_sbatch_job_name(text, name):
+    from scalectl.names import job_name
+
+    assert job_name(text) == name
+    assert check_name(name, "Slurm job name") == name
+    for hostile in HOSTILE:                     # whatever comes in, what goes out is accepted
+        check_name(job_name(hostile), "Slurm job name")

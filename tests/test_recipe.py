@@ -147,3 +147,36 @@ def test_a_bad_value_names_its_file_key_and_line(tmp_path):
     assert described["description"].endswith("(line 2)") and "U+0000" in described["description"]
     assert described["loss.clip_low"].endswith("(line 6)")
     assert described["length.max_new_tokens"].endswith("(line 9)")
+
+
+#: A run placed by role on a cluster: a generator node and a trainer node.
+PLACED = ["launcher.type=slurm", "async.mode=pipeline", "launcher.slurm.nodes=2", "launcher.slurm.generator_nodes=1",
+          "launcher.slurm.generator_nodelist=inf1", "launcher.slurm.trainer_nodelist=trn1"]
+
+
+def test_resume_may_move_a_run_with_its_placement_keys_and_keeps_its_hash():
+    """Each placement key changes on resume (the value lands where the launcher reads it) and leaves
+    the content hash as it was; a key that changes the job's shape or what it trains is refused."""
+    from scalectl.recipe.load import PLACEMENT_KEYS, resumed_recipe
+
+    stored = load("scalerl", setup="tiny-cpu", overrides=PLACED)
+    moves = {"launcher.slurm.generator_nodelist": "inf2", "launcher.slurm.trainer_nodelist": "trn[2-3]",
+             "launcher.slurm.partition": "spare", "launcher.slurm.additional_parameters.nodelist": "inf2,trn2",
+             "launcher.slurm.additional_parameters.exclude": "trn1"}
+    assert sorted(moves) == sorted(PLACEMENT_KEYS)
+    for key, value in moves.items():
+        moved = resumed_recipe(stored, [f"{key}={value}"])
+        slurm = moved.launcher.slurm
+        where = (slurm.additional_parameters.get(key.rsplit(".", 1)[1]) if ".additional_parameters." in key
+                 else getattr(slurm, key.rsplit(".", 1)[1]))
+        assert where == value, key
+        assert moved.content_hash == stored.content_hash, key
+        assert moved.to_dict() != stored.to_dict(), key
+    both = resumed_recipe(stored, ["launcher.slurm.trainer_nodelist=trn2", "budget.steps=900"])
+    assert (both.launcher.slurm.trainer_nodelist, both.budget.steps) == ("trn2", 900)
+    for key in ("launcher.slurm.nodes=3", "launcher.slurm.account=other", "launcher.slurm.time_min=5",
+                "launcher.slurm.additional_parameters.constraint=h100", "hardware.trainers=2", "loss.type=gspo"):
+        with pytest.raises(UserError, match=rf"--set {key.split('=')[0]}: a resumed run keeps its recipe; only "
+                                            r"budget\.steps, .* \(to extend the run\) and launcher\.slurm\."
+                                            r"generator_nodelist, .* \(to run its job elsewhere\) may change"):
+            resumed_recipe(stored, [key])

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, cancel_stale_test_jobs, run_cli
+from conftest import ROOT, SCALECTL, cancel_stale_test_jobs, run_cli
 
 pytestmark = pytest.mark.slurm
 
@@ -118,6 +118,28 @@ def _step_of(checkpoint: str) -> int:
 def _scontrol(job_id) -> dict:
     out = subprocess.run(["scontrol", "show", "job", "-o", job_id], capture_output=True, text=True).stdout
     return dict(t.split("=", 1) for t in out.split() if "=" in t)
+
+
+#: sacct's words for a job that has ended.
+ENDED = ("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "PREEMPTED", "BOOT_FAIL",
+         "DEADLINE")
+
+
+def _sacct(job_id: str) -> dict:
+    """What accounting says of job ``job_id`` (``123`` or ``123_4``): its name and state word."""
+    out = subprocess.run(["sacct", "-j", job_id, "-X", "-n", "-P", "-o", "JobID,JobName,State"],
+                         capture_output=True, text=True).stdout
+    for line in out.splitlines():
+        jid, name, state = line.split("|")
+        if jid == job_id:
+            return {"name": name, "state": state}
+    return {}
+
+
+def _sacct_ended(job_id: str, timeout: float = 120) -> dict:
+    """Accounting's record of job ``job_id`` once it says the job has ended."""
+    return _wait(lambda: (row := _sacct(job_id)) and row["state"].split(" ")[0] in ENDED and row, timeout,
+                 f"sacct to say that job {job_id} has ended")
 
 
 def test_two_task_job_roles_talk_over_gloo(slurm, tmp_path):
@@ -363,8 +385,12 @@ def test_cancel_checkpoints_a_running_slurm_run_and_resume_completes_it(slurm, p
     row = _wait_status(db, "stopped", ("cancelled", "failed", "completed"), timeout=120)
     assert row["status"] == "cancelled", row["error"]
     assert row["error"] == "interrupted (resume with --resume)"      # the job body's word, not the launcher's
+    # Slurm says so too: the job cancels itself once the run is recorded and checkpointed
+    assert _sacct_ended(job["job_id"])["state"].startswith("CANCELLED"), _sacct(job["job_id"])
     stopped_at = int(_latest_checkpoint(run_dir).split("-")[1])
-    assert f"interrupted at step {stopped_at}: saving a checkpoint" in Path(job["log"]).read_text()
+    log = Path(job["log"]).read_text()
+    saving = log.index(f"interrupted at step {stopped_at}: saving a checkpoint")
+    assert log.index(f"ending Slurm job {job['job_id']}: the run is recorded cancelled and checkpointed") > saving
 
     budget = stopped_at + (2 - stopped_at % 2) + 2               # two evaluation steps past the checkpoint
     resumed = run_cli("run", "--resume", "stopped", "--set", f"budget.steps={budget}", "--json", db=db, check=True)
@@ -372,3 +398,206 @@ def test_cancel_checkpoints_a_running_slurm_run_and_resume_completes_it(slurm, p
     row = _wait_status(db, "stopped", ("completed", "failed", "cancelled"), timeout=300)
     assert row["status"] == "completed", row["error"]
     assert [p["step"] for p in _points(db, "stopped")] == list(range(0, budget + 1, 2))
+
+
+
+@pytest.mark.slow
+def test_cancel_of_a_two_task_pipeline_job_reads_cancelled_after_both_tasks_are_done(slurm, policy, submitted,
+                                                                                     tmp_path):
+    """A 1 + 1 pipeline as one job of two tasks (generator task 0, trainer task 1).  `scalectl cancel`
+    interrupts both; the trainer saves its checkpoint and records the run cancelled, the generator
+    stops; only once both have written how they ended is the job cancelled, and sacct says CANCELLED."""
+    db = tmp_path / "s.db"
+    sets = [*PIPE, "--set", "hardware.generators=1", "--set", "hardware.trainers=1",
+            "--set", "launcher.slurm.tasks_per_node=2", "--set", "budget.steps=1000000"]
+    proc = run_cli("run", "recipes/scalerl.toml", "--launcher", "slurm", "--json", "--name", "pair",
+                   "--runs-dir", str(tmp_path / "runs"), "--set", f"model.path={policy}", *sets, db=db,
+                   env=OVERCOMMIT)
+    assert proc.returncode == 0, proc.stderr
+    job = json.loads(proc.stdout)
+    submitted.append(job["job_id"])
+    run_dir = Path(job["run_dir"])
+    _wait(lambda: _latest_checkpoint(run_dir), 300, "a first checkpoint")
+    assert sorted(_task_pids(job["job_id"])) == [0, 1]
+    run_cli("cancel", "pair", db=db, check=True, timeout=300)
+    row = _wait_status(db, "pair", ("cancelled", "failed", "completed"), timeout=120)
+    assert (row["status"], row["error"]) == ("cancelled", "interrupted (resume with --resume)")
+    assert _sacct_ended(job["job_id"])["state"].startswith("CANCELLED"), _sacct(job["job_id"])
+    ended = Path(job["log"]).parent / f"ended-{job['job_id']}-0"
+    assert sorted(p.name for p in ended.iterdir()) == ["0.interrupted", "1.cancelled"]
+    stopped_at = int(_latest_checkpoint(run_dir).split("-")[1])
+    trainer = Path(job["log"]).with_name(f"{job['job_id']}_1_log.out").read_text()
+    assert f"interrupted at step {stopped_at}: saving a checkpoint" in trainer
+    logs = Path(job["log"]).read_text() + trainer
+    assert logs.count(f"ending Slurm job {job['job_id']}: the run is recorded cancelled and checkpointed, "
+                      "and all 2 tasks have done their part") >= 1
+
+ABLATION = "lmhead"
+VARIANTS = [f"{ABLATION}--base--s0", f"{ABLATION}--bf16--s0"]
+
+
+def _ablate(tmp_path, policy) -> subprocess.Popen:
+    """`scalectl ablate` of two variants on Slurm: one job array of two tasks running at once, each
+    with a budget it will not reach, so that the command watches them until it is interrupted."""
+    args = ["ablate", "--forward", "precision.lm_head=fp32,bf16", "--name", ABLATION, "--launcher", "slurm",
+            "--runs-dir", str(tmp_path / "runs"), "--out", str(tmp_path / "report"), "--budget-steps", "1000",
+            "--poll", "0.5", *TINY, "--set", f"model.path={policy}", "--set", "launcher.max_parallel=2"]
+    env = dict(os.environ, COLUMNS="200", SCALECTL_DB=str(tmp_path / "s.db"))
+    return subprocess.Popen([SCALECTL, *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+@pytest.mark.slow
+def test_an_ablation_array_named_after_it_whose_cancelled_tasks_read_cancelled(slurm, policy, submitted, tmp_path):
+    """An ablation's two runs train as tasks 0 and 1 of one job array, which squeue and sacct name after
+    the ablation.  `scalectl cancel` stops task 1:
+    its run is checkpointed and recorded cancelled, and sacct says CANCELLED, not FAILED; Ctrl-C on the
+    ablation then cancels task 0 the same way, while task 1's record stays as it was."""
+    db = tmp_path / "s.db"
+    ablate = _ablate(tmp_path, policy)
+    try:
+        dirs = {n: tmp_path / "runs" / n for n in VARIANTS}
+        _wait(lambda: all(_latest_checkpoint(d) for d in dirs.values()) or ablate.poll() is not None, 300,
+              "a first checkpoint of both runs")
+        assert ablate.poll() is None, ablate.communicate()
+        rows = {n: _status(db, n) for n in VARIANTS}
+        jobs = {n: rows[n]["job_ids"][-1] for n in VARIANTS}
+        submitted.extend(jobs.values())
+        array = jobs[VARIANTS[0]].split("_")[0]
+        assert jobs == {VARIANTS[0]: f"{array}_0", VARIANTS[1]: f"{array}_1"}
+        # the array bears the ablation's name, not submit_many's default
+        queued = subprocess.run(["squeue", "-h", "-j", array, "-o", "%i|%j|%T"], capture_output=True,
+                                text=True).stdout.split()
+        assert sorted(queued) == [f"{array}_0|{ABLATION}|RUNNING", f"{array}_1|{ABLATION}|RUNNING"]
+
+        run_cli("cancel", VARIANTS[1], db=db, check=True, timeout=300)
+        row = _wait_status(db, VARIANTS[1], ("cancelled", "failed", "completed"), timeout=120)
+        assert (row["status"], row["error"]) == ("cancelled", "interrupted (resume with --resume)")
+        assert _sacct_ended(jobs[VARIANTS[1]])["state"].startswith("CANCELLED"), _sacct(jobs[VARIANTS[1]])
+        assert _scontrol(jobs[VARIANTS[0]]).get("JobState") == "RUNNING"      # the other task trains on
+
+        ablate.send_signal(signal.SIGINT)
+        _, stderr = ablate.communicate(timeout=300)
+        assert ablate.returncode == 130, stderr
+        for n in VARIANTS:
+            row = _status(db, n)
+            assert (row["status"], row["error"]) == ("cancelled", "interrupted (resume with --resume)"), n
+            assert _sacct_ended(jobs[n])["state"].startswith("CANCELLED"), _sacct(jobs[n])
+            assert _sacct(jobs[n])["name"] == ABLATION
+            stopped_at = int(_latest_checkpoint(dirs[n]).split("-")[1])
+            log = Path(json.loads((dirs[n] / "launch.json").read_text())["jobs"][-1]["log"]).read_text()
+            assert log.index(f"ending Slurm job {jobs[n]}: the run is recorded cancelled") > \
+                log.index(f"interrupted at step {stopped_at}: saving a checkpoint")
+    finally:
+        if ablate.poll() is None:
+            ablate.kill()
+            ablate.communicate()
+
+
+def _script(job: dict) -> str:
+    """The sbatch script submitit wrote for job ``job`` (``scalectl run --json``'s output)."""
+    return (Path(job["log"]).parent / f"{job['job_id']}_submission.sh").read_text()
+
+
+def _row(db, name) -> dict:
+    with sqlite3.connect(db) as conn:
+        conn.row_factory = sqlite3.Row
+        return dict(conn.execute("SELECT * FROM runs WHERE name = ?", [name]).fetchone())
+
+
+#: 1 generator + 1 trainer placed by role: a generator node and a trainer node, named.
+BY_ROLE = [*PIPE, "--set", "hardware.generators=1", "--set", "hardware.trainers=1", "--set", "launcher.slurm.nodes=2",
+           "--set", "launcher.slurm.generator_nodes=1", "--set", "launcher.slurm.tasks_per_node=1",
+           "--set", "launcher.slurm.generator_nodelist=localhost"]
+
+
+def test_a_run_pinned_to_a_node_that_is_gone_is_resumed_on_another(slurm, policy, submitted, tmp_path):
+    """A run whose trainer is pinned (launcher.slurm.trainer_nodelist) to a node the cluster does not
+    have waits in the queue.  Cancelled, it is resumed with --set launcher.slurm.trainer_nodelist=...:
+    the new job's sbatch script and the controller name the new node, and the stored run keeps its id
+    and recipe hash.  A placement the job would refuse, and any key beyond the placement and the
+    budget, is refused with exit status 2 and changes nothing."""
+    db = tmp_path / "s.db"
+    proc = run_cli("run", "recipes/scalerl.toml", "--launcher", "slurm", "--json", "--name", "pinned",
+                   "--runs-dir", str(tmp_path / "runs"), "--set", f"model.path={policy}", *BY_ROLE,
+                   "--set", "launcher.slurm.trainer_nodelist=gone1", "--set", "budget.steps=1000", db=db)
+    assert proc.returncode == 0, proc.stderr
+    first = json.loads(proc.stdout)
+    submitted.append(first["job_id"])
+    assert "#SBATCH --nodelist=localhost,gone1" in _script(first)
+    assert "--trainer-nodelist gone1" in _script(first)
+    # the one-node cluster has no second node: the job waits (as one pinned to a dead node does)
+    assert _wait(lambda: (_scontrol(first["job_id"]).get("Reason") not in (None, "None")) and
+                 _scontrol(first["job_id"]), 60, "the controller to say why the job waits")["JobState"] == "PENDING"
+    run_cli("cancel", "pinned", db=db, check=True, timeout=120)
+    assert _wait_status(db, "pinned", ("cancelled",), timeout=60)["status"] == "cancelled"
+    before = _row(db, "pinned")
+    job_file = (Path(first["run_dir"]) / "job.json").read_text()
+
+    for sets, says in ((["launcher.slurm.nodes=3"], "--set launcher.slurm.nodes: a resumed run keeps its recipe; "
+                                                     "only budget.steps"),
+                       (["loss.type=gspo"], "--set loss.type: a resumed run keeps its recipe"),
+                       (["launcher.slurm.trainer_nodelist=spare[1-2]"],
+                        "launcher.slurm.trainer_nodelist = 'spare[1-2]' names 2 host(s), but the role has 1 node(s)"),
+                       (["launcher.slurm.trainer_nodelist=localhost"],
+                        "generator_nodelist and trainer_nodelist share hosts")):
+        refused = run_cli("run", "--resume", "pinned", *[a for s in sets for a in ("--set", s)], db=db)
+        assert refused.returncode == 2 and says in refused.stderr and "Traceback" not in refused.stderr, \
+            (sets, refused.stderr)
+        assert _row(db, "pinned") == before and (Path(first["run_dir"]) / "job.json").read_text() == job_file
+
+    resumed = run_cli("run", "--resume", "pinned", "--set", "launcher.slurm.trainer_nodelist=spare1", "--json", db=db)
+    assert resumed.returncode == 0, resumed.stderr
+    again = json.loads(resumed.stdout)
+    submitted.append(again["job_id"])
+    assert (f"run pinned: launcher.slurm.trainer_nodelist = 'spare1' (was 'gone1'); its recipe hash stays "
+            f"{before['recipe_hash']}") in resumed.stderr
+    script = _script(again)
+    assert "#SBATCH --nodelist=localhost,spare1" in script and "--trainer-nodelist spare1" in script
+    assert "gone1" not in script
+    asked = _scontrol(again["job_id"])
+    assert sorted(asked["ReqNodeList"].split(",")) == ["localhost", "spare1"], asked
+    after = _row(db, "pinned")
+    assert (after["id"], after["recipe_hash"]) == (before["id"], before["recipe_hash"])
+    assert json.loads(after["job_ids"]) == [first["job_id"], again["job_id"]]
+    for recipe in (json.loads(after["recipe"]), json.loads((Path(first["run_dir"]) / "job.json").read_text())["recipe"]):
+        assert recipe["launcher"]["slurm"]["trainer_nodelist"] == "spare1"
+        assert recipe["launcher"]["slurm"]["generator_nodelist"] == "localhost"
+
+
+@pytest.mark.slow
+def test_a_trained_run_resumed_on_a_named_node_keeps_its_hash_and_points(slurm, policy, submitted, tmp_path):
+    """A run trains unpinned and is cancelled after its first checkpoint; --resume with
+    launcher.slurm.additional_parameters.nodelist and launcher.slurm.partition sends its next job
+    there (its sbatch script and the controller say so); the run keeps its id, its hash and every
+    point, and trains on from its checkpoint."""
+    db = tmp_path / "s.db"
+    first = _submit(tmp_path, policy, submitted, "moved", "--set", "budget.steps=1000")
+    run_dir = Path(first["run_dir"])
+    assert "--nodelist" not in _script(first) and "--partition" not in _script(first)
+    _wait(lambda: _latest_checkpoint(run_dir), 240, "a first checkpoint")
+    run_cli("cancel", "moved", db=db, check=True, timeout=300)
+    assert _wait_status(db, "moved", ("cancelled", "failed", "completed"))["status"] == "cancelled"
+    before, points = _row(db, "moved"), _points(db, "moved")
+    stopped = _latest_checkpoint(run_dir)
+    assert points and points[-1]["step"] <= int(stopped.split("-")[1])
+
+    resumed = run_cli("run", "--resume", "moved", "--set", "launcher.slurm.additional_parameters.nodelist=localhost",
+                      "--set", "launcher.slurm.partition=debug", "--json", db=db)
+    assert resumed.returncode == 0, resumed.stderr
+    again = json.loads(resumed.stdout)
+    submitted.append(again["job_id"])
+    script = _script(again)
+    assert "#SBATCH --nodelist=localhost" in script and "#SBATCH --partition=debug" in script
+    asked = _scontrol(again["job_id"])
+    assert (asked["ReqNodeList"], asked["Partition"]) == ("localhost", "debug")
+    log = Path(again["log"])
+    _wait(lambda: log.exists() and f"resumed from {stopped}" in log.read_text()
+          and _latest_checkpoint(run_dir) != stopped, 240, f"a checkpoint after {stopped}")
+    run_cli("cancel", "moved", db=db, check=True, timeout=300)
+    assert _wait_status(db, "moved", ("cancelled", "failed", "completed"))["status"] == "cancelled"
+    after = _row(db, "moved")
+    assert (after["id"], after["recipe_hash"]) == (before["id"], before["recipe_hash"])
+    assert json.loads(after["job_ids"]) == [first["job_id"], again["job_id"]]
+    later = _points(db, "moved")
+    assert later[:len(points)] == points and later[-1]["step"] > points[-1]["step"]     # kept, then more

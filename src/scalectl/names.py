@@ -26,6 +26,17 @@ def check_name(name: str, what: str = "run name") -> str:
     return name
 
 
+def job_name(text: str, fallback: str = "scalectl") -> str:
+    """``text`` made a name :func:`check_name` accepts, for ``sbatch --job-name``: each run of
+    characters other than letters, digits and ``. _ + = -`` becomes ``-``, ``..`` becomes ``.``,
+    leading characters other than a letter or digit go, and the rest is cut to 100 characters;
+    ``fallback`` when nothing is left (``"lm head/v2"`` -> ``lm-head-v2``)."""
+    name = re.sub(r"[^A-Za-z0-9._+=-]+", "-", str(text))
+    name = re.sub(r"\.{2,}", ".", name)
+    name = re.sub(r"^[^A-Za-z0-9]+", "", name)[:100]
+    return name if name else fallback
+
+
 # --------------------------------------------------------------------------- Slurm host lists
 
 

@@ -214,7 +214,7 @@ def cost(plan, actions: dict, rate: tuple[float, str] | None) -> dict:
 
 def launch(store, plan, actions: dict, kind: str, runs_dir: Path) -> tuple[dict[str, int], int]:
     """Create the new runs, then submit new and resumed ones together
-    (:func:`scalectl.launch.runs.submit`: one Slurm job array).
+    (:func:`scalectl.launch.runs.submit`: one Slurm job array, named after the ablation).
 
     Returns:
         (planned name -> run id, number of runs submitted).
@@ -236,7 +236,7 @@ def launch(store, plan, actions: dict, kind: str, runs_dir: Path) -> tuple[dict[
                 recipe = Recipe.model_validate(read_job_file(Path(row["run_dir"]))["recipe"])
                 specs.append(RunSpec(row["id"], row["name"], Path(row["run_dir"]), recipe))
     if specs:
-        submit(store, specs, kind, array=True)
+        submit(store, specs, kind, array=True, job_name=plan.spec.name)
     return ids, len(specs)
 
 

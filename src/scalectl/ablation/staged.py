@@ -95,7 +95,7 @@ class StoreBackend:
                                          recipe_hash=recipe.content_hash)
                     specs.append(RunSpec(row["id"], row["name"], Path(row["run_dir"]), recipe))   # the job resumes
             if specs:
-                submit(store, specs, self.kind, array=True)
+                submit(store, specs, self.kind, array=True, job_name=self.plan.spec.name)
         self.launched = ids
         self._wait(ids)
 

@@ -18,7 +18,8 @@ background process and every task of a Slurm job.  The job body alone
 * decides to resume: it does whenever the run folder holds a checkpoint;
 * writes the run's status in the store: running, then completed, failed (with
   the error), cancelled, or what the launcher says an exception means
-  (``timed_out``, ``pending`` when requeued);
+  (``timed_out``, ``pending`` when requeued); having recorded it cancelled, it tells the
+  launcher (``on_cancelled``: a Slurm job then ends as Slurm's CANCELLED, not FAILED);
 * stores the evaluation points and sends them, with each step's metrics, to the
   recipe's ``[logging]`` trackers (:mod:`scalectl.job.trackers`).
 
@@ -63,6 +64,8 @@ JOB_FILE = "job.json"
 StopStatus = Callable[[BaseException], "tuple[str, str] | None"]
 #: ``end_job(exc)``: stop every task of this job, after the run's failure ``exc`` is recorded.
 EndJob = Callable[[BaseException], None]
+#: ``on_cancelled()``: told that this task has recorded the run cancelled (after its checkpoint).
+OnCancelled = Callable[[], None]
 
 
 def write_job_file(run_dir: Path, *, db: str, run_id: int, recipe: dict) -> Path:
@@ -87,7 +90,8 @@ def _now() -> str:
 
 
 def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | None = None,
-            task_log: str | None = None, end_job: EndJob | None = None) -> dict | None:
+            task_log: str | None = None, end_job: EndJob | None = None,
+            on_cancelled: OnCancelled | None = None) -> dict | None:
     """Train the run described by ``RUN_DIR/job.json`` and record its fate in the store.
 
     The first task of the job (the only one of a single-process job) holds the run
@@ -103,6 +107,9 @@ def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | Non
             (:mod:`scalectl.rl.transport.board`; exported as ``$SCALECTL_TASK_LOG``).
         end_job: the launcher's way to stop every task of a multi-task job, called once this task
             has recorded the run failed because a task is lost or stuck (a Slurm job: ``scancel``).
+        on_cancelled: called once this task has recorded the run cancelled (interrupted, its
+            checkpoint saved), before the KeyboardInterrupt goes on (a Slurm job then ends as
+            CANCELLED once every task has done its part: :class:`scalectl.launch.slurm.SlurmRunJob`).
 
     Returns:
         The training summary (steps, first and last pass rate, compute), or None in a
@@ -116,10 +123,11 @@ def run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | Non
     """
     if task_log:
         os.environ[LOG_ENV] = str(task_log)
+    hooks = {"reporter": reporter, "stop_status": stop_status, "end_job": end_job, "on_cancelled": on_cancelled}
     if int(os.environ.get("SLURM_PROCID", os.environ.get("RANK", "0"))) != 0:
-        return _run_job(run_dir, reporter=reporter, stop_status=stop_status, end_job=end_job)
+        return _run_job(run_dir, **hooks)
     with run_folder_lock(run_dir):
-        return _run_job(run_dir, reporter=reporter, stop_status=stop_status, end_job=end_job)
+        return _run_job(run_dir, **hooks)
 
 
 def _failure(exc: BaseException) -> str:
@@ -127,7 +135,7 @@ def _failure(exc: BaseException) -> str:
 
 
 def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | None = None,
-             end_job: EndJob | None = None) -> dict | None:
+             end_job: EndJob | None = None, on_cancelled: OnCancelled | None = None) -> dict | None:
     run_dir = Path(run_dir)
     reporter = reporter or Reporter()
     job = read_job_file(run_dir)
@@ -182,6 +190,8 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
             out.update_run(status=status, error=error, ended=None if status == "pending" else _now())
         elif isinstance(exc, KeyboardInterrupt):
             out.update_run(status="cancelled", ended=_now(), error="interrupted (resume with --resume)")
+            if on_cancelled is not None:
+                on_cancelled()
         else:
             out.update_run(status="failed", ended=_now(), error=_failure(exc))
             if isinstance(exc, JOB_ENDING) and task is not None and task.world_size > 1 and end_job is not None:

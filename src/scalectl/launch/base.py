@@ -143,8 +143,9 @@ class Launcher(ABC):
             UserError: the launcher is unavailable or the run's resources are invalid.
         """
 
-    def submit_many(self, runs: list[RunSpec]) -> list[JobHandle]:
-        """Start several runs (Slurm: one job array); default: one by one."""
+    def submit_many(self, runs: list[RunSpec], job_name: str | None = None) -> list[JobHandle]:
+        """Start several runs (Slurm: one job array named ``job_name``, e.g. the ablation's
+        name); default: one by one (``job_name`` unused)."""
         return [self.submit(r) for r in runs]
 
     @abstractmethod

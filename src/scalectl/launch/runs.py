@@ -192,7 +192,7 @@ def _free_failed_name(store, name: str, log: Callable[[str], None]) -> None:
             "it is removed and its name taken again")
 
 
-def submit(store, runs: list, kind: str, *, array: bool = False) -> list:
+def submit(store, runs: list, kind: str, *, array: bool = False, job_name: str | None = None) -> list:
     """Hand runs already in the store to the launcher named ``kind`` and record their jobs.
 
     Each run is marked ``pending`` first (the job body marks it ``running`` itself).
@@ -201,6 +201,7 @@ def submit(store, runs: list, kind: str, *, array: bool = False) -> list:
         runs: :class:`scalectl.launch.base.RunSpec` of each run.
         array: submit them together (:meth:`~scalectl.launch.base.Launcher.submit_many`:
             one Slurm job array); else one by one.
+        job_name: the name of that job array (an ablation's name); None: the launcher's default.
 
     Returns:
         The :class:`~scalectl.launch.base.JobHandle` of each run, in order.
@@ -215,7 +216,7 @@ def submit(store, runs: list, kind: str, *, array: bool = False) -> list:
     for r in runs:
         store.update_run(r.run_id, status="pending", launcher=kind, error=None, ended=None)
     try:
-        jobs = launcher.submit_many(runs) if array else [launcher.submit(r) for r in runs]
+        jobs = launcher.submit_many(runs, job_name=job_name) if array else [launcher.submit(r) for r in runs]
     except BaseException as exc:
         for r in runs:
             store.update_run(r.run_id, status="failed", error=f"submission failed: {exc}")
@@ -634,16 +635,21 @@ def resume(stores: Stores, ref: str, *, overrides: Sequence[str] = (), launcher:
     is held from before its files are read until the call returns, or, given ``hold``,
     until that stack closes.  Other arguments as :func:`start`.
 
+    Its placement may change too (``overrides`` of :data:`scalectl.recipe.load.PLACEMENT_KEYS`,
+    e.g. ``launcher.slurm.trainer_nodelist=...`` off a node that died): the next job goes
+    there, and the run keeps its recipe hash and its points.
+
     Raises:
         UserError: an unknown launcher, no such run or no run folder, the folder held by
             another process, a run whose job is alive, a completed run without a raised
-            budget, an override of anything but the budget, or a budget already spent.
+            budget, an override of anything but the budget and the placement, a placement
+            its job would refuse, or a budget already spent.
     """
     from scalectl.launch.base import RunSpec
 
     check_launcher(launcher)
     with contextlib.ExitStack() as own:
-        info, recipe = _prepare_resume(stores, ref, list(overrides), own if hold is None else hold, log)
+        info, recipe = _prepare_resume(stores, ref, list(overrides), own if hold is None else hold, log, launcher)
         run_dir = Path(info["run_dir"])
         kind = launcher or info.get("launcher") or recipe.launcher.type
         log(f"resuming run {info['name']} from {run_dir}")
@@ -669,13 +675,14 @@ def _note_same_run(store, recipe, log: Callable[[str], None]) -> None:
 
 
 def _prepare_resume(stores: Stores, ref: str, overrides: list[str], held: contextlib.ExitStack,
-                    log: Callable[[str], None]):
+                    log: Callable[[str], None], launcher: str | None = None):
     """Check that run ``ref`` may be resumed, holding its folder's lock (in ``held``) from
-    before its files are read; apply ``--set budget.*`` overrides.  Returns (the run's row,
-    its recipe with the overrides); raises as :func:`resume`."""
+    before its files are read; apply the ``--set`` overrides of its budget and its placement
+    (:data:`scalectl.recipe.load.RESUME_KEYS`; a new placement checked for ``launcher``, default
+    the run's).  Returns (the run's row, its recipe with the overrides); raises as :func:`resume`."""
     from scalectl.job.body import read_job_file, write_job_file
     from scalectl.job.lock import run_folder_lock
-    from scalectl.recipe.load import resumed_recipe
+    from scalectl.recipe.load import BUDGET_KEYS, parse_override, resumed_recipe
 
     with stores(create=False) as store:
         info = store.get_run(ref)
@@ -687,13 +694,49 @@ def _prepare_resume(stores: Stores, ref: str, overrides: list[str], held: contex
         info, old = resumable(store, info["id"])                # read again, under the lock
         points = store.points(info["id"])
         recipe = resumed_recipe(old, overrides)
-        _check_budget(name, info["status"], recipe.budget, points, bool(overrides))
+        extended = any(parse_override(o)[0] in BUDGET_KEYS for o in overrides)
+        _check_budget(name, info["status"], recipe.budget, points, extended)
+        if recipe.launcher != old.launcher:                      # placed elsewhere: checked before it is written
+            _check_placement(recipe, launcher or info.get("launcher") or recipe.launcher.type, name, log)
         if recipe != old:
             job = read_job_file(run_dir)
             write_job_file(run_dir, db=job["db"], run_id=job["run_id"], recipe=recipe.to_dict())
             store.update_run(info["id"], recipe=recipe.to_dict(), recipe_hash=recipe.content_hash)
-            log(f"run {name}: budget {budget_text(recipe.budget)} (was {budget_text(old.budget)})")
+            if recipe.budget != old.budget:
+                log(f"run {name}: budget {budget_text(recipe.budget)} (was {budget_text(old.budget)})")
+            for key, (was, now) in placement_changes(old, recipe).items():
+                log(f"run {name}: {key} = {now!r} (was {was!r}); its recipe hash stays {recipe.content_hash}")
     return info, recipe
+
+
+def placement_changes(old, new) -> dict[str, tuple]:
+    """``{key: (old value, new value)}`` for each of :data:`scalectl.recipe.load.PLACEMENT_KEYS`
+    that differs between recipes ``old`` and ``new`` (None for a key not set)."""
+    from scalectl.recipe.load import PLACEMENT_KEYS
+
+    def value(recipe, key: str):
+        node = recipe.to_dict()
+        for part in key.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        return node
+
+    return {k: (value(old, k), value(new, k)) for k in PLACEMENT_KEYS if value(old, k) != value(new, k)}
+
+
+def _check_placement(recipe, kind: str, name: str, log: Callable[[str], None]) -> None:
+    """Refuse a resumed run's new placement that its job would refuse: the layout
+    (:func:`_check_layout`: node lists naming as many hosts as their role has nodes, no host for
+    both roles) and, on Slurm, the sbatch parameters (:func:`scalectl.launch.slurm.submitit_parameters`:
+    a safe partition name, host lists that parse).
+
+    Raises:
+        UserError: what is wrong; nothing has been written.
+    """
+    _check_layout(recipe, kind, False, log)
+    if kind == "slurm":
+        from scalectl.launch.slurm import submitit_parameters
+
+        submitit_parameters(recipe, name)
 
 
 def _check_budget(name: str, status: str, b, points: list[dict], overridden: bool) -> None:

@@ -282,17 +282,77 @@ def query_state(job_id: str, conf: str | None = None) -> JobState:
 # --------------------------------------------------------------------------- the job body
 
 
+#: Seconds a task of a job being cancelled waits, its own part done (checkpoint saved, run
+#: recorded), for the job's other tasks to finish theirs; then it exits as before (a job still
+#: running is cancelled outright by :meth:`SlurmLauncher.cancel` after its grace).
+CANCEL_WAIT_S = 120.0
+
+
+def own_job_id(env=None) -> str | None:
+    """This Slurm job's id as scancel and squeue name it: ``A_I`` for task I of array A, else
+    ``$SLURM_JOB_ID``; None outside a Slurm job."""
+    env = os.environ if env is None else env
+    if env.get("SLURM_ARRAY_JOB_ID") and env.get("SLURM_ARRAY_TASK_ID"):
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env.get("SLURM_JOB_ID")
+
+
+def ended_folder(folder: str | Path, env=None) -> Path:
+    """Where the tasks of this start of this job (``$SLURM_JOB_ID``, ``$SLURM_RESTART_COUNT``)
+    say that they have ended, in the job's submitit folder ``folder`` (every task sees it)."""
+    env = os.environ if env is None else env
+    return Path(folder) / f"ended-{env.get('SLURM_JOB_ID', '0')}-{env.get('SLURM_RESTART_COUNT', '0')}"
+
+#: How a task of a job ended (:func:`mark_ended`): the run recorded cancelled by this task,
+#: interrupted otherwise (a task that does not record the run, or a requeue), returned, failed.
+TASK_ENDINGS = ("cancelled", "interrupted", "returned", "failed")
+
+
+def mark_ended(folder: Path, task: int, ending: str) -> None:
+    """Write ``FOLDER/TASK.ENDING`` (``ending``: one of :data:`TASK_ENDINGS`), atomically."""
+    folder.mkdir(parents=True, exist_ok=True)
+    tmp = folder / f".{task}.{os.getpid()}.tmp"
+    tmp.write_text("")
+    tmp.replace(folder / f"{task}.{ending}")
+
+
+def ended_tasks(folder: Path) -> dict[int, str]:
+    """Task -> ending of the tasks that have written theirs in ``folder`` (:func:`mark_ended`)."""
+    out = {}
+    try:
+        names = os.listdir(folder)
+    except FileNotFoundError:
+        return out
+    for name in names:
+        task, _, ending = name.partition(".")
+        if task.isdigit() and ending in TASK_ENDINGS:
+            out[int(task)] = ending
+    return out
+
+
+def _running_as_started(env) -> bool:
+    """Whether this job is still running as the start of it that ``env`` belongs to (not requeued
+    since: the controller's restart count is ``$SLURM_RESTART_COUNT``)."""
+    try:
+        seen = query_state(own_job_id(env) or "", env.get("SLURM_CONF"))
+    except UserError:                        # no Slurm commands on this node
+        return False
+    return seen.state in ("running", "active") and seen.restarts == int(env.get("SLURM_RESTART_COUNT") or 0)
+
+
 class SlurmRunJob:
     """The callable every task of a Slurm job runs: :func:`scalectl.job.body.run_job` on the run folder.
 
     Checkpointable in submitit's sense (it has :meth:`checkpoint`): on
     pre-emption or time limit the job is resubmitted and resumes from its last
     checkpoint.  Which task trains, whether to resume and every status are the
-    job body's decisions; this class only says what Slurm's exceptions mean.
+    job body's decisions; this class only says what Slurm's exceptions mean,
+    and ends a cancelled job as Slurm's CANCELLED (:meth:`task_ended`).
     """
 
     def __init__(self):
         self._requeued = False
+        self._cancelled = False
 
     def stop_status(self, exc: BaseException) -> tuple[str, str] | None:
         """(status, error) for a stop Slurm explains: the time limit, or a requeue."""
@@ -304,18 +364,17 @@ class SlurmRunJob:
             return "pending", "requeued after pre-emption or time limit; resumes from its last checkpoint"
         return None
 
+    def recorded_cancelled(self) -> None:
+        """Told by the job body that this task has recorded the run cancelled."""
+        self._cancelled = True
+
     @staticmethod
-    def end_job(exc: BaseException) -> None:
-        """Cancel this job (``scancel``) once the run's failure ``exc`` (a task lost or stuck) is
-        recorded: its tasks on every node still reachable stop now, instead of waiting for a dead
-        node's tasks until Slurm marks the node down and then requeueing the job into a run
-        recorded failed (``scalectl run --resume`` continues it, on the nodes that remain)."""
-        env = os.environ
-        job_id = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if env.get("SLURM_ARRAY_JOB_ID")
-                  else env.get("SLURM_JOB_ID"))
+    def _scancel_self(why: str) -> None:
+        """``scancel`` this job (every task of it), saying ``why`` in the task's log."""
+        job_id = own_job_id()
         if not job_id:
             return
-        print(f"ending Slurm job {job_id}: {exc} (resume with `scalectl run --resume`)", flush=True)
+        print(f"ending Slurm job {job_id}: {why}", flush=True)
         try:
             proc = _run(["scancel", job_id])
         except UserError as err:             # no scancel on this node: the job ends as Slurm sees fit
@@ -323,6 +382,49 @@ class SlurmRunJob:
             return
         if proc.returncode != 0:
             print(f"scancel {job_id} failed: {(proc.stderr or proc.stdout).strip()}", flush=True)
+
+    @classmethod
+    def end_job(cls, exc: BaseException) -> None:
+        """Cancel this job (``scancel``) once the run's failure ``exc`` (a task lost or stuck) is
+        recorded: its tasks on every node still reachable stop now, instead of waiting for a dead
+        node's tasks until Slurm marks the node down and then requeueing the job into a run
+        recorded failed (``scalectl run --resume`` continues it, on the nodes that remain)."""
+        cls._scancel_self(f"{exc} (resume with `scalectl run --resume`)")
+
+    def task_ended(self, ending: str, env=None, wait_s: float = CANCEL_WAIT_S) -> None:
+        """End a cancelled job as Slurm's own CANCELLED, not FAILED: once the run is recorded
+        cancelled and every task of the job has done its part, ``scancel`` the job.
+
+        ``ending`` says how this task's :func:`~scalectl.job.body.run_job` ended (one of
+        :data:`TASK_ENDINGS`).  A one-task job that recorded the run cancelled cancels itself at
+        once.  In a job of several tasks each task writes its ending (:func:`mark_ended`, in
+        :func:`ended_folder`); one that was interrupted (its exit would be a failure, and
+        ``KillOnBadExit`` would kill the others) waits, at most ``wait_s`` seconds, until every
+        task has written its own; the task that sees them all, one of them ``cancelled``,
+        cancels the job.  No task is thus killed before its checkpoint and its part of the run's
+        cleanup are done.  A job that is no longer running as this start of it (requeued: a
+        pre-emption's SIGUSR2 interrupts every task of a multi-task job too) is left alone, and
+        so is everything outside a Slurm job."""
+        env = os.environ if env is None else env
+        if not env.get("SLURM_JOB_ID"):
+            return
+        tasks = int(env.get("SLURM_NTASKS", "1") or 1)
+        if tasks <= 1:
+            if ending == "cancelled" and _running_as_started(env):
+                self._scancel_self("the run is recorded cancelled and checkpointed")
+            return
+        if not env.get(RENDEZVOUS_ENV):
+            return
+        folder = ended_folder(env[RENDEZVOUS_ENV], env)
+        mark_ended(folder, int(env.get("SLURM_PROCID", "0")), ending)
+        seen = ended_tasks(folder)
+        deadline = time.monotonic() + wait_s
+        while ending in ("cancelled", "interrupted") and len(seen) < tasks and time.monotonic() < deadline:
+            time.sleep(0.5)
+            seen = ended_tasks(folder)
+        if len(seen) >= tasks and "cancelled" in seen.values() and _running_as_started(env):
+            self._scancel_self(f"the run is recorded cancelled and checkpointed, and all {tasks} tasks "
+                               "have done their part")
 
     def __call__(self, run_dir: str) -> dict | None:
         import submitit
@@ -337,13 +439,20 @@ class SlurmRunJob:
             env.setdefault(RENDEZVOUS_ENV, str(paths.folder))   # where task 0 publishes its port
         except (RuntimeError, KeyError):   # not inside a submitit job (called directly)
             task_log = None
-        job_id = (f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}" if env.get("SLURM_ARRAY_JOB_ID")
-                  else env.get("SLURM_JOB_ID"))
-        reporter.log(f"Slurm job {job_id} task {env.get('SLURM_PROCID', '0')}/{env.get('SLURM_NTASKS', '1')} "
+        reporter.log(f"Slurm job {own_job_id()} task {env.get('SLURM_PROCID', '0')}/{env.get('SLURM_NTASKS', '1')} "
                      f"on {os.uname().nodename} (node {env.get('SLURM_NODEID', '0')} of "
                      f"{env.get('SLURM_JOB_NODELIST', '?')}), restart {env.get('SLURM_RESTART_COUNT', '0')}")
-        return run_job(run_dir, reporter=reporter, stop_status=self.stop_status, task_log=task_log,
-                       end_job=self.end_job)
+        ending = "failed"
+        try:
+            result = run_job(run_dir, reporter=reporter, stop_status=self.stop_status, task_log=task_log,
+                             end_job=self.end_job, on_cancelled=self.recorded_cancelled)
+            ending = "returned"
+            return result
+        except KeyboardInterrupt:
+            ending = "cancelled" if self._cancelled else "interrupted"
+            raise
+        finally:
+            self.task_ended(ending)
 
     def checkpoint(self, run_dir: str):
         """Called by submitit on SIGUSR2: the same run in the requeued job (it resumes)."""
@@ -403,11 +512,20 @@ class SlurmLauncher(Launcher):
         job = self._submit(self._executor(folder, params), [run])[0]
         return self._record(job, run_dir, folder, params)
 
-    def submit_many(self, runs: list[RunSpec], job_name: str = "scalectl") -> list[JobHandle]:
+    def submit_many(self, runs: list[RunSpec], job_name: str | None = None) -> list[JobHandle]:
         """Submit runs as job arrays, one array per distinct set of sbatch
-        parameters, at most ``launcher.max_parallel`` array tasks at once."""
+        parameters, at most ``launcher.max_parallel`` array tasks at once.
+
+        Args:
+            job_name: the arrays' ``--job-name`` (what squeue and sacct show), made safe for
+                sbatch (:func:`scalectl.names.job_name`): an ablation's name; default
+                ``scalectl``.  A single run goes out as its own job, named after the run.
+        """
+        from scalectl.names import job_name as safe_job_name
+
         if len(runs) <= 1:
             return [self.submit(r) for r in runs]
+        job_name = safe_job_name(job_name or "scalectl")
         groups: dict[str, list[RunSpec]] = {}
         for r in runs:
             params = submitit_parameters(r.recipe, job_name)
@@ -438,8 +556,9 @@ class SlurmLauncher(Launcher):
         """Stop a job as Ctrl-C stops a local run: a queued job is removed; a running one gets
         SIGINT in every task, on which the job body saves a checkpoint and records the run
         cancelled (plain ``scancel`` sends SIGTERM, which submitit passes over, then SIGKILL:
-        no checkpoint).  A job still running ``grace_s`` seconds later (Slurm's warning before
-        a time limit is 90 s too) is cancelled outright.
+        no checkpoint); once every task has done its part the job cancels itself, so that Slurm
+        too says CANCELLED (:meth:`SlurmRunJob.task_ended`).  A job still running ``grace_s``
+        seconds later (Slurm's warning before a time limit is 90 s too) is cancelled outright.
 
         Raises:
             UserError: scancel failed other than on a job that has ended.

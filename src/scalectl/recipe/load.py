@@ -515,14 +515,26 @@ def find_default_setup(recipe: str | Path) -> Path:
     return presets.packaged("setups", presets.DEFAULT_SETUP)
 
 
-#: What ``run --resume RUN --set KEY=VALUE`` may change: the budget (to extend a run).
-RESUME_KEYS = ("budget.steps", "budget.gpu_hours", "budget.no_signal_steps")
+#: What ``run --resume RUN --set KEY=VALUE`` may change to extend a run: its budget.
+BUDGET_KEYS = ("budget.steps", "budget.gpu_hours", "budget.no_signal_steps")
+#: What ``run --resume RUN --set KEY=VALUE`` may change to run the job elsewhere (off a node that
+#: died, onto another partition): keys that say only where the job runs, never what it trains or
+#: measures, nor the job's shape (nodes, tasks, GPUs, CPUs, memory, time limit).  The ``launcher``
+#: section is out of the content hash (:data:`scalectl.recipe.schema.UNHASHED_KEYS`), so the run
+#: keeps its hash, and so its place among the seeds of its recipe.  Not here: account and qos (who
+#: pays, what priority), and every other sbatch option of ``additional_parameters``.
+PLACEMENT_KEYS = ("launcher.slurm.generator_nodelist", "launcher.slurm.trainer_nodelist",
+                  "launcher.slurm.partition", "launcher.slurm.additional_parameters.nodelist",
+                  "launcher.slurm.additional_parameters.exclude")
+#: Every key ``run --resume`` may change.
+RESUME_KEYS = BUDGET_KEYS + PLACEMENT_KEYS
 
 
 def resumed_recipe(recipe: Recipe, overrides: list[str] | tuple[str, ...]) -> Recipe:
     """``recipe`` (a stored run's) with the ``--set`` overrides given to ``run --resume``.
 
-    A resumed run keeps what it trains; only :data:`RESUME_KEYS` may change.
+    A resumed run keeps what it trains; only :data:`BUDGET_KEYS` (to extend it) and
+    :data:`PLACEMENT_KEYS` (to run its job elsewhere) may change.
 
     Raises:
         UserError: another key, or a value the Recipe refuses.
@@ -531,8 +543,9 @@ def resumed_recipe(recipe: Recipe, overrides: list[str] | tuple[str, ...]) -> Re
     for text in overrides:
         key, value = parse_override(text)
         if key not in RESUME_KEYS:
-            raise UserError(f"--set {key}: a resumed run keeps its recipe; only {', '.join(RESUME_KEYS)} "
-                            "may change (to extend the run)")
+            raise UserError(f"--set {key}: a resumed run keeps its recipe; only {', '.join(BUDGET_KEYS)} "
+                            f"(to extend the run) and {', '.join(PLACEMENT_KEYS)} (to run its job elsewhere) "
+                            "may change")
         data = _merge(data, _nest(key, value))
         origin[key] = f"--set {key}"
     return validate(data, origin, "the run's recipe")
