@@ -91,7 +91,8 @@ def test_a_generator_whose_loop_stops_while_its_heartbeat_goes_on_is_named_stuck
     host, pid = socket.gethostname(), os.getpid()
 
     def beat(rank: int) -> tuple[int, float]:
-        counter, idle = store.get(f"{PREFIX}/beat/{rank}").decode().split()
+        counter, idle, limit = store.get(f"{PREFIX}/beat/{rank}").decode().split()
+        assert limit == "-"                              # no limit stated
         return int(counter), float(idle)
 
     try:
@@ -123,7 +124,8 @@ def test_a_generator_whose_loop_stops_while_its_heartbeat_goes_on_is_named_stuck
         with pytest.raises(TaskLost) as lost:
             watch.check(limit_s=30.0)
         assert str(lost.value) == (f"generator task 1 (generator rank 1, pid {pid} on {host}) stopped answering "
-                                   f"(its heartbeat stood still for 30 s) (log: /runs/x/1.log)")
+                                   f"(its heartbeat stood still for 30 s, limit 30 s, launcher.stall_timeout_s: its process is "
+                                   f"stopped or its node cut off) (log: /runs/x/1.log)")
         assert beat(1)[0] == frozen
     finally:
         for b in boards:

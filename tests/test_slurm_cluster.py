@@ -148,7 +148,8 @@ def _pipeline(generators: int, trainers: int, nodes: int, steps: int, k: int = 1
             "launcher.slurm.cpus_per_task": 1, "batch.prompts_per_step": 4, "batch.generations_per_prompt": 4,
             "eval.prompts": 8, "eval.samples_per_prompt": 2, "eval.every_steps": every or steps,
             "checkpoint.every_steps": every or steps, "data.train_size": 100, "filter.zero_variance": "false",
-            "budget.steps": steps, "logging.rollouts": "true", "hardware.threads": 1}
+            "budget.steps": steps, "logging.rollouts": "true", "hardware.threads": 1,
+            "budget.no_signal_steps": 0}    # an untrained policy (every reward -1) runs until its budget or a cancel
     return [a for key, value in sets.items() for a in ("--set", f"{key}={value}")]
 
 
@@ -282,6 +283,8 @@ def test_a_job_array_of_three_runs_across_the_nodes(on_cluster, policy, tmp_path
             store.add_job_id(spec.run_id, job.job_id)
     array = jobs[0].job_id.split("_")[0]
     assert "#SBATCH --array=0-2%2" in (Path(jobs[0].info["folder"]) / f"{array}_submission.sh").read_text()
+    for job in jobs:                           # the controller's word first: accounting may lag behind it
+        assert _ended(job.job_id) == "COMPLETED", job.job_id
     _wait(lambda: all(r["state"] in TERMINAL_WORDS for r in _sacct(array)) and len(_sacct(array)) == 3, 600,
           "the array's three runs to end")
     acct = {r["job_id"]: r for r in _sacct(array)}
@@ -492,4 +495,41 @@ def test_a_generator_that_hangs_on_one_node_fails_the_run_and_ends_the_job(on_cl
     assert (f"TaskStuck: generator task 0 (generator rank 0, pid {pids[0]} on {hosts[0]}) made no progress for "
             in row["error"]) and f"(limit 15 s, launcher.stall_timeout_s) (log: {log0})" in row["error"], row["error"]
     assert f"{STALL_ENV}: generator rank 0 stops its loop after 2 message(s)" in log0.read_text()
+    _wait(lambda: not [p for p in pids.values() if Path(f"/proc/{p}").exists()], 120, "every task to be gone")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("stopped", [1, 0], ids=["a-generator", "the-store-host"])
+def test_a_stopped_generator_on_one_node_fails_the_run_within_the_limit_and_ends_the_job(on_cluster, policy, tmp_path,
+                                                                                         stopped):
+    """A 2 + 1 pipeline on 3 nodes; once the run has stored its first point, generator task
+    ``stopped`` is stopped (``kill -STOP``: its process, heartbeat and sockets frozen, its
+    connections open), task 1 or task 0, the host of the job's store.  The trainer, whatever it
+    was waiting on (a send to it, its rollouts, a weight push), records the run failed naming the
+    task, its pid and node and what was seen, within launcher.stall_timeout_s of the stop, and
+    cancels the job; no task of the job is left."""
+    db = tmp_path / "s.db"
+    job = _submit(tmp_path, policy, on_cluster, "frozen", *_pipeline(2, 1, nodes=3, steps=1_000_000, every=2),
+                  "--set", "launcher.stall_timeout_s=15")
+    run_dir = Path(job["run_dir"])
+    _wait(lambda: (run_dir / "checkpoints" / "latest").exists(), 600, "the first checkpoint")
+    pids = _task_pids(job["job_id"])
+    assert sorted(pids) == [0, 1, 2]
+    hosts = _hostnames(_scontrol(job["job_id"])["NodeList"])
+    t0 = time.monotonic()
+    os.kill(pids[stopped], signal.SIGSTOP)
+    state = _ended(job["job_id"])
+    took = time.monotonic() - t0
+    assert state == "CANCELLED", state
+    row = _status(db, on_cluster, "frozen")
+    print(f"generator task {stopped} stopped on {hosts[stopped]}: job {state} {took:.1f} s later, "
+          f"load {os.getloadavg()[0]:.1f}")
+    assert row["status"] == "failed", row
+    seen = ("the job's store, which it hosts, did not answer for " if stopped == 0 else
+            "its heartbeat stood still for ")
+    named = f"TaskLost: generator task {stopped} (generator rank {stopped}, pid {pids[stopped]} on {hosts[stopped]})"
+    assert f"{named} stopped answering ({seen}" in row["error"], row["error"]
+    assert "limit 15 s, launcher.stall_timeout_s: its process is stopped or its node cut off)" in row["error"]
+    leader_log = Path(job["log"]).with_name(f"{job['job_id']}_2_log.out").read_text()
+    assert f"ending Slurm job {job['job_id']}: {named.removeprefix('TaskLost: ')}" in leader_log
     _wait(lambda: not [p for p in pids.values() if Path(f"/proc/{p}").exists()], 120, "every task to be gone")

@@ -50,13 +50,15 @@ from scalectl.rl.rollout.groups import score_groups
 from scalectl.rl.processes.evaluations import (evaluation_tap, on_dedicated_generator, on_training_generators,
                                                serve_evaluation)
 from scalectl.rl.processes.threads import set_cpu_threads
-from scalectl.rl.schedule.feeder import StreamLink
+from scalectl.rl.schedule.feeder import StallLimit, StreamLink
 from scalectl.rl.loop import Reporter, load_model, prepare, train
 from scalectl.rl.transport.roles import free_port, local_task_env, pin_gpus
 from scalectl.rl.rollout import make_engine
 from scalectl.rl.rollout.sampling import SamplingParams
-from scalectl.rl.transport.board import TaskLost
-from scalectl.rl.transport.stream import BYE, STOP, Channel, Inbox, PeerLost, WeightSlot, send_object, weight_layout
+from scalectl.rl.transport.board import JOB_ENDING, TaskLost, Watch, is_lost_peer
+from scalectl.rl.transport.stream import (BYE, STOP, Channel, Inbox, PeerLost, WeightSlot, keep_until_exit, send_object,
+                                          weight_layout)
+from scalectl.rl.transport.waits import wait_works
 
 
 @dataclass
@@ -106,7 +108,8 @@ class StopFlag:
             handler(self.signum, None)
 
 
-#: Seconds a generator leaving on its own waits for each of its last sends to the trainer.
+#: Seconds a generator leaving on its own waits at most for its last sends to the trainer (less when
+#: the trainer is found lost or stuck first).
 SEND_TIMEOUT_S = 120.0
 #: A test hook: ``RANK:SENDS`` makes the generator of global rank RANK stop its loop after SENDS
 #: messages of groups, its process and heartbeat alive, until it is told to stop (what a deadlocked
@@ -184,6 +187,35 @@ def join_trainers(task, channel, device: str, idle_timeout_s: float = 7 * 24 * 3
                             timeout=timedelta(seconds=idle_timeout_s))
 
 
+class MarkingReporter(Reporter):
+    """A :class:`~scalectl.rl.loop.Reporter` that passes every call on to ``inner`` and marks
+    progress on ``board`` (:meth:`scalectl.rl.transport.board.Board.mark`) first: the loop's
+    steps, points and messages (a checkpoint saved, an evaluation) are the trainer's progress, as
+    the generators watching it read it."""
+
+    def __init__(self, inner, board):
+        self.inner, self.board = inner, board
+
+    def start(self, total_steps, first_step):
+        self.board.mark()
+        self.inner.start(total_steps, first_step)
+
+    def step(self, step, metrics):
+        self.board.mark()
+        self.inner.step(step, metrics)
+
+    def eval(self, step, point):
+        self.board.mark()
+        self.inner.eval(step, point)
+
+    def log(self, message):
+        self.board.mark()
+        self.inner.log(message)
+
+    def stop(self):
+        self.inner.stop()
+
+
 def run_trainer(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -> dict | None:
     """A trainer task.  The first trainer rank (the leader) runs the RL loop
     (:func:`scalectl.rl.loop.train`) on batches sampled by the generators (the schedule's
@@ -232,6 +264,7 @@ def run_trainer(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -> 
             raise instead from exc
         reporter.log(f"trainer rank {task.role_rank} followed {steps} step(s)")
         return None
+    reporter = MarkingReporter(reporter, channel.board)
     policy, state = prepare(recipe, run_dir, len(spec.train_problems), reporter, spec.resume, engine=on_trainer)
     policy.ranks.on_lost = lambda exc: channel.board.lost(exc, trainers)   # a follower gone: name it
     gens = list(evaluators.training)
@@ -243,7 +276,8 @@ def run_trainer(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -> 
     n_eval = len(spec.eval_problems)
     evals = (on_training_generators(recipe, n_eval, source, link, results, run_dir)
              if evaluators.place == "generators" else
-             on_dedicated_generator(recipe, n_eval, evaluators.dedicated, channel, link, policy.model, run_dir)
+             on_dedicated_generator(recipe, n_eval, evaluators.dedicated, channel, link, policy.model, run_dir,
+                                    stall=getattr(source, "stall", None))
              if evaluators.place == "dedicated" else None)
     try:
         return train(recipe, policy, state, source, schedule=spec.schedule, run_dir=run_dir,
@@ -284,9 +318,16 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
     Returns:
         Why it stopped: ``stopped`` (the trainer said so) or ``interrupted`` (a signal).
 
+    Every wait on the trainer (a send of groups, of an evaluation's chunks or of its last word, the
+    weights after its stop, requests that do not come) looks at the trainer's beats
+    (:class:`~scalectl.rl.transport.board.Watch`) and ends on the run's no-progress limit: its
+    heartbeat still for ``launcher.stall_timeout_s`` (or :data:`~scalectl.rl.schedule.feeder.STALL_FLOOR_S`),
+    or no progress for the limit the trainer states on its board.  A connection to it that closes,
+    whichever call sees it, names it too.
+
     Raises:
         PeerLost: the trainer died (a :class:`~scalectl.rl.transport.board.TaskLost` naming it); the generator
-            then leaves without waiting for its pending sends.
+            then leaves without waiting for its pending sends.  TaskStuck: the trainer made no progress.
     """
     recipe = Recipe.model_validate(spec.recipe)
     torch.manual_seed(recipe.seed + 1 + task.rank)
@@ -310,9 +351,19 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
     engine.poll_weights = poll_weights
     stall = stall_after(task.rank)
     evaluators = list(Evaluators.of(recipe).ranks)
+    watch, limit = Watch(board, [trainer], stated=True), StallLimit(recipe.launcher.stall_timeout_s)
+
+    def check() -> None:                   # while waiting on the trainer: it is lost or stuck, or not yet
+        board.mark()
+        try:
+            watch.check(limit.seconds)
+        except JOB_ENDING:
+            keep_until_exit(channel)       # a send to it stays pending
+            raise
 
     def evaluate() -> bool:
-        return serve_evaluation(recipe, engine, slot, spec.eval_problems, task.rank, evaluators, channel, trainer)
+        return serve_evaluation(recipe, engine, slot, spec.eval_problems, task.rank, evaluators, channel, trainer,
+                                check=check)
 
     control = Inbox(channel.groups["control"], [trainer], "control")
     problems, G, params = spec.train_problems, recipe.batch.generations_per_prompt, SamplingParams.for_training(recipe)
@@ -340,6 +391,7 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
                 msg = None
             if not ready:                              # the stream is full, or weights are on their way
                 idle += time.perf_counter() - t0
+                check()
             if isinstance(msg, PeerLost):
                 raise channel.board.lost_rank(trainer, str(msg))
             if msg is not None and msg[0] == STOP:
@@ -361,29 +413,42 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
             sends.extend(send_object(channel.groups["rollouts"], ("groups", items, info), trainer))
             sent += 1
             while len(sends) > 4:                      # at most two messages in flight
-                sends.popleft().wait()
+                wait_works([sends.popleft(), sends.popleft()], check)
         evaluate()                                     # one asked for before the stop is still owed
+    except JOB_ENDING:                                 # the trainer found lost or stuck while waited on
+        lost = True
+        raise
     except PeerLost as exc:
         lost = True
-        if isinstance(exc, TaskLost):
-            raise
         raise board.lost_rank(trainer, str(exc)) from exc   # e.g. its weights' flow closed: name it
+    except RuntimeError as exc:                        # a send (or a broadcast) whose peer closed
+        if not is_lost_peer(exc):
+            raise
+        lost = True
+        keep_until_exit(channel)
+        named = board.lost(exc)                        # the task whose heartbeat stopped, else the trainer
+        raise (named if named is not exc else board.lost_rank(trainer, str(exc))) from exc
     finally:
         # A send to a trainer that is gone may never complete (gloo waits for a receive that never
         # comes): without the trainer, leave at once; otherwise wait, but not for ever.
         if not lost:
+            deadline = time.monotonic() + SEND_TIMEOUT_S
+
+            def last_check() -> None:
+                check()
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"the trainer took none of the last sends in {SEND_TIMEOUT_S:.0f} s")
             try:
-                for w in [*sends, *send_object(channel.groups["rollouts"], (BYE, reason), trainer)]:
-                    w.wait(timedelta(seconds=SEND_TIMEOUT_S))
+                wait_works([*sends, *send_object(channel.groups["rollouts"], (BYE, reason), trainer)], last_check)
             except Exception:  # noqa: BLE001 - the trainer is gone
-                pass
+                keep_until_exit(channel)
     if reason == "stopped":
-        slot.drain()                                   # the trainer's last weights follow its stop
+        slot.drain(check)                              # the trainer's last weights follow its stop
         return reason
-    return _wait_for_stop(slot, control, reason)
+    return _wait_for_stop(slot, control, reason, check)
 
 
-def _wait_for_stop(slot, control, reason: str) -> str:
+def _wait_for_stop(slot, control, reason: str, check=None) -> str:
     """Interrupted: wait for the trainer's stop (it checkpoints first), so that neither side sees
     the other vanish, taking the weights it still pushes meanwhile (a push waits for every
     generator); an evaluation asked for meanwhile is released unsampled (the trainer, stopping,
@@ -402,7 +467,10 @@ def _wait_for_stop(slot, control, reason: str) -> str:
         if isinstance(msg, PeerLost):
             return reason
         if msg[0] == STOP:
-            slot.drain()
+            try:
+                slot.drain(check)
+            except JOB_ENDING:          # the trainer stopped pushing: leave without its last weights
+                pass
             break
     return reason
 

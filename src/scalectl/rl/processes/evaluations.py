@@ -41,7 +41,7 @@ from scalectl.rl.evaluation.during_training import eval_seed
 from scalectl.rl.evaluation.shares import PointParts, assign_chunks, evaluate_share
 from scalectl.rl.reward.scoring import scorer_for
 from scalectl.rl.rollout.sampling import SamplingParams
-from scalectl.rl.transport.stream import BYE, STOP, PeerLost, end_weights, push_weights, send_object, weight_layout
+from scalectl.rl.transport.stream import BYE, STOP, PeerLost, end_weights, push_weights, send_waiting, weight_layout
 
 #: The first element of a generator's message holding its chunks of an evaluation.
 EVAL = "eval"
@@ -72,10 +72,13 @@ class GeneratorEvaluations:
         run_dir: where ``evaluations.jsonl`` goes (None: no record).
         lost: ``lost(rank, detail)`` -> the exception naming a generator gone (its card).
         close: called by :meth:`close` (the dedicated evaluator's stop), or None.
+        check: ``check()``, called at every turn of :meth:`wait`: raises when an evaluator is lost or
+            stuck for the run's no-progress limit (the feeder's look at its generators), or None.
     """
 
     def __init__(self, recipe, n_prompts: int, evaluators: list[int], push, receive, *,
-                 run_dir: Path | None = None, lost=None, close=None):
+                 run_dir: Path | None = None, lost=None, close=None, check=None):
+        self.check = check or (lambda: None)
         self.recipe, self.evaluators, self.push, self.receive = recipe, list(evaluators), push, receive
         self.chunks = {g: len(c) for g, c in assign_chunks(n_prompts, self.evaluators).items() if c}
         self.run_dir = Path(run_dir) if run_dir is not None else None
@@ -158,7 +161,7 @@ class GeneratorEvaluations:
             try:
                 self.take(*self.receive(0.2))
             except queue.Empty:
-                pass
+                self.check()
         self._pending = None
         if self.run_dir is not None:
             with (self.run_dir / "evaluations.jsonl").open("a") as fh:
@@ -196,33 +199,50 @@ def on_training_generators(recipe, n_prompts: int, feeder, link, results: queue.
         return results.get(timeout=timeout) if timeout > 0 else results.get_nowait()
 
     return GeneratorEvaluations(recipe, n_prompts, link.generators, lambda v: feeder.push(v, evaluate=True),
-                                receive, run_dir=run_dir, lost=link.lost)
+                                receive, run_dir=run_dir, lost=link.lost, check=getattr(feeder, "_still_waiting", None))
 
 
 def on_dedicated_generator(recipe, n_prompts: int, evaluator: int, channel, link, model,
-                           run_dir: Path) -> GeneratorEvaluations:
+                           run_dir: Path, stall=None) -> GeneratorEvaluations:
     """Evaluations sampled by generator ``evaluator`` alone (``hardware.evaluation = dedicated``):
     requests are pushes on its own weights' group (``eval_weights``, gathered under ZeRO-3 by
     ``link.with_weights``), its messages come on an inbox of its own;
     :meth:`GeneratorEvaluations.close` sends it the stop and the weights' last word, and waits
-    for its own last word."""
-    from scalectl.rl.transport.stream import Inbox
+    for its own last word.  Every wait on it looks at its beats and ends on the no-progress limit
+    ``stall`` (the feeder's :class:`~scalectl.rl.schedule.feeder.StallLimit`; default
+    ``launcher.stall_timeout_s`` or its floor)."""
+    from scalectl.rl.schedule.feeder import StallLimit
+    from scalectl.rl.transport.board import Watch
+    from scalectl.rl.transport.stream import Inbox, keep_until_exit
+    from scalectl.rl.transport.waits import wait_collective
 
     inbox = Inbox(channel.groups["rollouts"], [evaluator], "evaluations")
     group = channel.groups["eval_weights"]
     layout: list = []
+    stall = stall or StallLimit(recipe.launcher.stall_timeout_s)
+    watch = Watch(channel.board, [evaluator]) if getattr(channel, "board", None) is not None else None
+
+    def check() -> None:
+        if watch is not None:
+            try:
+                watch.check(stall.seconds)
+            except Exception:
+                keep_until_exit(channel)          # a send or a push to it is left pending
+                raise
+
+    sliced = (lambda work: wait_collective(work, check)) if getattr(group, "backend", "gloo") == "gloo" else None
 
     def push(version: int) -> None:
         def send(m):
             layout[:] = weight_layout(m)
-            return push_weights(group, m, version, evaluate=True)
+            return push_weights(group, m, version, evaluate=True, wait=sliced)
         link.with_weights(model, send)
 
     def close() -> None:
         try:
-            for w in send_object(channel.groups["control"], (STOP,), evaluator):
-                w.wait()
-            end_weights(group, layout or link.with_weights(model, weight_layout), next(model.parameters()).device)
+            send_waiting(channel.groups["control"], (STOP,), evaluator, check)
+            end_weights(group, layout or link.with_weights(model, weight_layout), next(model.parameters()).device,
+                        wait=sliced)
         except Exception:  # noqa: BLE001 - the evaluator is gone: nothing to stop
             return
         deadline = time.monotonic() + 60
@@ -233,7 +253,7 @@ def on_dedicated_generator(recipe, n_prompts: int, evaluator: int, channel, link
                 pass
 
     evals = GeneratorEvaluations(recipe, n_prompts, [evaluator], push, lambda t: inbox.get(timeout=t),
-                                 run_dir=run_dir, lost=link.lost, close=close)
+                                 run_dir=run_dir, lost=link.lost, close=close, check=check)
     return evals
 
 
@@ -241,9 +261,10 @@ def on_dedicated_generator(recipe, n_prompts: int, evaluator: int, channel, link
 
 
 def serve_evaluation(recipe, engine, slot, problems: list, rank: int, evaluators: list[int], channel,
-                     trainer: int) -> bool:
+                     trainer: int, check=None) -> bool:
     """If ``slot`` holds a version to evaluate: sample this generator's chunks of the held-out
-    ``problems`` with it, send them to the trainer, and release the hold.
+    ``problems`` with it, send them to the trainer (calling ``check()`` every second until the
+    trainer takes them: it raises when the trainer is lost or stuck), and release the hold.
 
     Returns:
         Whether an evaluation was served.
@@ -258,7 +279,6 @@ def serve_evaluation(recipe, engine, slot, problems: list, rank: int, evaluators
     parts = evaluate_share(engine, problems, chunks, SamplingParams.for_evaluation(recipe),
                            samples_per_prompt=recipe.eval.samples_per_prompt, seed=eval_seed(recipe),
                            score=scorer_for(recipe))
-    for w in send_object(channel.groups["rollouts"], (EVAL, step, parts), trainer):
-        w.wait()
+    send_waiting(channel.groups["rollouts"], (EVAL, step, parts), trainer, check)
     slot.release()
     return True

@@ -14,8 +14,10 @@ Stopping:
 * a process that fails (an error, a signal) stops the job: the others get
   SIGTERM (the trainer checkpoints), and :class:`ProcessFailed` names the
   process and its error; a process that failed because another made no progress
-  (:class:`~scalectl.rl.transport.board.TaskStuck`) has that one killed at once (a stuck
-  task answers no signal it could act on);
+  (:class:`~scalectl.rl.transport.board.TaskStuck`) or because another's heartbeat stood still
+  (a :class:`~scalectl.rl.transport.board.TaskLost` found by watching: a process stopped by a
+  signal) has that one killed at once (it answers no signal it could act on), and its error,
+  which names that one, is the job's;
 * Ctrl-C or SIGTERM on the supervisor (``scalectl cancel``) is passed to
   every process as SIGINT: the trainer finishes its step, checkpoints and
   stops the generators; the supervisor then raises ``KeyboardInterrupt``;
@@ -42,7 +44,7 @@ from pathlib import Path
 
 from scalectl.rl.processes.bodies import run_role
 from scalectl.rl.transport.roles import detect, first_gpu, free_port, local_task_env
-from scalectl.rl.transport.board import LOG_ENV, TaskStuck, is_lost_peer
+from scalectl.rl.transport.board import LOG_ENV, TaskLost, TaskStuck, is_lost_peer
 
 
 class ProcessFailed(RuntimeError):
@@ -107,10 +109,19 @@ def child_main(argv: list[str] | None = None) -> int:
     except BaseException as exc:  # noqa: BLE001 - reported, then the exit status says it failed
         traceback.print_exc()
         reporter.emit("error", message="".join(traceback.format_exception_only(exc)).strip(),
-                      secondary=_lost_peer(exc), stuck=exc.card.rank if isinstance(exc, TaskStuck) else None)
+                      secondary=_lost_peer(exc), stuck=_found_still(exc))
         return 1
     reporter.emit("done", result=result)
     return 0
+
+
+def _found_still(exc: BaseException) -> int | None:
+    """The rank of the task ``exc`` names as found still by watching its beats (stuck, or its
+    heartbeat stood still: alive, maybe stopped by a signal), which the supervisor kills; None
+    otherwise (a lost connection: that task is gone already)."""
+    if isinstance(exc, TaskStuck) or (isinstance(exc, TaskLost) and exc.detail):
+        return exc.card.rank
+    return None
 
 
 def _lost_peer(exc: BaseException) -> bool:
@@ -253,9 +264,10 @@ class _Processes:
         failed = [(rank, rc) for rank, rc in self.exits if rc not in (0, 130)]
         if failed:
             # the cause: not a process that only lost another, nor a stuck one killed here (the
-            # process that found it stuck names it)
+            # process that found it stuck names it); else the process that found one still
+            finders = [(r, rc) for r, rc in failed if self.errors.get(r, {}).get("stuck") in self.stuck]
             primary = [(r, rc) for r, rc in failed if not self.errors.get(r, {}).get("secondary")
-                       and r not in self.stuck] or failed
+                       and r not in self.stuck] or finders or failed
             rank, rc = primary[0]
             raise ProcessFailed(_describe(self.tasks[rank], rc, self.errors.get(rank), mode))
         if self.interrupted or any(rc == 130 for _, rc in self.exits):

@@ -17,12 +17,15 @@ window are the async mode's (:class:`scalectl.recipe.async_modes.AsyncMode`), an
 consumed token is checked against the bound
 (:func:`scalectl.rl.batches.collect.check_staleness`).
 
-The trainer's waits on its generators (for the next group, for every generator to take its
-weights) are bounded by the run's no-progress limit (:class:`StallLimit`): while it waits, it
-reads the generators' beats (:class:`scalectl.rl.transport.board.Watch`), and a generator
-whose loop has marked no progress for that long, its heartbeat going on, fails the run,
-named (:class:`~scalectl.rl.transport.board.TaskStuck`), as one whose heartbeat stopped does
-(:class:`~scalectl.rl.transport.board.TaskLost`).
+Every wait of the trainer on its generators (for the next group, for a generator to take its
+requests or its stop, for every generator to take its weights) is bounded by the run's
+no-progress limit (:class:`StallLimit`): while it waits, it reads the generators' beats
+(:class:`scalectl.rl.transport.board.Watch`), and a generator whose loop has marked no progress
+for that long, its heartbeat going on, fails the run, named
+(:class:`~scalectl.rl.transport.board.TaskStuck`), as one whose heartbeat stood still does
+(stopped by a signal, its node cut off: :class:`~scalectl.rl.transport.board.TaskLost`), and one
+whose connection closed.  The trainer marks its own progress on its board at every turn of its
+waits and every batch, and states its limit there, for the generators' watch on it.
 """
 
 from __future__ import annotations
@@ -31,12 +34,12 @@ import queue
 import time
 from collections import deque
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from scalectl.rl.batches.collect import StalenessError, check_staleness, collect_batch, count_groups
-from scalectl.rl.transport.board import JOB_ENDING
+from scalectl.rl.transport import waits
+from scalectl.rl.transport.board import JOB_ENDING, is_lost_peer
 from scalectl.rl.transport.stream import (
-    BYE, STOP, Channel, Inbox, PeerLost, end_weights, keep_until_exit, push_weights, send_object, weight_layout,
+    BYE, STOP, Channel, Inbox, PeerLost, end_weights, keep_until_exit, push_weights, send_waiting, weight_layout,
 )
 
 
@@ -65,7 +68,7 @@ STALL_STEPS = 5.0
 #: before the first step has been timed (start-up, the first evaluation).
 STALL_FLOOR_S = 300.0
 #: Seconds between two looks at the generators while the trainer waits on a weights push.
-WAIT_SLICE_S = 1.0
+WAIT_SLICE_S = waits.WAIT_SLICE_S
 
 
 @dataclass
@@ -179,10 +182,20 @@ class Feeder:
         self.stall = StallLimit(self.recipe.launcher.stall_timeout_s)
         self._watch = self.link.watch()
         self._batch_at: float | None = None
+        self._mark()
+
+    def _mark(self) -> None:
+        """The trainer's loop turned: say so on its board, with the limit it holds itself to (the
+        generators watching it judge it by that limit)."""
+        board = getattr(self.channel, "board", None)
+        if board is not None:
+            board.limit_s = self.stall.seconds
+            board.mark()
 
     def _still_waiting(self) -> None:
         """Called while the trainer waits on its generators: raises when one is stuck or lost
         (:meth:`scalectl.rl.transport.board.Watch.check` against :attr:`stall`)."""
+        self._mark()
         if self._watch is None:
             return
         try:
@@ -198,18 +211,31 @@ class Feeder:
         if self._batch_at is not None:
             self.stall.observe(now - self._batch_at)
         self._batch_at = now
+        self._mark()
 
     def _wait_work(self, work) -> None:
         """Wait for one bucket of a weights push, looking at the generators every
         :data:`WAIT_SLICE_S` seconds (a generator that stopped taking weights holds the push)."""
-        while True:
-            try:
-                work.wait(timedelta(seconds=WAIT_SLICE_S))
-                return
-            except RuntimeError as exc:
-                if "timed out" not in str(exc).lower():
-                    raise
-            self._still_waiting()
+        waits.wait_collective(work, self._still_waiting, WAIT_SLICE_S)
+
+    def send(self, g: int, obj) -> None:
+        """Send ``obj`` to generator ``g`` on the control flow and wait until it is taken, looking at
+        the generators meanwhile (a generator stopped, deadlocked or not reading holds the send).
+
+        Raises:
+            TaskLost: ``g`` closed its connection (named by its card), or a generator's heartbeat
+                stood still for the run's limit.  TaskStuck: a generator marked no progress for it.
+        """
+        try:
+            send_waiting(self.channel.groups["control"], obj, g, self._still_waiting)
+        except JOB_ENDING:
+            raise
+        except RuntimeError as exc:
+            if not is_lost_peer(exc):
+                raise
+            self.byes[g] = "lost"
+            keep_until_exit(self.channel)
+            raise self.link.lost(g, f"generator rank {g} stopped taking messages: {exc}") from exc
 
     # -- scheduling
     def push(self, version: int, evaluate: bool = False) -> None:
@@ -258,8 +284,7 @@ class Feeder:
             chunk = [(t.req_id, t.prompt_id, t.min_version) for t in new[share.start:share.stop]]
             g = self.generators[self.next_gen % len(self.generators)]
             self.next_gen += 1
-            for w in send_object(self.channel.groups["control"], ("requests", chunk), g):
-                w.wait()
+            self.send(g, ("requests", chunk))
 
     def chunks(self, n: int) -> list[range]:
         """How ``n`` new requests are cut for the generators: chunks of ceil(P / M) prompts
@@ -361,22 +386,25 @@ class Feeder:
 
     def close(self, timeout_s: float = 60.0) -> None:
         """Tell every generator to stop, end the weights' flow (unless a generator is gone), and
-        wait for every last word."""
+        wait for every last word; every wait bounded as the run's are (a generator found lost or
+        stuck meanwhile is left alone)."""
         for g in self.generators:
             if self.byes.get(g) == "lost":       # gone or stuck: a send to it may never complete
                 continue
             try:
-                for w in send_object(self.channel.groups["control"], (STOP,), g):
-                    w.wait()
+                self.send(g, (STOP,))
             except Exception:  # noqa: BLE001 - a dead generator has nothing to stop
                 self.byes.setdefault(g, "lost")
+                keep_until_exit(self.channel)
         if "lost" not in self.byes.values():      # a broadcast to a generator gone would wait for it
+            group = self.channel.groups["weights"]
+            sliced = self._wait_work if getattr(group, "backend", "gloo") == "gloo" else None
             try:
                 layout = self._layout or self.link.with_weights(self.model, weight_layout)
                 device = next(self.model.parameters()).device
-                end_weights(self.channel.groups["weights"], layout, device)
+                end_weights(group, layout, device, wait=sliced)
             except Exception:  # noqa: BLE001 - a generator (or a trainer rank) is gone; it has no weights to end
-                pass
+                keep_until_exit(self.channel)
         deadline = time.monotonic() + timeout_s
         while len(self.byes) < len(self.generators) and time.monotonic() < deadline:
             try:

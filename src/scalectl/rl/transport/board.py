@@ -4,14 +4,16 @@ Every task of a job in processes (generators and trainers, :mod:`scalectl.rl.pro
 writes a card in the job's rendezvous store as it joins (:class:`Board`): its global
 rank, role, rank within the role, pid, host and log file (``$SCALECTL_TASK_LOG``, which
 the launcher sets: the Slurm task's log, or the local process's), and then keeps a
-heartbeat there: a thread writes, every ``interval_s`` seconds, a counter it raises and the
+heartbeat there: a thread writes, every ``interval_s`` seconds, a counter it raises, the
 seconds since the task's own loop last marked progress (:meth:`Board.mark`: a generator
-marks every decoding step and every turn of its loop).
+marks every decoding step and every turn of its loop, the first trainer rank every turn of its
+waits and every step) and the no-progress limit the task holds itself to (:attr:`Board.limit_s`:
+the first trainer rank's, derived from its step time; ``-`` when it states none).
 
 Two ways a task can fail its job without its process ending on its own:
 
 * it is **lost**: its connections close (its process or node died), or its heartbeat stops
-  moving (a node cut off without closing its connections);
+  moving (a process stopped by a signal, a node cut off without closing its connections);
 * it is **stuck**: its heartbeat goes on but its loop marks no progress (a stuck collective, a
   deadlocked engine).  :class:`Watch` tells which task among those a waiting task depends on
   made no progress for a given time, and raises :class:`TaskStuck` (or :class:`TaskLost`).
@@ -149,8 +151,11 @@ class Board:
         self.card = Card(task.rank, task.role, task.role_rank, os.getpid(), socket.gethostname(), log)
         self._cards: dict[int, Card] = {}
         self._progress_at = clock()
+        #: The no-progress limit this task holds itself to (seconds), published with every beat for
+        #: the tasks that wait on it (:class:`Watch` with ``stated``); None: it states none.
+        self.limit_s: float | None = None
         store.set(f"{PREFIX}/card/{task.rank}", json.dumps(self.card.__dict__))
-        store.set(f"{PREFIX}/beat/{task.rank}", "0 0.0")
+        store.set(f"{PREFIX}/beat/{task.rank}", "0 0.0 -")
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._beat, name="heartbeat", daemon=True)
         self._thread.start()
@@ -165,7 +170,8 @@ class Board:
         while not self._stop.wait(self.interval_s):
             n += 1
             try:
-                self.store.set(f"{PREFIX}/beat/{self.rank}", f"{n} {self.clock() - self._progress_at:.1f}")
+                limit = "-" if self.limit_s is None else f"{self.limit_s:.1f}"
+                self.store.set(f"{PREFIX}/beat/{self.rank}", f"{n} {self.clock() - self._progress_at:.1f} {limit}")
             except Exception:  # noqa: BLE001 - the store's host is gone: nothing left to tell
                 return
 
@@ -177,6 +183,11 @@ class Board:
         self._stop.set()
         if self._thread is not threading.current_thread():
             self._thread.join(timeout=5.0 + 10 * self.interval_s)
+
+    def known_card(self, rank: int) -> Card | None:
+        """The card of task ``rank`` if already read (no store traffic: the store's host may be the
+        task that stopped answering)."""
+        return self._cards.get(rank)
 
     def card_of(self, rank: int) -> Card | None:
         """The card of task ``rank`` (read once, then kept), or None when it cannot be read."""
@@ -195,20 +206,21 @@ class Board:
         for rank in range(self.world):
             self.card_of(rank)
 
-    def beats(self, ranks: list[int]) -> dict[int, tuple[int, float]]:
-        """Each task's last beat: (heartbeat counter, seconds since it last marked progress).
+    def beats(self, ranks: list[int]) -> dict[int, tuple[int, float, float | None]]:
+        """Each task's last beat: (heartbeat counter, seconds since it last marked progress, the
+        no-progress limit it states in seconds or None).
 
         Raises:
             Exception: from the store (its host is gone).
         """
         out = {}
         for r in ranks:
-            counter, _, idle = self.store.get(f"{PREFIX}/beat/{r}").decode().partition(" ")
-            out[r] = (int(counter), float(idle or 0.0))
+            counter, idle, limit, *_ = self.store.get(f"{PREFIX}/beat/{r}").decode().split() + ["0.0", "-"]
+            out[r] = (int(counter), float(idle), None if limit == "-" else float(limit))
         return out
 
     def _beats(self, ranks: list[int]) -> dict[int, int]:
-        return {r: n for r, (n, _) in self.beats(ranks).items()}
+        return {r: beat[0] for r, beat in self.beats(ranks).items()}
 
     def gone(self, ranks: list[int] | None = None, wait_s: float | None = None) -> list[Card]:
         """The tasks among ``ranks`` (default: every other task) whose heartbeat did not move
@@ -248,41 +260,78 @@ class Watch:
     """Which of the tasks ``ranks`` made no progress for ``limit_s`` seconds, read from their beats.
 
     A task waiting on others (the first trainer rank waiting for rollouts, or for every generator to
-    take its weights) calls :meth:`check` while it waits; at most every ``every_s`` seconds it reads
-    their beats (:meth:`Board.beats`).  A task whose heartbeat counter has stood still for
-    ``limit_s`` seconds (since this watch first saw it) is lost; one whose counter moves but whose
-    loop marked no progress for ``limit_s`` seconds is stuck.  Nothing is concluded when the store
-    cannot be read (its host is gone: the broken connections say who).
+    take its weights; a generator waiting on the trainer) calls :meth:`check` while it waits; at
+    most every ``every_s`` seconds it reads their beats (:meth:`Board.beats`).  A task whose
+    heartbeat counter has stood still for ``limit_s`` seconds (since this watch first saw it) is
+    lost (its process stopped by a signal, or its node cut off); one whose counter moves but whose
+    loop marked no progress for ``limit_s`` seconds is stuck.  The store is read in a thread, waited
+    for at most ``read_s`` seconds (a read of a store whose host is stopped never returns); when the
+    store has not answered for ``limit_s`` seconds, its host, task 0, is lost (named by its card, read
+    before: :meth:`Board.read_cards`).  A store that cannot be read concludes nothing before then (its
+    host is gone: the broken connections say who).
 
     Args:
         board: the waiting task's :class:`Board`.
         ranks: the tasks it waits on.
         every_s: seconds between two readings.
         clock: monotonic seconds (a test may give its own).
+        stated: judge a task stuck only against the limit it states itself
+            (:attr:`Board.limit_s`; the larger of it and ``limit_s``), and never while it states none:
+            for a generator watching the trainer, whose steps (training, evaluation, checkpoint)
+            mark no progress inside and whose limit follows its step time.
     """
 
-    def __init__(self, board: Board, ranks: list[int], every_s: float = 2.0, clock=time.monotonic):
+    def __init__(self, board: Board, ranks: list[int], every_s: float = 2.0, clock=time.monotonic,
+                 stated: bool = False, read_s: float = 5.0):
         self.board, self.ranks, self.every_s, self.clock = board, list(ranks), every_s, clock
+        self.stated, self.read_s = stated, read_s
+        self._reading: threading.Thread | None = None     # a read still blocked on the store
+        self._unread_since: float | None = None
         self._moved: dict[int, tuple[int, float]] = {}    # rank -> (counter, when it last moved)
         self._read_at: float | None = None
+
+    def _read(self) -> dict | None:
+        """The watched tasks' beats, or None when the store did not answer within ``read_s``
+        seconds (or failed, or a read is still pending)."""
+        if self._reading is not None and self._reading.is_alive():
+            return None
+        box: dict = {}
+
+        def run() -> None:
+            try:
+                box["beats"] = self.board.beats(self.ranks)
+            except Exception:  # noqa: BLE001 - the store's host is gone
+                pass
+        self._reading = threading.Thread(target=run, name="watch-read", daemon=True)
+        self._reading.start()
+        self._reading.join(self.read_s)
+        return box.get("beats")
 
     def check(self, limit_s: float) -> None:
         """Raise for the first task found lost, else the stillest task found stuck; return otherwise.
 
         Raises:
-            TaskLost: a task's heartbeat stood still for ``limit_s`` seconds.
+            TaskLost: a task's heartbeat stood still for ``limit_s`` seconds, or the store's host
+                (task 0) did not answer for ``limit_s`` seconds.
             TaskStuck: a task marked no progress for ``limit_s`` seconds, its heartbeat going on.
         """
         now = self.clock()
         if self._read_at is not None and now - self._read_at < self.every_s:
             return
         self._read_at = now
-        try:
-            beats = self.board.beats(self.ranks)
-        except Exception:  # noqa: BLE001 - the store's host is gone
+        beats = self._read()
+        if beats is None:
+            now = self.clock()
+            self._unread_since = self._unread_since if self._unread_since is not None else now
+            host = self.board.known_card(0)
+            if host is not None and now - self._unread_since >= limit_s:
+                raise TaskLost(host, f"the job's store, which it hosts, did not answer for "
+                                     f"{now - self._unread_since:.0f} s, limit {limit_s:.0f} s, "
+                                     "launcher.stall_timeout_s: its process is stopped or its node cut off")
             return
+        self._unread_since = None
         stuck = []
-        for rank, (counter, idle) in beats.items():
+        for rank, (counter, idle, stated) in beats.items():
             seen = self._moved.get(rank)
             if seen is None or seen[0] != counter:
                 self._moved[rank] = seen = (counter, now)
@@ -290,9 +339,11 @@ class Watch:
             if card is None:
                 continue
             if now - seen[1] >= limit_s:
-                raise TaskLost(card, f"its heartbeat stood still for {now - seen[1]:.0f} s")
-            if idle >= limit_s:
-                stuck.append((idle, card))
+                raise TaskLost(card, f"its heartbeat stood still for {now - seen[1]:.0f} s, limit {limit_s:.0f} s, "
+                                     "launcher.stall_timeout_s: its process is stopped or its node cut off")
+            limit = (None if stated is None else max(limit_s, stated)) if self.stated else limit_s
+            if limit is not None and idle >= limit:
+                stuck.append((idle, card, limit))
         if stuck:
-            idle, card = max(stuck, key=lambda x: x[0])
-            raise TaskStuck(card, idle, limit_s)
+            idle, card, limit = max(stuck, key=lambda x: x[0])
+            raise TaskStuck(card, idle, limit)

@@ -223,21 +223,25 @@ class WeightReceiver:
         return all(w.is_completed() for w in self.works)
 
     @torch.no_grad()
-    def poll(self, wait: bool = False) -> bool:
-        """Load the next version if it has arrived (or, with ``wait``, once it has).
+    def poll(self, wait: bool = False, check=None) -> bool:
+        """Load the next version if it has arrived (or, with ``wait``, once it has; ``check()`` is
+        called every second meanwhile and raises to give up:
+        :func:`scalectl.rl.transport.waits.wait_collective`).
 
         Returns:
             True when a version was loaded; False at once after the last one (``on_update``
             returned False) or after :meth:`close`.
 
         Raises:
-            RuntimeError: from torch.distributed (the trainer is gone).
+            RuntimeError: from torch.distributed (the trainer is gone); whatever ``check`` raises.
         """
+        from scalectl.rl.transport.waits import wait_collective
+
         if not self.works or (not wait and not self.ready()):
             return False
         started = time.perf_counter()
         for work in self.works:
-            work.wait()
+            wait_collective(work, check if wait else None)
         total = 0
         for (a, b), buf in zip(self.ranges, self.buffers):
             offset = 0

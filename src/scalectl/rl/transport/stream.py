@@ -33,7 +33,10 @@ in ``wait`` that hands what arrives to the process's main thread
 and loads them between two decoding steps (:class:`WeightSlot`), so the
 leader's push waits only for every generator to have taken the previous
 version.  A peer that dies closes its connections: the blocked receive raises
-at once and the inbox reports :class:`PeerLost`.  A process must not exit
+at once and the inbox reports :class:`PeerLost`.  A peer that lives but takes nothing (stopped,
+deadlocked) holds a send or a broadcast for ever: every such wait of the trainer and the
+generators looks at the peer's heartbeat meanwhile and ends on the job's no-progress limit
+(:mod:`scalectl.rl.transport.waits`, :class:`scalectl.rl.transport.board.Watch`).  A process must not exit
 while one of its receives is pending (gloo aborts it), so every flow ends
 with a last message (:data:`BYE`, :data:`STOP`, weights of version -1) that
 ends its receiving end.
@@ -53,6 +56,7 @@ import torch.distributed as dist
 from scalectl.rl.transport.board import Board, PeerLost
 from scalectl.rl.transport.broadcast import StatelessGroup, WeightReceiver, broadcast_weights
 from scalectl.rl.transport.roles import rendezvous_store
+from scalectl.rl.transport.waits import wait_works
 from scalectl.rl.transport.weight_sync import BUCKET_BYTES
 
 FLOWS = ("rollouts", "control")
@@ -207,6 +211,18 @@ def send_object(pg, obj, dst: int) -> list:
     return [pg.send([size], dst, 0), pg.send([payload], dst, 0)]
 
 
+def send_waiting(pg, obj, dst: int, check=None) -> None:
+    """Send ``obj`` to rank ``dst`` (:func:`send_object`) and wait until it is taken, calling
+    ``check()`` every second meanwhile (:func:`scalectl.rl.transport.waits.wait_works`).
+
+    Raises:
+        RuntimeError: from torch.distributed (``dst`` closed its connection); whatever ``check``
+            raises (``dst`` lost or stuck: the send stays pending, keep the channel with
+            :func:`keep_until_exit`).
+    """
+    wait_works(send_object(pg, obj, dst), check)
+
+
 def recv_object(pg, src: int):
     """Receive one object sent by :func:`send_object` from rank ``src`` (blocking)."""
     size = torch.zeros(1, dtype=torch.int64)
@@ -319,11 +335,12 @@ def push_weights(group, model, version: int, bucket_bytes: int = BUCKET_BYTES, w
                              wait=wait)
 
 
-def end_weights(group, layout, device="cpu", bucket_bytes: int = BUCKET_BYTES) -> None:
+def end_weights(group, layout, device="cpu", bucket_bytes: int = BUCKET_BYTES, wait=None) -> None:
     """The last message on the weights flow: version -1 on tensors of ``layout`` (their
-    contents unused), which ends every generator's :class:`WeightSlot`."""
+    contents unused), which ends every generator's :class:`WeightSlot`; ``wait`` as for
+    :func:`push_weights`."""
     tensors = [torch.empty(shape, dtype=dtype, device=device) for _, shape, dtype, _ in layout]
-    broadcast_weights([_header(-1, device), *tensors], group.rank, group, bucket_bytes)
+    broadcast_weights([_header(-1, device), *tensors], group.rank, group, bucket_bytes, wait=wait)
 
 
 class WeightSlot:
@@ -378,30 +395,35 @@ class WeightSlot:
         """The held version's evaluation is done: later versions load again."""
         self.hold = None
 
-    def poll(self, wait: bool = False) -> bool:
-        """Load the newest weights if a whole version arrived (with ``wait``, once one has);
-        True if it loaded one.  False at once after the trainer's last word, or while a version
-        is held (:attr:`hold`).
+    def poll(self, wait: bool = False, check=None) -> bool:
+        """Load the newest weights if a whole version arrived (with ``wait``, once one has,
+        calling ``check()`` every second meanwhile: it raises to give up); True if it loaded one.
+        False at once after the trainer's last word, or while a version is held (:attr:`hold`).
 
         Raises:
-            PeerLost: the trainer's connection closed.
+            PeerLost: the trainer's connection closed; whatever ``check`` raises.
         """
         if self.hold is not None:
             return False
         try:
-            return self.receiver.poll(wait) and not self.ended
+            return self.receiver.poll(wait, check) and not self.ended
         except RuntimeError as exc:
             self.receiver.close()
             raise PeerLost(f"the trainer (rank {self.src}) stopped sending weights: {exc}") from exc
 
-    def drain(self) -> None:
+    def drain(self, check=None) -> None:
         """Load versions until the trainer's last word (after its stop, before exiting, so
         that no broadcast is left pending); returns at once if the trainer is gone.  A held
-        version is released first (nothing is evaluated any more)."""
+        version is released first (nothing is evaluated any more).  ``check()`` is called every
+        second while a version is awaited; what it raises (the trainer lost or stuck) ends the wait.
+
+        Raises:
+            whatever ``check`` raises.
+        """
         self.hold = None
         try:
             while not self.ended and self.receiver.works:
-                self.poll(wait=True)
+                self.poll(wait=True, check=check)
                 self.hold = None
         except PeerLost:
             pass
