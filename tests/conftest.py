@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+#: The session's exit status, kept for :func:`pytest_unconfigure`.
+_EXIT_STATUS = pytest.StashKey[int]()
+
 ROOT = Path(__file__).resolve().parents[1]
 
 # Training runs started by the tests (in this process or as `scalectl` subprocesses) use
@@ -120,3 +123,20 @@ def slurm_cluster(tmp_path_factory):
     cancel_stale_test_jobs(tmp_path_factory.getbasetemp(), CLUSTER_CONF)
     yield CLUSTER_CONF
     subprocess.run(["bash", str(CLUSTER_SCRIPT), "stop"], capture_output=True, timeout=120)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config.stash[_EXIT_STATUS] = int(exitstatus)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_unconfigure(config):
+    """End the test process without the interpreter's teardown when a test left gloo process groups
+    with operations pending (:func:`scalectl.rl.transport.stream.keep_until_exit`: sends to peers it
+    stopped or killed): destroying them would wait for ever, as it would in a job's process, which
+    ends the same way (:func:`scalectl.rl.processes.supervise.child_main`)."""
+    stream = sys.modules.get("scalectl.rl.transport.stream")
+    if stream is not None and stream._KEPT:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(config.stash.get(_EXIT_STATUS, 0))
