@@ -10,7 +10,9 @@ and behaves as MODE says, so that the test, the other side, can stop it (``kill 
   progress, answers nothing; ``deaf``: posts no receive and marks no progress, its heartbeat going on.
 * the trainer (``ROLE = trainer``): sends 8 requests (of version -1) to generator 0, then takes no
   rollouts; states a no-progress limit of :data:`LIMIT_S`; ``marks`` marks progress meanwhile,
-  ``deaf`` does not.
+  ``deaf`` does not; ``evaluates`` sends no requests but pushes the weights of the policy saved in
+  the folder named by ``FOLDER/policy`` as version 0 to evaluate, then marks progress and takes
+  nothing (the generator's evaluation send waits).
 
 Once it is ready (its groups built, its requests sent), it writes ``FOLDER/ready-RANK``.
 """
@@ -53,17 +55,27 @@ def main(role: str, rank: int, world: int, trainer: int, port: int, mode: str, f
     role_rank = rank if role == "generator" else rank - generators
     role_size = generators if role == "generator" else world - generators
     task = Task(role, rank, world, rank, role_rank, role_size, "127.0.0.1", port, "env")
+    if mode == "evaluates":              # loaded first: its board then marks progress without a pause
+        from scalectl.rl.policy.model import load_policy
+
+        policy, _ = load_policy((folder / "policy").read_text(), "fp32")
     channel = Channel.connect(task, timeout_s=120, trainer=trainer)
     channel.board.read_cards()
     ready = folder / f"ready-{rank}"
     if role == "trainer":
         channel.board.limit_s = LIMIT_S
         sends = []                       # held: a send whose work is dropped never reaches its receiver
-        for req in range(8):
-            sends.extend(send_object(channel.groups["control"], ("requests", [(req, req, -1)]), 0))
+        if mode == "evaluates":
+            from scalectl.rl.transport.stream import push_weights
+
+            push_weights(channel.groups["weights"], policy, 0, evaluate=True)
+            channel.board.mark()
+        else:
+            for req in range(8):
+                sends.extend(send_object(channel.groups["control"], ("requests", [(req, req, -1)]), 0))
         ready.write_text("ready")
         while True:
-            if mode == "marks":
+            if mode in ("marks", "evaluates"):
                 channel.board.mark()
             time.sleep(0.1)
     if mode == "deaf":

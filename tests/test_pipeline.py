@@ -548,3 +548,37 @@ def test_a_generator_that_stops_sending_while_alive_fails_the_run_naming_it(tmp_
             f"no progress for " in row["error"]), row["error"]
     assert f"while its heartbeat went on (limit 15 s, launcher.stall_timeout_s) (log: {stuck['log']})" in row["error"]
     assert not any(pid_alive(t["pid"]) for t in tasks)             # no orphan, the stuck one included
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("rank", [2, 3], ids=["first-trainer-rank", "second-trainer-rank"])
+def test_a_stopped_trainer_rank_fails_the_run_naming_it(tmp_path, policy, rank):
+    """2 generators + 2 trainers; once the step-3 checkpoint is saved, trainer task ``rank`` is
+    stopped (``kill -STOP``: its process and heartbeat frozen, its connections open).  The first
+    trainer rank stopped holds the generators' sends; the second holds the first one inside the
+    next step's collectives, where nothing of the first one looks at it.  Either way a generator,
+    watching every trainer rank's heartbeat, finds it still for ``launcher.stall_timeout_s``: the
+    run is stored failed naming that task (role, rank, pid, host, log) and what was seen, and no
+    process of the job is left (the stopped one killed)."""
+    import socket
+
+    proc, run_dir, tasks = _launch(tmp_path, policy, "pipe", "--set", "budget.steps=1000000",
+                                   "--set", "hardware.generators=2", "--set", "hardware.trainers=2",
+                                   "--set", "filter.zero_variance=false", "--set", "launcher.stall_timeout_s=15")
+    stopped = tasks[rank]
+    assert stopped["role"] == "trainer"
+    try:
+        os.kill(stopped["pid"], signal.SIGSTOP)
+        proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 1
+    row = json.loads(run_cli("show", "pipe", "--json", db=tmp_path / "s.db", check=True).stdout)["run"]
+    assert row["status"] == "failed"
+    named = (f"TaskLost: trainer task {rank} (trainer rank {rank - 2}, pid {stopped['pid']} on "
+             f"{socket.gethostname()}) stopped answering (its heartbeat stood still for ")
+    assert named in row["error"], row["error"]
+    assert ("limit 15 s, launcher.stall_timeout_s: its process is stopped or its node cut off) "
+            f"(log: {stopped['log']})") in row["error"], row["error"]
+    assert not any(pid_alive(t["pid"]) for t in tasks)             # no orphan, the stopped one included

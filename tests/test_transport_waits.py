@@ -229,7 +229,7 @@ def policy(tmp_path_factory) -> str:
     return str(save_policy(build_tiny_model(seed=0), build_tokenizer(), tmp_path_factory.mktemp("policy") / "tiny"))
 
 
-def _generator(peers: Peers, policy: str, trainer_mode: str, tmp_path: Path):
+def _generator(peers: Peers, policy: str, trainer_mode: str, tmp_path: Path, *extra: str):
     """Run the real generator body (this process, rank 0, host of the store) against a trainer peer
     (rank 1) that sends 8 requests and takes no rollouts; returns (thread, result box)."""
     from scalectl.rl.data.splits import load_prompt_sets
@@ -240,9 +240,10 @@ def _generator(peers: Peers, policy: str, trainer_mode: str, tmp_path: Path):
     recipe = load(ROOT / "recipes/scalerl.toml", ROOT / "setups/tiny-cpu.toml",
                   [f"model.path={policy}", "async.mode=pipeline", "hardware.generators=1", "hardware.trainers=1",
                    "batch.prompts_per_step=1", "batch.generations_per_prompt=2", "data.train_size=20",
-                   "eval.prompts=4", f"launcher.stall_timeout_s={LIMIT_S:g}", "hardware.threads=1"])
+                   "eval.prompts=4", f"launcher.stall_timeout_s={LIMIT_S:g}", "hardware.threads=1", *extra])
     train, held_out = load_prompt_sets(recipe)
     spec = ProcessSpec(recipe.to_dict(), str(tmp_path), None, False, train, held_out, schedule_for(recipe.async_))
+    (peers.folder / "policy").write_text(policy)
     peers.start("trainer", 1, 2, 1, port, trainer_mode)
     box: dict = {}
 
@@ -284,6 +285,25 @@ def test_a_generator_whose_trainer_stops_or_dies_during_a_send_names_it(peers, p
     thread, box = _generator(peers, policy, "marks", tmp_path)
     pid = peers.procs[1].pid
     _until(_pending_send, "a send of rollouts to wait")
+    peers.stop(1) if how == "stop" else peers.kill(1)
+    exc = _ended(thread, box)
+    assert isinstance(exc, TaskLost) and exc.leader, repr(exc)
+    if how == "stop":
+        assert str(exc).startswith(f"{_named(exc, 'trainer', 1, pid)} stopped answering (its heartbeat stood still")
+    else:
+        assert str(exc) == f"{_named(exc, 'trainer', 1, pid)} stopped answering" and exc.detail == ""
+
+
+@pytest.mark.parametrize("how", ["stop", "kill"])
+def test_a_generator_whose_trainer_stops_or_dies_while_it_sends_an_evaluation_names_it(peers, policy, tmp_path,
+                                                                                      how):
+    """The trainer peer pushes version 0 to be evaluated, sends no requests and takes nothing: the
+    generator samples its share of the held-out prompts and its send of them waits; the trainer is
+    then stopped or killed -9, and the generator fails naming it (after the limit, or at once)."""
+    thread, box = _generator(peers, policy, "evaluates", tmp_path, "hardware.evaluation=generators")
+    pid = peers.procs[1].pid
+    _until(lambda: _pending_send() or not thread.is_alive(), "the evaluation's send to wait")
+    assert thread.is_alive(), repr(box)
     peers.stop(1) if how == "stop" else peers.kill(1)
     exc = _ended(thread, box)
     assert isinstance(exc, TaskLost) and exc.leader, repr(exc)

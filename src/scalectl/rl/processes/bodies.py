@@ -319,11 +319,12 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
         Why it stopped: ``stopped`` (the trainer said so) or ``interrupted`` (a signal).
 
     Every wait on the trainer (a send of groups, of an evaluation's chunks or of its last word, the
-    weights after its stop, requests that do not come) looks at the trainer's beats
-    (:class:`~scalectl.rl.transport.board.Watch`) and ends on the run's no-progress limit: its
-    heartbeat still for ``launcher.stall_timeout_s`` (or :data:`~scalectl.rl.schedule.feeder.STALL_FLOOR_S`),
-    or no progress for the limit the trainer states on its board.  A connection to it that closes,
-    whichever call sees it, names it too.
+    weights after its stop, requests that do not come) looks at the beats of every trainer rank
+    (:class:`~scalectl.rl.transport.board.Watch`) and ends on the run's no-progress limit: a rank's
+    heartbeat still for ``launcher.stall_timeout_s`` (or :data:`~scalectl.rl.schedule.feeder.STALL_FLOOR_S`;
+    a rank after the first one so stopped holds the first one inside a trainers' collective), or
+    no progress of the first rank for the limit it states on its board.  A connection to it that
+    closes, whichever call sees it, names it too.
 
     Raises:
         PeerLost: the trainer died (a :class:`~scalectl.rl.transport.board.TaskLost` naming it); the generator
@@ -351,7 +352,10 @@ def run_generator(spec: ProcessSpec, task, reporter: Reporter, stop: StopFlag) -
     engine.poll_weights = poll_weights
     stall = stall_after(task.rank)
     evaluators = list(Evaluators.of(recipe).ranks)
-    watch, limit = Watch(board, [trainer], stated=True), StallLimit(recipe.launcher.stall_timeout_s)
+    # every trainer rank: the first one's stated limit judges it stuck; a rank whose heartbeat stands
+    # still (stopped, cut off) holds the first one inside a trainers' collective, and is named lost
+    trainers = list(range(trainer, task.world_size))
+    watch, limit = Watch(board, trainers, stated=True), StallLimit(recipe.launcher.stall_timeout_s)
 
     def check() -> None:                   # while waiting on the trainer: it is lost or stuck, or not yet
         board.mark()
