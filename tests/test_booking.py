@@ -142,3 +142,32 @@ def test_the_paper_dry_run_books_a_cluster(tmp_path):
                               cwd=tmp_path, check=True).stdout)
     assert data["booking"]["steps"] == b.steps and data["booking"]["disk_bytes"] == 336e9
     assert sum(w.startswith("warning: model.path") for w in data["warnings"]) == 1
+
+
+@pytest.mark.parametrize("hook", [True, False], ids=["exit-without-teardown", "plain"])
+def test_a_task_that_succeeded_exits_after_submitit_wrote_its_result_without_the_teardown(tmp_path, hook):
+    """submitit's own job entry (``python -m submitit.core._submit``) as a task of a 2-task Slurm
+    job runs a job that registers an exit handler (standing for the interpreter's teardown, where a
+    gloo group's destruction can abort the process) and then, as SlurmRunJob does after a run that
+    returned, :func:`scalectl.launch.slurm.exit_without_teardown`: the task exits 0 with its result
+    written, and the earlier handler never runs (without the hook it does)."""
+    import os
+    import pickle
+    import subprocess
+    import sys
+
+    from submitit.core.utils import DelayedSubmission
+
+    mark = tmp_path / "teardown-ran"
+    code = f"import atexit, pathlib\natexit.register(lambda: pathlib.Path({str(mark)!r}).write_text('ran'))\n"
+    if hook:
+        code += "from scalectl.launch.slurm import exit_without_teardown\nexit_without_teardown()\n"
+    DelayedSubmission(exec, code, {}).dump(tmp_path / "77_submitted.pkl")
+    env = dict(os.environ, SUBMITIT_EXECUTOR="slurm", SLURM_JOB_ID="77", SLURM_PROCID="0", SLURM_NTASKS="2",
+               SLURM_LOCALID="0", SLURM_NODEID="0", SLURM_JOB_NODELIST="localhost", SLURM_JOB_NUM_NODES="1")
+    proc = subprocess.run([sys.executable, "-m", "submitit.core._submit", str(tmp_path)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert pickle.loads((tmp_path / "77_0_result.pkl").read_bytes()) == ("success", None)
+    assert "Exiting after successful completion" in proc.stderr + proc.stdout
+    assert mark.exists() is not hook

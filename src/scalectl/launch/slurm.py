@@ -340,6 +340,28 @@ def _running_as_started(env) -> bool:
     return seen.state in ("running", "active") and seen.restarts == int(env.get("SLURM_RESTART_COUNT") or 0)
 
 
+def _exit_now() -> None:
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def exit_without_teardown() -> None:
+    """End this process with status 0 once submitit has written the job's result and returned
+    (the first ``atexit`` handler to run, registered last), skipping the interpreter's teardown.
+
+    A task of a job of several tasks holds gloo process groups (its
+    :class:`~scalectl.rl.transport.stream.Channel`, the trainers' group) whose destruction at
+    interpreter exit can abort the process ("terminate called without an active exception",
+    status 134) after its run has completed: Slurm then records the job FAILED.  The tasks the
+    local supervisor spawns end the same way (:mod:`scalectl.rl.processes.supervise`).  Called
+    only on success: a task that failed still exits as Python does (status 1).
+    """
+    import atexit
+
+    atexit.register(_exit_now)
+
+
 class SlurmRunJob:
     """The callable every task of a Slurm job runs: :func:`scalectl.job.body.run_job` on the run folder.
 
@@ -447,6 +469,8 @@ class SlurmRunJob:
             result = run_job(run_dir, reporter=reporter, stop_status=self.stop_status, task_log=task_log,
                              end_job=self.end_job, on_cancelled=self.recorded_cancelled)
             ending = "returned"
+            if task_log is not None and int(env.get("SLURM_NTASKS", "1") or 1) > 1:
+                exit_without_teardown()
             return result
         except KeyboardInterrupt:
             ending = "cancelled" if self._cancelled else "interrupted"
