@@ -219,11 +219,13 @@ def test_forward_ablation_end_to_end_then_reused(tmp_path, policy):
 @pytest.mark.slow
 def test_forward_ablation_interrupted_then_continued(tmp_path, policy):
     """Ctrl-C cancels the ablation's jobs (each checkpoints); the same command
-    resumes the cancelled runs from their checkpoints and reuses the finished ones."""
+    resumes the cancelled runs from their checkpoints and reuses the finished ones.  The first
+    command starts as a background shell starts it, SIGINT ignored: scalectl restores it."""
     db, runs = tmp_path / "s.db", tmp_path / "runs"
     args = _ablate_args(tmp_path, policy, steps=10, every=2)
     first = subprocess.Popen([SCALECTL, *args], cwd=ROOT, env=_env(db), stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+                             stderr=subprocess.PIPE, text=True,
+                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
     deadline = time.monotonic() + 180
     while not any((runs / n / "checkpoints" / "latest").exists() for n in NAMES):
         assert first.poll() is None and time.monotonic() < deadline, first.communicate()

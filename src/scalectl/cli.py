@@ -9,6 +9,7 @@ that train import them when they run.
 from __future__ import annotations
 
 import importlib
+import signal
 import sys
 
 import typer
@@ -105,5 +106,13 @@ def command(built: typer.Typer):
 
 def main() -> None:
     """Entry point of the console script: builds the app with the module of the command
-    given (:func:`modules_for`) and runs it."""
+    given (:func:`modules_for`) and runs it.
+
+    SIGINT is restored to Python's KeyboardInterrupt first: started from a background shell
+    (``scalectl ablate ... &``, some CI runners) the process inherits it ignored, and Python
+    keeps it so, and then neither ``kill -INT`` nor ``scalectl cancel`` of a foreground run would
+    stop it with its checkpoint (the local job bodies do the same, :func:`scalectl.launch.local.main`).
+    """
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     command(build_app(modules_for(sys.argv[1:])))()
