@@ -217,3 +217,32 @@ def test_compiled_step_compiles_one_graph_down_to_the_last_live_row(model, tok):
     assert counters["stats"]["unique_graphs"] == 1
     ref = CPURolloutEngine(model, tok).generate(PROMPTS, 3, params, seed=1)
     assert [[c.token_ids for c in g] for g in got] == [[c.token_ids for c in g] for g in ref]
+
+
+def test_the_kv_cache_goes_under_the_name_the_installed_transformers_takes():
+    """Before transformers 5.24 a model's forward takes its KV cache as ``past_key_values`` and
+    ignores an unknown ``cache=`` (the cache is then never filled): the name is read from the
+    signature, and the prefill fills the cache of every layer with one column per prompt token."""
+    from transformers import DynamicCache
+
+    from scalectl.rl.policy.decode import CACHE_ARG
+    from scalectl.rl.policy.logprobs import cache_arg_of, next_token_logprobs
+    from scalectl.rl.policy.model import build_tiny_model
+
+    class Old:
+        def forward(self, hidden, attention_mask=None, past_key_values=None, use_cache=False):
+            return hidden
+
+    class New:
+        def forward(self, hidden, attention_mask=None, cache=None, use_cache=False):
+            return hidden
+
+    assert cache_arg_of(Old) == "past_key_values" and cache_arg_of(New) == "cache"
+    model = build_tiny_model(seed=0)
+    assert CACHE_ARG == cache_arg_of(type(model.model.layers[0])) == cache_arg_of(type(model.model))
+    ids = torch.tensor([[3, 4, 5, 6, 7]])
+    cache = DynamicCache(config=model.config)
+    with torch.no_grad():
+        next_token_logprobs(model, ids, torch.ones_like(ids), torch.arange(5).unsqueeze(0), cache)
+    assert len(cache.layers) == model.config.num_hidden_layers
+    assert all(layer.keys is not None and layer.keys.shape[-2] == 5 for layer in cache.layers)

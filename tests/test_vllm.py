@@ -225,31 +225,60 @@ def test_weight_updates_change_samples_and_log_probs(engine, tiny):
 
 @needs_vllm
 def test_in_flight_update_lands_between_steps(engine, tiny):
+    """An update from another thread while :meth:`generate` runs lands between two decoding steps:
+    the tokens before it keep the old version, every later one has the new version.
+
+    Waits on states, not on time: once the engine says a live request has at least
+    ``AT_LEAST`` tokens, the generating thread (in its ``poll_weights`` hook, before a decoding
+    step and outside the engine's lock) hands over to the pushing thread and waits until the
+    update is in; whatever the machine's speed, the update lands inside the decode."""
     from scalectl.rl.policy.model import build_tiny_model
 
+    AT_LEAST = 5
     _, model, _ = tiny
     other = build_tiny_model(seed=2).state_dict()
     original = {k: v.clone() for k, v in model.state_dict().items()}
-    done = threading.Event()
+    old = engine.version
+    ready, pushed, seen = threading.Event(), threading.Event(), {}
 
-    def push():   # waits until decoding is under way, then updates
-        while engine.llm.llm_engine.get_num_unfinished_requests() == 0 and not done.is_set():
-            time.sleep(0.001)
-        time.sleep(0.05)
-        engine.update_weights(other, 7)
+    def produced() -> dict:
+        """Tokens so far of every live request, read from the engine (vLLM's request states)."""
+        states = engine.llm.llm_engine.output_processor.request_states
+        return {rid: states[internal].detokenizer.num_output_tokens()
+                for rid, (internal, _) in engine._live.items() if internal in states}
+
+    def poll():   # the generating thread, before every decoding step
+        if ready.is_set():
+            return
+        counts = produced()
+        if counts and max(counts.values()) >= AT_LEAST:
+            seen.update(counts)
+            ready.set()
+            assert pushed.wait(timeout=600), "the pushing thread never updated the weights"
+
+    def push():
+        if ready.wait(timeout=600):
+            engine.update_weights(other, 7)
+        pushed.set()
 
     t = threading.Thread(target=push)
     t.start()
+    engine.poll_weights = poll
     try:
         comps = _flat(engine.generate(PROMPTS[:1], 2, SamplingParams(max_new_tokens=200), seed=4))
     finally:
-        done.set()
+        engine.poll_weights = None
+        ready.set()
         t.join()
-    engine.update_weights(original, 8)
+        engine.update_weights(original, 8)
+    assert ready.is_set() and seen, "no request reached the token count before the decode ended"
+    assert max(seen.values()) >= AT_LEAST
     for c in comps:
-        assert c.versions == sorted(c.versions) and set(c.versions) <= {0, 2, 7}
+        assert c.versions == sorted(c.versions) and set(c.versions) <= {old, 7}
     mixed = [c for c in comps if len(set(c.versions)) == 2]
     assert mixed, [sorted(set(c.versions)) for c in comps]
+    for c in mixed:     # the switch is where the engine said the request stood when it was pushed
+        assert c.versions.index(7) in seen.values(), (c.versions.index(7), seen)
 
 
 @needs_vllm

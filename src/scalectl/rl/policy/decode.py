@@ -30,7 +30,18 @@ from pathlib import Path
 
 import torch
 
-from scalectl.rl.policy.logprobs import head_log_softmax
+from scalectl.rl.policy.logprobs import cache_arg_of, head_log_softmax
+
+
+def _release_cache_arg() -> str:
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2DecoderLayer
+
+    return cache_arg_of(Qwen2DecoderLayer)
+
+
+#: The KV-cache argument of a decoder layer's ``forward`` in the installed transformers (one name
+#: for every architecture of a release), fixed at import so that the compiled step sees a constant.
+CACHE_ARG = _release_cache_arg()
 
 
 class StaticKV:
@@ -134,8 +145,8 @@ def decode_step(model, input_ids: torch.Tensor, position_ids: torch.Tensor, keys
     position_embeddings = backbone.rotary_emb(hidden, position_ids)
     cache = _LayerWriter(keys, values, column)
     for layer in backbone.layers:
-        hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, cache=cache, use_cache=True,
-                       position_embeddings=position_embeddings)
+        hidden = layer(hidden, attention_mask=mask, position_ids=position_ids, use_cache=True,
+                       position_embeddings=position_embeddings, **{CACHE_ARG: cache})
     hidden = backbone.norm(hidden)
     return head_log_softmax(model, hidden[:, -1], head_fp32=head_fp32, temperature=temperature)
 

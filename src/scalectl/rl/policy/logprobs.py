@@ -14,6 +14,8 @@ applies on both sides, every log-prob of scalectl comes from here:
 
 from __future__ import annotations
 
+import functools
+import inspect
 import types
 
 import torch
@@ -269,5 +271,20 @@ def next_token_logprobs(
         (N, V) log-probabilities of the next token.
     """
     out = model.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                      cache=cache, use_cache=True)
+                      use_cache=True, **cache_kwargs(model.model, cache))
     return head_log_softmax(model, out.last_hidden_state[:, -1], head_fp32=head_fp32, temperature=temperature)
+
+
+@functools.cache
+def cache_arg_of(cls: type) -> str:
+    """The name under which ``cls.forward`` (a transformers model or decoder layer) takes its KV
+    cache: ``cache`` from transformers 5.24 on, ``past_key_values`` before (the vLLM CPU build,
+    for one, needs transformers < 5.20).  Passed under the other name, a cache is silently not
+    filled."""
+    params = inspect.signature(cls.forward).parameters
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def cache_kwargs(module, cache) -> dict:
+    """``{name: cache}`` for ``module.forward`` (:func:`cache_arg_of`)."""
+    return {cache_arg_of(type(module)): cache}

@@ -9,6 +9,7 @@ produced it (PipelineRL-k: weights may change while a completion is in flight).
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
 
@@ -95,9 +96,18 @@ class RolloutEngine(ABC):
     """A generator of completions with the policy it holds.
 
     Implementations: :class:`scalectl.rl.rollout.cpu.CPURolloutEngine` (torch, KV cache),
-    and a vLLM engine at paper scale.  Both must use the same prompt encoding
-    (:func:`scalectl.rl.policy.model.encode_prompt`) and LM-head precision as the trainer.
+    and :class:`scalectl.rl.rollout.vllm.VLLMRolloutEngine` at paper scale.  Both must use the
+    same prompt encoding (:func:`scalectl.rl.policy.model.encode_prompt`) and LM-head precision
+    as the trainer.
+
+    Attributes:
+        poll_weights: called with no argument before every decoding step, outside any lock the
+            engine holds, or None.  A generator process sets it to load the trainer's next
+            version between two steps (its :class:`~scalectl.rl.transport.slot.BaseWeightSlot`),
+            so a completion's tokens may come from several versions (PipelineRL-k).
     """
+
+    poll_weights: Callable[[], object] | None = None
 
     @abstractmethod
     def generate(self, prompts: list[str], n: int, params: SamplingParams, *, seed: int = 0) -> list[list[Completion]]:

@@ -53,9 +53,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from scalectl.rl.transport.board import Board, PeerLost
+from scalectl.rl.transport.board import JOB_ENDING, Board, PeerLost
 from scalectl.rl.transport.broadcast import StatelessGroup, WeightReceiver, broadcast_weights
 from scalectl.rl.transport.roles import rendezvous_store
+from scalectl.rl.transport.slot import BaseWeightSlot, Check
 from scalectl.rl.transport.waits import wait_works
 from scalectl.rl.transport.weight_sync import BUCKET_BYTES
 
@@ -343,9 +344,10 @@ def end_weights(group, layout, device="cpu", bucket_bytes: int = BUCKET_BYTES, w
     broadcast_weights([_header(-1, device), *tensors], group.rank, group, bucket_bytes, wait=wait)
 
 
-class WeightSlot:
-    """A generator's end of the weights flow: the next version is kept posted (a
-    :class:`~scalectl.rl.transport.broadcast.WeightReceiver`); :meth:`poll` (the CPU engine's
+class WeightSlot(BaseWeightSlot):
+    """A CPU engine's end of the weights flow (a :class:`~scalectl.rl.transport.slot.BaseWeightSlot`):
+    the next version is kept posted (a :class:`~scalectl.rl.transport.broadcast.WeightReceiver`);
+    :meth:`poll` (the CPU engine's
     ``poll_weights`` hook) loads it into the engine between decoding steps once it has
     arrived whole.
 
@@ -389,13 +391,10 @@ class WeightSlot:
 
     @property
     def stats(self):
+        """The last load's :class:`~scalectl.rl.transport.broadcast.BroadcastStats`."""
         return self.receiver.stats
 
-    def release(self) -> None:
-        """The held version's evaluation is done: later versions load again."""
-        self.hold = None
-
-    def poll(self, wait: bool = False, check=None) -> bool:
+    def poll(self, wait: bool = False, check: Check | None = None) -> bool:
         """Load the newest weights if a whole version arrived (with ``wait``, once one has,
         calling ``check()`` every second meanwhile: it raises to give up); True if it loaded one.
         False at once after the trainer's last word, or while a version is held (:attr:`hold`).
@@ -407,23 +406,12 @@ class WeightSlot:
             return False
         try:
             return self.receiver.poll(wait, check) and not self.ended
+        except JOB_ENDING:                 # check()'s verdict on the trainer, not a closed connection
+            raise
         except RuntimeError as exc:
             self.receiver.close()
             raise PeerLost(f"the trainer (rank {self.src}) stopped sending weights: {exc}") from exc
 
-    def drain(self, check=None) -> None:
-        """Load versions until the trainer's last word (after its stop, before exiting, so
-        that no broadcast is left pending); returns at once if the trainer is gone.  A held
-        version is released first (nothing is evaluated any more).  ``check()`` is called every
-        second while a version is awaited; what it raises (the trainer lost or stuck) ends the wait.
-
-        Raises:
-            whatever ``check`` raises.
-        """
-        self.hold = None
-        try:
-            while not self.ended and self.receiver.works:
-                self.poll(wait=True, check=check)
-                self.hold = None
-        except PeerLost:
-            pass
+    def awaiting(self) -> bool:
+        """A version's broadcast is still posted (none is once the trainer's connection closed)."""
+        return bool(self.receiver.works)

@@ -36,7 +36,10 @@ import torch
 
 from scalectl.rl.policy.model import checkpoint_state, meta_model
 from scalectl.rl.transport.broadcast import BroadcastStats, StatelessGroup, buckets_of
+from scalectl.rl.transport.board import JOB_ENDING
+from scalectl.rl.transport.slot import BaseWeightSlot, Check
 from scalectl.rl.transport.stream import PeerLost, read_header
+from scalectl.rl.transport.waits import WAIT_SLICE_S
 from scalectl.rl.transport.weight_sync import BUCKET_BYTES
 
 #: The worker extension, as vLLM's ``worker_extension_cls`` names it.
@@ -196,9 +199,10 @@ class WeightsWorker:
         return packed
 
 
-class WorkerWeightSlot:
+class WorkerWeightSlot(BaseWeightSlot):
     """A vLLM generator's end of the weights flow, driving its workers' seats (see the module
-    docstring): the interface of :class:`scalectl.rl.transport.stream.WeightSlot`.
+    docstring): a :class:`~scalectl.rl.transport.slot.BaseWeightSlot`, as the CPU engine's
+    :class:`scalectl.rl.transport.stream.WeightSlot` is.
 
     Args:
         engine: the :class:`scalectl.rl.rollout.vllm.VLLMRolloutEngine` (its workers have joined:
@@ -212,7 +216,12 @@ class WorkerWeightSlot:
 
     def __init__(self, engine):
         self.engine = engine
-        self.loads, self.ended, self.hold, self.stats = 0, False, None, None
+        self.loads, self.ended, self.hold, self._stats = 0, False, None, None
+
+    @property
+    def stats(self):
+        """The last load's :class:`~scalectl.rl.transport.broadcast.BroadcastStats` (None before one)."""
+        return self._stats
 
     @classmethod
     def join(cls, engine, address: tuple, seats, layout, bucket_bytes: int = BUCKET_BYTES) -> "WorkerWeightSlot":
@@ -228,20 +237,17 @@ class WorkerWeightSlot:
             raise ValueError(f"the vLLM engine has {len(ranks)} worker(s) for {seats.count} seat(s)")
         return cls(engine)
 
-    def release(self) -> None:
-        """The held version's evaluation is done: later versions load again."""
-        self.hold = None
-
-    def poll(self, wait: bool = False) -> bool:
+    def poll(self, wait: bool = False, check: Check | None = None) -> bool:
         """Load the next version into every worker if its header has reached them all (with
-        ``wait``, once it has); True if one was loaded.  False at once after the trainer's last
-        word, or while a version is held.
+        ``wait``, once it has, calling ``check()`` every second meanwhile); True if one was
+        loaded.  False at once after the trainer's last word, or while a version is held.
 
         Raises:
-            PeerLost: the trainer's connection closed.
+            PeerLost: the trainer's connection closed; whatever ``check`` raises.
         """
         if self.hold is not None or self.ended:
             return False
+        looked = time.monotonic()
         try:
             while True:
                 headers = self.engine.collective_rpc("scalectl_weights_poll")
@@ -249,14 +255,19 @@ class WorkerWeightSlot:
                     break
                 if not wait:
                     return False
+                if check is not None and time.monotonic() - looked >= WAIT_SLICE_S:
+                    check()
+                    looked = time.monotonic()
                 time.sleep(0.005)
             if len(set(headers)) != 1:
                 raise RuntimeError(f"the vLLM workers received different weights' headers: {headers}")
             loaded = self.engine.collective_rpc("scalectl_weights_load")
+        except JOB_ENDING:                 # check()'s verdict on the trainer, not a closed connection
+            raise
         except RuntimeError as exc:
             raise PeerLost(f"the trainer stopped sending weights: {exc}") from exc
         version, evaluate = read_header(loaded[0][0])
-        self.stats = BroadcastStats(loaded[0][1], 0, max(x[2] for x in loaded))
+        self._stats = BroadcastStats(loaded[0][1], 0, max(x[2] for x in loaded))
         if version < 0:
             self.ended = True
             return False
@@ -265,14 +276,3 @@ class WorkerWeightSlot:
         if evaluate:
             self.hold = version
         return True
-
-    def drain(self) -> None:
-        """Load versions until the trainer's last word (after its stop, before exiting);
-        returns at once if the trainer is gone.  A held version is released first."""
-        self.hold = None
-        try:
-            while not self.ended:
-                self.poll(wait=True)
-                self.hold = None
-        except PeerLost:
-            pass
