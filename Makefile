@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 RECIPE ?= scalerl
 ARGS   ?=
 
-.PHONY: install test test-slow test-vllm run study bench clean
+.PHONY: install test test-slow test-vllm run study bench warm-start clean
 
 install: $(STAMP)
 
@@ -50,6 +50,11 @@ test-vllm: $(VLLM_STAMP)
 
 run: $(STAMP)
 	$(VENV)/bin/scalectl run $(RECIPE) $(ARGS)
+
+# Rebuild the warm start shipped in the package for the default setup
+# (src/scalectl/presets/warmstarts/tiny-cpu; scripts/build_warm_start.py says how it is made).
+warm-start: $(STAMP)
+	$(PY) scripts/build_warm_start.py $(ARGS)
 
 # The study (docs/study.md): ScaleRL on 3 seeds measures the setup's margin, then the
 # published recipes are judged against ScaleRL with it; run again to resume.

@@ -4,7 +4,8 @@ import pytest
 
 from scalectl.rl.reward.checker import check
 from scalectl.rl.data.arithmetic import (
-    DIFFICULTIES, HELD_OUT_RESERVE, eval_problems, reserve_size, make_splits, running_sums, sft_target, train_problems,
+    DIFFICULTIES, HELD_OUT_RESERVE, check_sizes, distinct_problems, eval_problems, max_train_size, reserve_size,
+    make_splits, running_sums, sft_target, train_problems,
 )
 
 
@@ -58,5 +59,29 @@ def test_clear_errors():
         eval_problems(HELD_OUT_RESERVE + 1)
     with pytest.raises(ValueError, match="at most 25"):
         eval_problems(26, difficulty=1)      # 100 problems: a quarter is held out
-    with pytest.raises(ValueError, match="too few distinct problems"):
-        train_problems(200, difficulty=1)   # 100 problems exist at difficulty 1
+    with pytest.raises(ValueError, match=r"data.train_size = 200: .* 100 distinct .* at most 75 training"):
+        train_problems(200, difficulty=1)   # 100 problems exist at difficulty 1, 25 held out
+
+
+def _enumerate(difficulty: int) -> set[str]:
+    """Every prompt of a 2-term level, written out independently of the generator."""
+    spec = DIFFICULTIES[difficulty]
+    assert spec.terms == 2
+    return {f"{a}{op}{b}=" for a in range(spec.max_value + 1) for b in range(spec.max_value + 1) for op in spec.ops}
+
+
+@pytest.mark.parametrize("difficulty", [1, 2])
+def test_the_training_limit_is_what_the_level_can_generate(difficulty):
+    """max_train_size is every distinct problem less the held-out reserve: that many training
+    prompts are generated, all distinct and outside the reserve, and one more is refused."""
+    every = _enumerate(difficulty)
+    assert distinct_problems(difficulty) == len(every)
+    limit = max_train_size(difficulty)
+    assert limit == len(every) - reserve_size(difficulty)
+    if difficulty == 1:                  # 100 problems: generating all 75 is quick
+        train = {p.prompt for p in train_problems(limit, seed=4, difficulty=difficulty)}
+        reserve = {p.prompt for p in eval_problems(reserve_size(difficulty), seed=4, difficulty=difficulty)}
+        assert len(train) == limit and train | reserve == every and not train & reserve
+    assert check_sizes(limit, reserve_size(difficulty), difficulty) == []
+    problems = check_sizes(limit + 1, reserve_size(difficulty) + 1, difficulty)
+    assert [p.split(" = ")[0] for p in problems] == ["data.train_size", "eval.prompts"]

@@ -42,6 +42,8 @@ def show(
                   f"{recipe.get('advantage', {}).get('normalization')}, head {recipe.get('precision', {}).get('lm_head')}, "
                   f"async {asy.get('mode')} k={asy.get('k')}"
                   f"{' (fixed lag)' if asy.get('schedule') == 'fixed_lag' else ''}, run folder {info.get('run_dir') or '-'}")
+    if info.get("warm_start"):
+        out.print(describe_warm_start(info["warm_start"]), soft_wrap=True, highlight=False)
     from scalectl.display import Column, fitted_table, format_number
 
     # The gpu_hours field holds device-hours: CPU-hours for a run on CPU.
@@ -67,6 +69,16 @@ def show(
         out.print(fitted_table(None, cols[:2] + [cols[4], cols[5]], [
             [str(p["step"]), *(format_number(p[k], digits.get(k, 3), decimals=True)
                                for k in ("gpu_hours", "pass_rate", "truncation_rate"))] for p in pts], out.width))
+
+
+def describe_warm_start(ws: dict) -> str:
+    """One line on the checkpoint a run started from (the store's ``runs.warm_start``)."""
+    where = ws.get("name") or ws.get("path") or "-"
+    text = f"starts from: {ws.get('source', '?')} warm start {where}" if ws.get("source") != "checkpoint" \
+        else f"starts from: checkpoint {where}"
+    if ws.get("steps") is not None:
+        text += f", {ws['steps']} SFT steps to check pass rate {ws['pass_rate']:.3f}"
+    return text + f", weights sha256 {ws.get('sha256') or '-'}"
 
 
 def register(app: typer.Typer) -> None:

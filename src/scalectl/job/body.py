@@ -178,6 +178,7 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
                 summary = run_simulated(recipe, store, run_id)
         else:
             train, held_out = load_prompt_sets(recipe, log=reporter.log)
+            out.update_run(warm_start=_warm_start(recipe, reporter))
             with tracking(recipe, run_dir, reporter, name=run_dir.name, resume=resume,
                           key=run_key(run_dir.name, job["db"], run_id)) as tracked:   # [logging] backends
                 summary = run_training(recipe, run_dir, schedule=schedule, sink=out.sink,
@@ -204,6 +205,20 @@ def _run_job(run_dir: str | Path, *, reporter=None, stop_status: StopStatus | No
     first, last = (points[0]["pass_rate"], points[-1]["pass_rate"]) if points else (None, None)
     return {"steps": summary["steps"], "first_pass_rate": first, "last_pass_rate": last,
             **{k: v for k, v in summary.items() if k != "steps"}}
+
+
+def _warm_start(recipe: Recipe, reporter) -> str:
+    """The checkpoint the run starts from (built first if it is the tiny model's warm start), as
+    the JSON the store's ``runs.warm_start`` holds; its source and checksum go to the log."""
+    from scalectl.rl.train.warmstart import ensure_warm_start, warm_start_record
+
+    path = recipe.model.path
+    if path.startswith("builtin:"):
+        path = ensure_warm_start(recipe, log=reporter.log)
+    record = warm_start_record(path)
+    sha = (record.get("sha256") or "-")[:12]
+    reporter.log(f"starts from {record['source']} {record.get('name') or record['path']} (weights sha256 {sha})")
+    return json.dumps(record, sort_keys=True)
 
 
 def record_status(run_dir: str | Path, status: str, error: str | None = None) -> None:

@@ -13,14 +13,17 @@ stored (:func:`check_inputs`):
   template when asked) and encodes to tokens the model has rows for; how many of them are longer than
   ``length.max_prompt_tokens`` (all of them: refused, some: a warning); a set of fewer rows than
   ``eval.prompts`` held-out prompts need;
+* the split sizes of ``synthetic:arithmetic``: ``data.train_size`` within what
+  ``data.difficulty`` can generate besides the held-out reserve, ``eval.prompts`` within that
+  reserve (:func:`scalectl.rl.data.arithmetic.check_sizes`);
 * keys that have no effect for this model or data (``model.warm_start_target`` of a model
   that is not built in, ``data.difficulty`` of a prompt file, ...; :data:`NO_EFFECT`), when a
   file or ``--set`` sets them: a warning each.
 
 ``builtin:tiny`` with a prompt file is refused by :func:`scalectl.recipe.load.check_sources`,
 which :func:`scalectl.recipe.load.load` runs with ``check_files``.  Only what the tokenizer
-needs is imported (transformers, for a checkpoint folder); the project's own model and
-synthetic prompts are not re-checked.
+needs is imported (transformers, for a checkpoint folder); the project's own model and the
+synthetic prompts themselves are not re-checked.
 """
 
 from __future__ import annotations
@@ -231,6 +234,12 @@ def check_inputs(recipe, origins: dict[str, str] | None = None) -> Inputs:
     if origins is not None:
         found.warnings += no_effect_warnings(recipe, origins)
     path, source = recipe.model.path, recipe.data.source
+    if source == "synthetic:arithmetic" and not path.startswith("simulated:"):
+        from scalectl.rl.data.arithmetic import check_sizes
+        from scalectl.rl.data.splits import DEFAULT_SYNTHETIC_TRAIN
+
+        found.problems += check_sizes(recipe.data.train_size or DEFAULT_SYNTHETIC_TRAIN, recipe.eval.prompts,
+                                      recipe.data.difficulty)
     if path.startswith(("simulated:", "builtin:")):
         return found            # a simulated curve reads nothing; builtin:tiny takes synthetic prompts only
     tokenizer = check_tokenizer(recipe, found)

@@ -47,6 +47,10 @@ Tables (schema version :data:`SCHEMA_VERSION`, migrations in :data:`MIGRATIONS`)
   a command that writes opens it; nothing else changes.
 * version 5: ``eval_points`` and ``series_points`` gain ``checker_errors`` (held-out
   completions the answer checker could not judge; empty in the rows of older stores).
+* version 6: ``runs`` gains ``warm_start`` (JSON: the checkpoint a run started from, its source
+  (shipped, trained or a checkpoint folder), the weights' SHA-256, the warm start's SFT steps
+  and check pass rate: :func:`scalectl.rl.train.warmstart.warm_start_record`; empty for runs of
+  older stores and imports).
 """
 
 from __future__ import annotations
@@ -68,7 +72,7 @@ from scalectl.points import POINT_FIELDS, EvalPoint
 if TYPE_CHECKING:
     import sqlite_utils
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 DEFAULT_DB = "scalectl.db"
 RUN_STATES = ("created", "pending", "running", "completed", "failed", "cancelled", "timed_out")
 
@@ -133,8 +137,13 @@ def _migrate_5(db: "sqlite_utils.Database") -> None:
             db[table].add_column("checker_errors", int)
 
 
+def _migrate_6(db: "sqlite_utils.Database") -> None:
+    if "warm_start" not in db["runs"].columns_dict:
+        db["runs"].add_column("warm_start", str)
+
+
 #: Migration i+1 brings a store from schema version i to i+1.
-MIGRATIONS = [_migrate_1, _migrate_2, _migrate_3, _migrate_4, _migrate_5]
+MIGRATIONS = [_migrate_1, _migrate_2, _migrate_3, _migrate_4, _migrate_5, _migrate_6]
 #: The tables a scalectl store holds (another program's SQLite file holds others).
 TABLES = frozenset({"runs", "eval_points", "fits", "ablation_stages", "journal_offsets", "series_points"})
 #: The tables whose rows belong to one run (``run_id``): what :meth:`Store.delete_run` removes with it.
@@ -461,7 +470,7 @@ class Store:
         """
         if "status" in fields and fields["status"] not in RUN_STATES:
             raise ValueError(f"status {fields['status']!r} is not one of {RUN_STATES}")
-        for key in ("recipe", "job_ids"):
+        for key in JSON_RUN_FIELDS:
             if key in fields and not isinstance(fields[key], str):
                 fields[key] = json.dumps(fields[key])
         with self.transaction():
@@ -733,9 +742,13 @@ def _connect(path: str, busy_timeout_ms: int, immutable: bool = False) -> sqlite
 
 
 
+#: The ``runs`` columns held as JSON text, with what an empty one reads as.
+JSON_RUN_FIELDS = {"recipe": {}, "job_ids": [], "warm_start": None}
+
+
 def _decode_run(row: dict) -> dict:
     row = dict(row)
-    for key, empty in (("recipe", {}), ("job_ids", [])):
+    for key, empty in JSON_RUN_FIELDS.items():
         value = row.get(key)
         row[key] = json.loads(value) if value else empty
     return row

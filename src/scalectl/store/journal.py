@@ -38,7 +38,7 @@ from scalectl.points import POINT_FIELDS
 JOURNAL_DIR = "journal"
 JOURNAL_SUFFIX = ".jsonl"
 #: The run fields a journal may set (what the job body records about its run).
-RUN_FIELDS = frozenset({"status", "started", "ended", "error"})
+RUN_FIELDS = frozenset({"status", "started", "ended", "error", "warm_start"})
 
 
 def journal_folder(run_dir: str | Path) -> Path:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from scalectl.rl.policy.model import BOXED
+from scalectl.rl.policy.tiny_config import BOXED
 
 
 @dataclass(frozen=True)
@@ -150,12 +150,38 @@ def eval_problems(size: int, *, seed: int = 0, difficulty: int = 3) -> list[Prob
     return _stream(seed, difficulty, _EVAL_STREAM, size, exclude=set())
 
 
+def distinct_problems(difficulty: int) -> int:
+    """How many distinct prompts ``difficulty`` can generate: (max_value + 1)^terms values times
+    len(ops)^(terms - 1) operator choices."""
+    spec = _spec(difficulty)
+    return (spec.max_value + 1) ** spec.terms * len(spec.ops) ** (spec.terms - 1)
+
+
 def reserve_size(difficulty: int) -> int:
     """Prompts reserved for the held-out split: :data:`HELD_OUT_RESERVE`, or a quarter of
     all distinct problems at small levels (the rest stays for training)."""
-    spec = _spec(difficulty)
-    distinct = (spec.max_value + 1) ** spec.terms * len(spec.ops) ** (spec.terms - 1)
-    return min(HELD_OUT_RESERVE, distinct // 4)
+    return min(HELD_OUT_RESERVE, distinct_problems(difficulty) // 4)
+
+
+def max_train_size(difficulty: int) -> int:
+    """The most training prompts ``difficulty`` can supply: its distinct problems less those
+    reserved for the held-out split (:func:`reserve_size`)."""
+    return distinct_problems(difficulty) - reserve_size(difficulty)
+
+
+def check_sizes(train_size: int, eval_size: int, difficulty: int) -> list[str]:
+    """What is wrong with asking ``difficulty`` for these split sizes (empty: nothing), each
+    naming the key (``data.train_size``, ``eval.prompts``), the limit and what to change."""
+    problems = []
+    if train_size > max_train_size(difficulty):
+        problems.append(
+            f"data.train_size = {train_size}: data.difficulty = {difficulty} generates {distinct_problems(difficulty):,} "
+            f"distinct problems, {reserve_size(difficulty):,} of them kept for the held-out split, so at most "
+            f"{max_train_size(difficulty):,} training prompts; lower data.train_size or raise data.difficulty")
+    if eval_size > reserve_size(difficulty):
+        problems.append(f"eval.prompts = {eval_size}: the synthetic held-out split at data.difficulty = {difficulty} "
+                        f"has at most {reserve_size(difficulty):,} prompts")
+    return problems
 
 
 @functools.lru_cache(maxsize=16)
@@ -168,8 +194,10 @@ def train_problems(size: int, *, seed: int = 0, difficulty: int = 3) -> list[Pro
     among the first :func:`reserve_size` held-out problems.
 
     Raises:
-        ValueError: unknown difficulty, or not enough distinct problems.
+        ValueError: unknown difficulty, or more than :func:`max_train_size` problems asked for.
     """
+    if size > max_train_size(difficulty):
+        raise ValueError(check_sizes(size, 0, difficulty)[0])
     return _stream(seed, difficulty, _TRAIN_STREAM, size, exclude=_reserved(seed, difficulty))
 
 

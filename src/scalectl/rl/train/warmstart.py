@@ -8,14 +8,26 @@ temperature 1 with the CPU engine and scored by :func:`scalectl.rl.reward.checke
 reaches ``model.warm_start_target``.  The SFT pass rate jumps suddenly, so checks
 are frequent and cheap (a small held-out subset every few steps).
 
-The result is cached outside run folders, in ``$SCALECTL_CACHE/models/<key>`` (default
-``~/.cache/scalectl/models/<key>``), where the key hashes everything that
-determines the weights (model config, task, target, SFT settings, this module's
-version); every run of the same setup reuses it and a cache hit costs only a
-directory check.  It is written to a temporary folder and renamed into place, so
-a crash never leaves a half-written cache; a lock file keeps two processes from
-training the same key at once.  Deterministic: same key, same weights (on one
-machine and thread count).
+The warm start of the default setup is **shipped in the package**
+(``scalectl/presets/warmstarts/<name>/``: the weights, the tokenizer and ``warmstart.json``
+with the settings, the command and commit that made it, and the SHA-256 of every file), so
+every machine starts its runs from the same bits: the SFT's arithmetic differs between CPU
+kinds (AVX-512 and AVX2 kernels round differently) and its stopping check is noisy, so a warm
+start trained on each machine was another policy on each.  A setup whose warm-start settings
+(:func:`settings_key`) match a shipped one's uses it, after checking its checksums
+(:func:`shipped_warm_start`); ``make warm-start`` rebuilds it (``scripts/build_warm_start.py``).
+
+Any other setting is trained here and cached outside run folders, in
+``$SCALECTL_CACHE/models/<key>`` (default ``~/.cache/scalectl/models/<key>``), where the key
+hashes everything that determines the weights (model config, task, target, SFT settings,
+this module's version, torch's version); every run of the same setup reuses it and a cache
+hit costs only a directory check.  It is written to a temporary folder and renamed into
+place, so a crash never leaves a half-written cache; a lock file keeps two processes from
+training the same key at once.  Deterministic: same key, same weights (on one machine kind
+and thread count).
+
+Every run records the warm start it started from (:func:`warm_start_record`: where it came
+from, the weights' SHA-256, its SFT steps and check pass rate) in the store.
 """
 
 from __future__ import annotations
@@ -165,16 +177,153 @@ def cache_root() -> Path:
     return Path(os.environ.get("SCALECTL_CACHE") or Path.home() / ".cache" / "scalectl")
 
 
+def _settings(model_overrides: dict, difficulty: int, data_seed: int, train_size: int, target: float,
+              max_new_tokens: int, sft: SFTConfig) -> dict:
+    return {"version": WARMSTART_VERSION, "arch": {**TINY_CONFIG, **model_overrides},
+            "tokenizer": len(build_tokenizer()), "task": ["arithmetic", difficulty, data_seed, train_size],
+            "target": target, "max_new_tokens": max_new_tokens, "sft": dataclasses.asdict(sft)}
+
+
+def settings_key(model_overrides: dict, difficulty: int, data_seed: int, train_size: int, target: float,
+                 max_new_tokens: int, sft: SFTConfig) -> str:
+    """16 hex digits of SHA-256 over the settings that define a warm start (model config, task,
+    target, SFT settings, this module's version): a shipped warm start serves every setup whose
+    settings key is its own, whatever the machine or the torch release."""
+    blob = json.dumps(_settings(model_overrides, difficulty, data_seed, train_size, target, max_new_tokens, sft),
+                      sort_keys=True)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
 def cache_key(model_overrides: dict, difficulty: int, data_seed: int, train_size: int, target: float,
               max_new_tokens: int, sft: SFTConfig) -> str:
-    """16 hex digits of SHA-256 over everything that determines the warm-start weights."""
-    blob = json.dumps({
-        "version": WARMSTART_VERSION, "arch": {**TINY_CONFIG, **model_overrides},
-        "tokenizer": len(build_tokenizer()), "task": ["arithmetic", difficulty, data_seed, train_size],
-        "target": target, "max_new_tokens": max_new_tokens,
-        "sft": dataclasses.asdict(sft), "torch": torch.__version__.split("+")[0],
-    }, sort_keys=True)
+    """16 hex digits of SHA-256 over everything that determines the weights of a warm start
+    trained here: :func:`settings_key`'s settings and torch's version."""
+    blob = json.dumps({**_settings(model_overrides, difficulty, data_seed, train_size, target, max_new_tokens, sft),
+                       "torch": torch.__version__.split("+")[0]}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+# ------------------------------------------------------------------------------------ shipped
+
+
+#: The files of a warm start's folder whose SHA-256 ``warmstart.json`` records (``files``).
+CHECKED_FILES = ("model.safetensors", "config.json", "tokenizer.json", "tokenizer_config.json")
+
+
+def shipped_root() -> Path:
+    """The package's folder of shipped warm starts (``scalectl/presets/warmstarts``)."""
+    import importlib.resources
+
+    return Path(str(importlib.resources.files("scalectl.presets") / "warmstarts"))
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, as hex."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def verify_folder(folder: Path, meta: dict) -> None:
+    """Check every file ``meta["files"]`` lists (name -> SHA-256) against its bytes in ``folder``.
+
+    Raises:
+        UserError: a file missing or whose SHA-256 differs, naming it and both sums, and how to
+            rebuild the warm start.
+    """
+    from scalectl.errors import UserError
+
+    files = meta.get("files") or {}
+    if not files:
+        raise UserError(f"{folder / 'warmstart.json'}: no checksums (key 'files'); rebuild it with `make warm-start`")
+    for name, expected in files.items():
+        path = folder / name
+        if not path.is_file():
+            raise UserError(f"{path}: missing from the warm start (warmstart.json lists it); "
+                            "reinstall scalectl or rebuild it with `make warm-start`")
+        got = file_sha256(path)
+        if got != expected:
+            raise UserError(f"{path}: SHA-256 {got} is not the {expected} that warmstart.json records: the "
+                            "warm start is damaged or was changed; reinstall scalectl or rebuild it with "
+                            "`make warm-start`")
+
+
+def shipped_warm_start(key: str, root: Path | None = None) -> Path | None:
+    """The shipped warm start whose settings key is ``key`` (:func:`settings_key`), its checksums
+    verified, or None when none is shipped for it.
+
+    Raises:
+        UserError: the shipped folder fails its checksums (:func:`verify_folder`) or its
+            ``warmstart.json`` does not parse.
+    """
+    from scalectl.errors import UserError
+
+    root = shipped_root() if root is None else Path(root)
+    if not root.is_dir():
+        return None
+    for meta_path in sorted(root.glob("*/warmstart.json")):
+        try:
+            meta = json.loads(meta_path.read_text())
+        except (OSError, ValueError) as exc:
+            raise UserError(f"{meta_path}: not a readable warm-start description ({exc})") from None
+        if meta.get("settings_key") == key:
+            verify_folder(meta_path.parent, meta)
+            return meta_path.parent
+    return None
+
+
+def save_shipped(folder: str | Path, model, tokenizer, meta: dict, key: str, provenance: dict) -> Path:
+    """Write a warm start to ship in the package: the ``save_pretrained`` folder and its
+    ``warmstart.json`` (``meta`` of :func:`train_warm_start` without its history, the
+    ``settings_key`` ``key``, ``provenance`` (the command, commit, machine that made it) and
+    the SHA-256 of every file of :data:`CHECKED_FILES`).  Written beside ``folder`` and renamed
+    into place: an interrupted build leaves the old one.
+
+    Returns:
+        The folder.
+    """
+    folder = Path(folder)
+    tmp = folder.with_name(f".tmp-{folder.name}-{os.getpid()}")
+    shutil.rmtree(tmp, ignore_errors=True)
+    save_policy(model, tokenizer, tmp)
+    for extra in tmp.iterdir():           # only what a run loads and the checksums cover
+        if extra.name not in CHECKED_FILES:
+            extra.unlink()
+    files = {name: file_sha256(tmp / name) for name in CHECKED_FILES}
+    history = meta.get("history") or []
+    described = {k: v for k, v in meta.items() if k != "history"}
+    described.update(settings_key=key, files=files, provenance=provenance,
+                     checks=len(history), first_check=history[0] if history else None)
+    (tmp / "warmstart.json").write_text(json.dumps(described, indent=1, sort_keys=True) + "\n")
+    shutil.rmtree(folder, ignore_errors=True)
+    os.replace(tmp, folder)
+    return folder
+
+
+def warm_start_record(path: str | Path) -> dict:
+    """What a run records of the checkpoint it started from (the store's ``runs.warm_start``).
+
+    Returns:
+        ``{"source": "shipped" | "trained" | "checkpoint", "path", "sha256"}`` (the SHA-256 of
+        ``model.safetensors``, None where the folder has none) and, for a warm start, its
+        ``name`` (shipped), ``key``, SFT ``steps`` and check ``pass_rate``.
+    """
+    path = Path(path)
+    weights = path / "model.safetensors"
+    record = {"source": "checkpoint", "path": str(path),
+              "sha256": file_sha256(weights) if weights.is_file() else None}
+    meta_path = path / "warmstart.json"
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+        shipped = "settings_key" in meta and "files" in meta
+        record.update(source="shipped" if shipped else "trained",
+                      key=meta.get("settings_key") if shipped else meta.get("key"),
+                      steps=meta.get("steps"), pass_rate=meta.get("pass_rate"))
+        if shipped:
+            record["name"] = path.name
+    return record
 
 
 @contextlib.contextmanager
@@ -213,9 +362,11 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
 
     Returns:
         The folder (``save_pretrained`` layout, plus ``warmstart.json`` with the
-        pass rate reached, steps and wall time).
+        pass rate reached, steps and wall time): the shipped one when its settings are these
+        (:func:`shipped_warm_start`; not with an explicit ``cache_dir``), else the cached one.
 
     Raises:
+        UserError: the shipped warm start for these settings fails its checksums.
         FileNotFoundError: a non-builtin path that does not exist.
         ValueError: builtin model with a data source other than ``synthetic:arithmetic``,
             or neither a recipe nor the three sections.
@@ -238,7 +389,10 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
     overrides = dict(model_overrides or {})
     train_size = min(data_cfg.train_size or DEFAULT_SYNTHETIC_TRAIN, SFT_PROBLEMS)   # the SFT set's size
     target = model_cfg.warm_start_target
-    key = cache_key(overrides, data_cfg.difficulty, data_cfg.seed, train_size, target, max_new_tokens, sft)
+    settings = (overrides, data_cfg.difficulty, data_cfg.seed, train_size, target, max_new_tokens, sft)
+    if cache_dir is None and (shipped := shipped_warm_start(settings_key(*settings))) is not None:
+        return shipped
+    key = cache_key(*settings)
     models = Path(cache_dir) if cache_dir is not None else cache_root() / "models"
     final = models / key
     if (final / "warmstart.json").is_file():
@@ -248,25 +402,41 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
             return final
         log(f"[bold]warm start[/] {key}: SFT of the tiny model to held-out pass rate {target} "
             f"(difficulty {data_cfg.difficulty}); cached in {final}")
-        tokenizer = build_tokenizer()
-        model = build_tiny_model(seed=sft.seed, **overrides)
-        train = train_problems(train_size, seed=data_cfg.seed, difficulty=data_cfg.difficulty)
-        check_set = eval_problems(sft.check_prompts, seed=data_cfg.seed, difficulty=data_cfg.difficulty)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(sft.seed)
-            result = train_sft(model, tokenizer, train, check_set, target, sft,
-                               max_new_tokens=max_new_tokens, log=log)
+        model, tokenizer, meta = train_warm_start(*settings, log=log)
+        meta = {"key": key, **meta}
         tmp = models / f".tmp-{key}-{os.getpid()}"
         shutil.rmtree(tmp, ignore_errors=True)
         save_policy(model, tokenizer, tmp)
-        meta = {"key": key, "target": target, "difficulty": data_cfg.difficulty, "data_seed": data_cfg.seed,
-                "train_size": train_size, "max_new_tokens": max_new_tokens, "sft": dataclasses.asdict(sft),
-                "model_overrides": overrides, "steps": result["steps"], "pass_rate": result["pass_rate"],
-                "seconds": round(result["seconds"], 1), "history": result["history"],
-                "python": sys.version.split()[0], "torch": torch.__version__}
         (tmp / "warmstart.json").write_text(json.dumps(meta, indent=1))
         shutil.rmtree(final, ignore_errors=True)  # a folder without warmstart.json is not a cache entry
         os.replace(tmp, final)
-        log(f"[bold]warm start[/] done: pass rate {result['pass_rate']:.3f} after {result['steps']} steps "
-            f"({result['seconds']:.0f}s)")
+        log(f"[bold]warm start[/] done: pass rate {meta['pass_rate']:.3f} after {meta['steps']} steps "
+            f"({meta['seconds']:.0f}s)")
         return final
+
+
+def train_warm_start(model_overrides: dict, difficulty: int, data_seed: int, train_size: int, target: float,
+                     max_new_tokens: int, sft: SFTConfig, *, log=_log):
+    """Build the tiny model and SFT it to ``target`` (:func:`train_sft`) on the first
+    ``train_size`` problems of the arithmetic training split at ``difficulty``.
+
+    Returns:
+        (model, tokenizer, meta): ``meta`` describes it for ``warmstart.json`` (the settings,
+        SFT steps, check pass rate, wall time, history, python and torch versions).
+
+    Raises:
+        RuntimeError: the target was not reached (see :func:`train_sft`).
+    """
+    tokenizer = build_tokenizer()
+    model = build_tiny_model(seed=sft.seed, **model_overrides)
+    train = train_problems(train_size, seed=data_seed, difficulty=difficulty)
+    check_set = eval_problems(sft.check_prompts, seed=data_seed, difficulty=difficulty)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(sft.seed)
+        result = train_sft(model, tokenizer, train, check_set, target, sft, max_new_tokens=max_new_tokens, log=log)
+    meta = {"target": target, "difficulty": difficulty, "data_seed": data_seed,
+            "train_size": train_size, "max_new_tokens": max_new_tokens, "sft": dataclasses.asdict(sft),
+            "model_overrides": dict(model_overrides), "steps": result["steps"], "pass_rate": result["pass_rate"],
+            "seconds": round(result["seconds"], 1), "history": result["history"],
+            "python": sys.version.split()[0], "torch": torch.__version__}
+    return model, tokenizer, meta
