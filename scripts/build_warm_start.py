@@ -54,7 +54,7 @@ def main() -> None:
     sft = SFTConfig()
     train_size = min(recipe.data.train_size or DEFAULT_SYNTHETIC_TRAIN, SFT_PROBLEMS)
     settings = ({}, recipe.data.difficulty, recipe.data.seed, train_size, recipe.model.warm_start_target,
-                recipe.length.max_new_tokens, sft)
+                recipe.length.max_new_tokens, sft, dict(recipe.data.mix))
     key = settings_key(*settings)
     name = args.name or Path(str(args.setup)).stem
     load_before = os.getloadavg()

@@ -85,3 +85,52 @@ def test_the_training_limit_is_what_the_level_can_generate(difficulty):
     assert check_sizes(limit, reserve_size(difficulty), difficulty) == []
     problems = check_sizes(limit + 1, reserve_size(difficulty) + 1, difficulty)
     assert [p.split(" = ")[0] for p in problems] == ["data.train_size", "eval.prompts"]
+
+
+def test_a_mixture_of_levels_is_disjoint_deterministic_and_prefix_stable():
+    mix = {8: 0.3}
+    train, held = make_splits(6000, 400, seed=5, difficulty=2, mix=mix)
+    assert [p.id for p in train] == list(range(6000)) and [p.id for p in held] == list(range(400))
+    assert len({p.prompt for p in train}) == 6000 and not {p.prompt for p in train} & {p.prompt for p in held}
+    # every held-out prompt of either level stays out of training, whatever the held-out size
+    for level in (2, 8):
+        reserve = {p.prompt for p in eval_problems(reserve_size(level), seed=5, difficulty=level)}
+        assert not reserve & {p.prompt for p in train}
+    terms = [p.prompt.count("+") + p.prompt.count("-") + 1 for p in train]
+    assert set(terms) == {2, 6}
+    share = terms.count(6) / len(terms)
+    assert abs(share - 0.3) < 4 * (0.3 * 0.7 / len(terms)) ** 0.5      # binomial sd, 4 of them
+    for p in train[:200] + held[:200]:
+        assert int(p.answer) == eval(p.prompt[:-1])
+    assert train_problems(1000, seed=5, difficulty=2, mix=mix) == train[:1000]
+    assert eval_problems(100, seed=5, difficulty=2, mix=mix) == held[:100]
+    assert make_splits(6000, 400, seed=5, difficulty=2, mix=mix) == (train, held)
+    assert make_splits(6000, 400, seed=6, difficulty=2, mix=mix)[0] != train
+
+
+def test_a_mixture_counts_each_level_against_its_own_limit():
+    # level 2 supplies 15,000 training prompts: 0.7 of 30,000 is more, 0.7 of 20,000 is not
+    assert check_sizes(20000, 500, 2, {8: 0.3}) == []
+    (problem,) = check_sizes(30000, 500, 2, {8: 0.3})
+    assert problem.startswith("data.train_size = 30000 (") and "at level 2" in problem and "at most 15,000" in problem
+    with pytest.raises(ValueError, match="data.train_size = 30000"):
+        train_problems(30000, difficulty=2, mix={8: 0.3})
+    with pytest.raises(ValueError, match="data.mix names data.difficulty"):
+        train_problems(10, difficulty=2, mix={2: 0.3})
+    with pytest.raises(ValueError, match="leave a share"):
+        eval_problems(10, difficulty=2, mix={8: 0.6, 7: 0.4})
+
+
+def test_the_mixture_key_is_validated_and_hash_neutral_when_empty():
+    from scalectl.errors import UserError
+    from scalectl.recipe.load import load
+
+    plain = load("scalerl", "tiny-cpu")
+    assert plain.data.mix == {} and load("scalerl", "tiny-cpu", ["data.mix={}"]).content_hash == plain.content_hash
+    mixed = load("scalerl", "tiny-cpu", ["data.mix={8=0.3}"])
+    assert mixed.data.mix == {"8": 0.3} and mixed.content_hash != plain.content_hash
+    for bad, says in [("{2=0.3}", "names data.difficulty = 2"), ("{0=0.3}", "level '0' is not one of 1-9"),
+                      ("{8=1.0}", r"not in \(0, 1\)"), ("{8=0.6,7=0.4}", "add up to 1")]:
+        with pytest.raises(UserError, match=says) as err:
+            load("scalerl", "tiny-cpu", [f"data.mix={bad}"])
+        assert "data.mix" in str(err.value)

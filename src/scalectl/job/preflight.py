@@ -239,7 +239,7 @@ def check_inputs(recipe, origins: dict[str, str] | None = None) -> Inputs:
         from scalectl.rl.data.splits import DEFAULT_SYNTHETIC_TRAIN
 
         found.problems += check_sizes(recipe.data.train_size or DEFAULT_SYNTHETIC_TRAIN, recipe.eval.prompts,
-                                      recipe.data.difficulty)
+                                      recipe.data.difficulty, recipe.data.mix, seed=recipe.data.seed)
     if path.startswith(("simulated:", "builtin:")):
         return found            # a simulated curve reads nothing; builtin:tiny takes synthetic prompts only
     tokenizer = check_tokenizer(recipe, found)

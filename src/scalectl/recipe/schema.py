@@ -479,6 +479,10 @@ class Data(_Section):
     difficulty: int = Field(default=3, ge=1, le=9, description=(
         "Difficulty level of synthetic:arithmetic: more digits, then more terms "
         "(scalectl.rl.data.arithmetic)."))
+    mix: dict[str, float] = Field(default_factory=dict, max_length=8, description=(
+        "Other levels of synthetic:arithmetic mixed in, level -> share of the prompts (training and "
+        "held-out alike), e.g. {8 = 0.4}; data.difficulty takes the rest. Each level keeps its own "
+        "held-out reserve (scalectl.rl.data.arithmetic). Empty: data.difficulty alone."))
     seed: int = Field(default=0, ge=0, le=SEED_MAX, description=(
         "Seed of the prompt set: the generated problems and the held-out split."))
     split: Line = Field(default="train", description=(
@@ -492,6 +496,21 @@ class Data(_Section):
         "Column holding the reference answer, dotted for nested fields (e.g. "
         "reward_model.ground_truth). Unset: a known layout (docs/real-data.md, \"Prompt sets\")."))
 
+
+    @model_validator(mode="after")
+    def _check_mix(self) -> "Data":
+        for name, share in self.mix.items():
+            if name not in {str(d) for d in range(1, 10)}:
+                raise ValueError(f"data.mix level {name!r} is not one of 1-9")
+            level = int(name)
+            if level == self.difficulty:
+                raise ValueError(f"data.mix names data.difficulty = {level}: give the other levels only")
+            if not 0 < share < 1:
+                raise ValueError(f"data.mix share of level {level} is {share}, not in (0, 1)")
+        if self.mix and sum(self.mix.values()) >= 1:
+            raise ValueError(f"data.mix shares add up to {sum(self.mix.values()):g}, leaving nothing for "
+                             f"data.difficulty = {self.difficulty}")
+        return self
 
 class Hardware(_Section):
     """What the run runs on.  GPU-hours are comparable only within one hardware
@@ -702,7 +721,7 @@ UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint", "loggi
 #: Keys added after recipe hashes were first stored, with the value that leaves a hash as it
 #: was: at that value the key is left out of the content hash, so that stored runs of a recipe
 #: are still recognised as its seeds; any other value changes the hash.
-HASH_NEUTRAL = {("model", "think_tags"): False, ("async", "schedule"): "streaming",
+HASH_NEUTRAL = {("model", "think_tags"): False, ("async", "schedule"): "streaming", ("data", "mix"): {},
                 ("hardware", "gpus_per_generator"): 1,
                 ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
                 ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0,

@@ -14,6 +14,12 @@ held-out prompts (5,000, fewer at small levels), so the splits are disjoint for 
 held-out size up to that (larger sizes are refused),
 and neither split depends on the other's size (the first k prompts of a split are
 the same for any size >= k).
+
+``data.mix`` mixes levels: ``{8 = 0.4}`` with ``data.difficulty = 2`` draws each prompt's
+level first (0.6 level 2, 0.4 level 8, from a stream of its own), then the prompt from that
+level's own stream (:func:`mixed_levels`).  Each level keeps its own held-out reserve, so the
+splits stay disjoint, deterministic and prefix-stable; a level's training prompts are limited
+by what it can generate (:func:`check_sizes`).
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ DIFFICULTIES: dict[int, Difficulty] = {
 }
 
 _TRAIN_STREAM, _EVAL_STREAM = 0, 1
+#: The stream that draws each prompt's level in a mixture (apart from every level's own).
+_LEVEL_STREAM = 1009
 #: Largest held-out split; training never uses these prompts.
 HELD_OUT_RESERVE = 5000
 
@@ -135,19 +143,25 @@ def _stream(seed: int, difficulty: int, stream: int, size: int, exclude: set[str
     return out
 
 
-def eval_problems(size: int, *, seed: int = 0, difficulty: int = 3) -> list[Problem]:
-    """The held-out evaluation split: ``size`` distinct problems (ids 0..size-1).
+def eval_problems(size: int, *, seed: int = 0, difficulty: int = 3, mix: dict | None = None) -> list[Problem]:
+    """The held-out evaluation split: ``size`` distinct problems (ids 0..size-1), of
+    ``difficulty`` or of the mixture ``mix`` adds (:func:`mixed_levels`).
 
     The first k problems do not depend on ``size``.
 
     Raises:
-        ValueError: unknown difficulty, size above :data:`HELD_OUT_RESERVE`, or fewer
-            distinct problems than ``size``.
+        ValueError: an unknown level or a bad mixture, or more problems of a level than its
+            held-out reserve (:func:`reserve_size`; :data:`HELD_OUT_RESERVE` at most).
     """
-    if size > reserve_size(difficulty):
+    levels = mixed_levels(difficulty, mix)
+    if size > reserve_size(difficulty) and len(levels) == 1:
         raise ValueError(f"eval.prompts = {size}: the synthetic held-out split at difficulty {difficulty} "
                          f"has at most {reserve_size(difficulty)} prompts")
-    return _stream(seed, difficulty, _EVAL_STREAM, size, exclude=set())
+    if len(levels) == 1:
+        return _stream(seed, difficulty, _EVAL_STREAM, size, exclude=set())
+    if problems := check_sizes(0, size, difficulty, mix, seed=seed):
+        raise ValueError(problems[0])
+    return _mixed(seed, levels, _EVAL_STREAM, size, excluded=False)
 
 
 def distinct_problems(difficulty: int) -> int:
@@ -169,19 +183,70 @@ def max_train_size(difficulty: int) -> int:
     return distinct_problems(difficulty) - reserve_size(difficulty)
 
 
-def check_sizes(train_size: int, eval_size: int, difficulty: int) -> list[str]:
-    """What is wrong with asking ``difficulty`` for these split sizes (empty: nothing), each
-    naming the key (``data.train_size``, ``eval.prompts``), the limit and what to change."""
+def mixed_levels(difficulty: int, mix: dict | None = None) -> list[tuple[int, float]]:
+    """The (level, share) pairs of a prompt set: ``difficulty`` with what ``mix`` leaves, then
+    ``mix``'s levels in order.
+
+    Raises:
+        ValueError: an unknown level, ``difficulty`` in ``mix``, a share outside (0, 1), or
+            shares that leave nothing for ``difficulty``.
+    """
+    mix = {int(k): float(v) for k, v in (mix or {}).items()}
+    for level, share in mix.items():
+        _spec(level)
+        if level == difficulty:
+            raise ValueError(f"data.mix names data.difficulty = {difficulty}: give the other levels only")
+        if not 0 < share < 1:
+            raise ValueError(f"data.mix share of level {level} is {share}: must be in (0, 1)")
+    rest = 1.0 - sum(mix.values())
+    if rest <= 0:
+        raise ValueError(f"data.mix shares add up to {sum(mix.values()):g}: they must leave a share for "
+                         f"data.difficulty = {difficulty}")
+    _spec(difficulty)
+    return [(difficulty, rest), *sorted(mix.items())]
+
+
+def level_of_each(size: int, seed: int, levels: list[tuple[int, float]], stream: int) -> np.ndarray:
+    """The level index (into ``levels``) of each of the first ``size`` prompts of a split:
+    drawn from a stream of its own by the shares, the first k the same for any size >= k."""
+    if len(levels) == 1:
+        return np.zeros(size, dtype=np.int64)
+    rng = np.random.default_rng([seed, _LEVEL_STREAM, stream])
+    edges = np.cumsum([share for _, share in levels])
+    return np.minimum(np.searchsorted(edges / edges[-1], rng.random(size), side="right"), len(levels) - 1)
+
+
+def check_sizes(train_size: int, eval_size: int, difficulty: int, mix: dict | None = None, *,
+                seed: int = 0) -> list[str]:
+    """What is wrong with asking for these split sizes (empty: nothing), each naming the key
+    (``data.train_size``, ``eval.prompts``), the level, its limit and what to change.  In a
+    mixture each level's count (drawn by :func:`level_of_each`) must fit that level."""
+    levels = mixed_levels(difficulty, mix)
     problems = []
-    if train_size > max_train_size(difficulty):
-        problems.append(
-            f"data.train_size = {train_size}: data.difficulty = {difficulty} generates {distinct_problems(difficulty):,} "
-            f"distinct problems, {reserve_size(difficulty):,} of them kept for the held-out split, so at most "
-            f"{max_train_size(difficulty):,} training prompts; lower data.train_size or raise data.difficulty")
-    if eval_size > reserve_size(difficulty):
-        problems.append(f"eval.prompts = {eval_size}: the synthetic held-out split at data.difficulty = {difficulty} "
-                        f"has at most {reserve_size(difficulty):,} prompts")
+    for key, size, stream in (("data.train_size", train_size, _TRAIN_STREAM), ("eval.prompts", eval_size, _EVAL_STREAM)):
+        counts = np.bincount(level_of_each(size, seed, levels, stream), minlength=len(levels))
+        for (level, _), n in zip(levels, counts.tolist()):
+            of = f" ({n} of them at level {level})" if len(levels) > 1 else ""
+            if key == "data.train_size" and n > max_train_size(level):
+                problems.append(
+                    f"{key} = {size}{of}: data.difficulty = {level} generates {distinct_problems(level):,} distinct "
+                    f"problems, {reserve_size(level):,} of them kept for the held-out split, so at most "
+                    f"{max_train_size(level):,} training prompts; lower data.train_size or raise data.difficulty")
+            if key == "eval.prompts" and n > reserve_size(level):
+                problems.append(f"{key} = {size}{of}: the synthetic held-out split at data.difficulty = {level} "
+                                f"has at most {reserve_size(level):,} prompts")
     return problems
+
+
+def _mixed(seed: int, levels: list[tuple[int, float]], stream: int, size: int, excluded: bool) -> list[Problem]:
+    which = level_of_each(size, seed, levels, stream)
+    per_level = {}
+    for i, (level, _) in enumerate(levels):
+        n = int((which == i).sum())
+        exclude = _reserved(seed, level) if excluded else set()
+        per_level[i] = iter(_stream(seed, level, stream, n, exclude=exclude))
+    return [Problem(id=k, prompt=p.prompt, answer=p.answer)
+            for k, p in enumerate(next(per_level[int(i)]) for i in which)]
 
 
 @functools.lru_cache(maxsize=16)
@@ -189,20 +254,25 @@ def _reserved(seed: int, difficulty: int) -> frozenset[str]:
     return frozenset(p.prompt for p in _stream(seed, difficulty, _EVAL_STREAM, reserve_size(difficulty), set()))
 
 
-def train_problems(size: int, *, seed: int = 0, difficulty: int = 3) -> list[Problem]:
-    """The training split: ``size`` distinct problems (ids 0..size-1), none of which is
-    among the first :func:`reserve_size` held-out problems.
+def train_problems(size: int, *, seed: int = 0, difficulty: int = 3, mix: dict | None = None) -> list[Problem]:
+    """The training split: ``size`` distinct problems (ids 0..size-1), of ``difficulty`` or of
+    the mixture ``mix`` adds, none of which is among its level's first :func:`reserve_size`
+    held-out problems.
 
     Raises:
-        ValueError: unknown difficulty, or more than :func:`max_train_size` problems asked for.
+        ValueError: an unknown level or a bad mixture, or more problems of a level than it can
+            generate besides its reserve (:func:`check_sizes`).
     """
-    if size > max_train_size(difficulty):
-        raise ValueError(check_sizes(size, 0, difficulty)[0])
-    return _stream(seed, difficulty, _TRAIN_STREAM, size, exclude=_reserved(seed, difficulty))
+    if problems := check_sizes(size, 0, difficulty, mix, seed=seed):
+        raise ValueError(problems[0])
+    levels = mixed_levels(difficulty, mix)
+    if len(levels) == 1:
+        return _stream(seed, difficulty, _TRAIN_STREAM, size, exclude=_reserved(seed, difficulty))
+    return _mixed(seed, levels, _TRAIN_STREAM, size, excluded=True)
 
 
-def make_splits(train_size: int, eval_size: int, *, seed: int = 0,
-                difficulty: int = 3) -> tuple[list[Problem], list[Problem]]:
+def make_splits(train_size: int, eval_size: int, *, seed: int = 0, difficulty: int = 3,
+                mix: dict | None = None) -> tuple[list[Problem], list[Problem]]:
     """(train, held-out) splits, disjoint; see :func:`train_problems` and :func:`eval_problems`."""
-    return (train_problems(train_size, seed=seed, difficulty=difficulty),
-            eval_problems(eval_size, seed=seed, difficulty=difficulty))
+    return (train_problems(train_size, seed=seed, difficulty=difficulty, mix=mix),
+            eval_problems(eval_size, seed=seed, difficulty=difficulty, mix=mix))

@@ -81,7 +81,7 @@ def _synthetic(recipe, tokenizer, log) -> tuple[list, list]:
 
     try:
         train, held_out = make_splits(recipe.data.train_size or DEFAULT_SYNTHETIC_TRAIN, recipe.eval.prompts,
-                                      seed=recipe.data.seed, difficulty=recipe.data.difficulty)
+                                      seed=recipe.data.seed, difficulty=recipe.data.difficulty, mix=recipe.data.mix)
     except ValueError as exc:  # sizes the synthetic task cannot supply
         raise UserError(f"data.source = 'synthetic:arithmetic': {exc}") from None
     if tokenizer is None:

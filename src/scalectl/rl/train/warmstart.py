@@ -178,27 +178,30 @@ def cache_root() -> Path:
 
 
 def _settings(model_overrides: dict, difficulty: int, data_seed: int, train_size: int, target: float,
-              max_new_tokens: int, sft: SFTConfig) -> dict:
+              max_new_tokens: int, sft: SFTConfig, mix: dict | None = None) -> dict:
+    task = ["arithmetic", difficulty, data_seed, train_size]
+    if mix:                       # a mixture of levels (data.mix); a single level keeps its old key
+        task.append(sorted((int(k), float(v)) for k, v in mix.items()))
     return {"version": WARMSTART_VERSION, "arch": {**TINY_CONFIG, **model_overrides},
-            "tokenizer": len(build_tokenizer()), "task": ["arithmetic", difficulty, data_seed, train_size],
+            "tokenizer": len(build_tokenizer()), "task": task,
             "target": target, "max_new_tokens": max_new_tokens, "sft": dataclasses.asdict(sft)}
 
 
 def settings_key(model_overrides: dict, difficulty: int, data_seed: int, train_size: int, target: float,
-                 max_new_tokens: int, sft: SFTConfig) -> str:
+                 max_new_tokens: int, sft: SFTConfig, mix: dict | None = None) -> str:
     """16 hex digits of SHA-256 over the settings that define a warm start (model config, task,
     target, SFT settings, this module's version): a shipped warm start serves every setup whose
     settings key is its own, whatever the machine or the torch release."""
-    blob = json.dumps(_settings(model_overrides, difficulty, data_seed, train_size, target, max_new_tokens, sft),
+    blob = json.dumps(_settings(model_overrides, difficulty, data_seed, train_size, target, max_new_tokens, sft, mix),
                       sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
 def cache_key(model_overrides: dict, difficulty: int, data_seed: int, train_size: int, target: float,
-              max_new_tokens: int, sft: SFTConfig) -> str:
+              max_new_tokens: int, sft: SFTConfig, mix: dict | None = None) -> str:
     """16 hex digits of SHA-256 over everything that determines the weights of a warm start
     trained here: :func:`settings_key`'s settings and torch's version."""
-    blob = json.dumps({**_settings(model_overrides, difficulty, data_seed, train_size, target, max_new_tokens, sft),
+    blob = json.dumps({**_settings(model_overrides, difficulty, data_seed, train_size, target, max_new_tokens, sft, mix),
                        "torch": torch.__version__.split("+")[0]}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
@@ -389,7 +392,8 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
     overrides = dict(model_overrides or {})
     train_size = min(data_cfg.train_size or DEFAULT_SYNTHETIC_TRAIN, SFT_PROBLEMS)   # the SFT set's size
     target = model_cfg.warm_start_target
-    settings = (overrides, data_cfg.difficulty, data_cfg.seed, train_size, target, max_new_tokens, sft)
+    settings = (overrides, data_cfg.difficulty, data_cfg.seed, train_size, target, max_new_tokens, sft,
+                dict(getattr(data_cfg, "mix", None) or {}))
     if cache_dir is None and (shipped := shipped_warm_start(settings_key(*settings))) is not None:
         return shipped
     key = cache_key(*settings)
@@ -416,9 +420,10 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
 
 
 def train_warm_start(model_overrides: dict, difficulty: int, data_seed: int, train_size: int, target: float,
-                     max_new_tokens: int, sft: SFTConfig, *, log=_log):
+                     max_new_tokens: int, sft: SFTConfig, mix: dict | None = None, *, log=_log):
     """Build the tiny model and SFT it to ``target`` (:func:`train_sft`) on the first
-    ``train_size`` problems of the arithmetic training split at ``difficulty``.
+    ``train_size`` problems of the arithmetic training split at ``difficulty`` (with the levels
+    ``mix`` adds, ``data.mix``).
 
     Returns:
         (model, tokenizer, meta): ``meta`` describes it for ``warmstart.json`` (the settings,
@@ -429,12 +434,13 @@ def train_warm_start(model_overrides: dict, difficulty: int, data_seed: int, tra
     """
     tokenizer = build_tokenizer()
     model = build_tiny_model(seed=sft.seed, **model_overrides)
-    train = train_problems(train_size, seed=data_seed, difficulty=difficulty)
-    check_set = eval_problems(sft.check_prompts, seed=data_seed, difficulty=difficulty)
+    train = train_problems(train_size, seed=data_seed, difficulty=difficulty, mix=mix)
+    check_set = eval_problems(sft.check_prompts, seed=data_seed, difficulty=difficulty, mix=mix)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(sft.seed)
         result = train_sft(model, tokenizer, train, check_set, target, sft, max_new_tokens=max_new_tokens, log=log)
-    meta = {"target": target, "difficulty": difficulty, "data_seed": data_seed,
+    meta = {"target": target, "difficulty": difficulty, "mix": {str(k): v for k, v in (mix or {}).items()},
+            "data_seed": data_seed,
             "train_size": train_size, "max_new_tokens": max_new_tokens, "sft": dataclasses.asdict(sft),
             "model_overrides": dict(model_overrides), "steps": result["steps"], "pass_rate": result["pass_rate"],
             "seconds": round(result["seconds"], 1), "history": result["history"],
