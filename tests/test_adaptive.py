@@ -242,7 +242,7 @@ def test_stages_table_migration_and_round_trip(tmp_path):
     conn.commit()
     conn.close()
     with Store.open(path) as s:
-        assert s.db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert s.db.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         assert s.get_run("kept")["status"] == "completed"            # nothing stored is lost
         s.add_stage("abl", 0, [{"variant": "base", "is_base": True, "budget": 100, "seeds": 1, "action": "extend",
                                 "verdict": "baseline", "reason": "", "next_budget": 300, "next_seeds": 1,

@@ -308,8 +308,9 @@ def test_a_version_3_store_gains_the_series_table_and_keeps_its_points(tmp_path)
     path = tmp_path / "old.db"
     _store_at_version_3(path)
     with Store.open(path) as store:
-        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         run = store.get_run("old")["id"]
+        assert store.get_run("old")["warm_start"] is None          # schema 6: the column, empty for old runs
         assert [(p["step"], p["pass_rate"]) for p in store.points(run)] == [(0, 0.25), (10, 0.5)]
         assert store.series(run) == [] and store.points(run, "aime24") == []
         store.add_series_points(run, "aime24", "tests/data/math/aime24.parquet", 30,
@@ -388,7 +389,7 @@ def test_a_version_4_store_gains_checker_errors_and_keeps_its_points(tmp_path):
     conn.commit()
     conn.close()
     with Store.open(path) as store:
-        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 5
+        assert store.conn.execute("PRAGMA user_version").fetchone()[0] == SCHEMA_VERSION == 6
         run = store.get_run("old")["id"]
         (old,) = store.points(run)
         assert (old["step"], old["pass_rate"], old["checker_errors"]) == (0, 0.25, None)

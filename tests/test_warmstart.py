@@ -171,5 +171,5 @@ def test_takes_a_recipe(tmp_path, monkeypatch):
                                     "length": {"max_new_tokens": 30, "interrupt_min": 20, "interrupt_max": 25}})
     with pytest.raises(RuntimeError, match="stop here"):
         ws.ensure_warm_start(recipe, cache_dir=tmp_path, log=lambda m: None)
-    _, difficulty, _, _, target, max_new_tokens, _ = seen["key_args"]
-    assert (difficulty, target, max_new_tokens) == (4, 0.25, 30)
+    _, difficulty, _, _, target, max_new_tokens, _, mix = seen["key_args"]
+    assert (difficulty, target, max_new_tokens, mix) == (4, 0.25, 30, {})

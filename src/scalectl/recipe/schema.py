@@ -480,8 +480,8 @@ class Data(_Section):
         "Difficulty level of synthetic:arithmetic: more digits, then more terms "
         "(scalectl.rl.data.arithmetic)."))
     mix: dict[str, float] = Field(default_factory=dict, max_length=8, description=(
-        "Other levels of synthetic:arithmetic mixed in, level -> share of the prompts (training and "
-        "held-out alike), e.g. {8 = 0.4}; data.difficulty takes the rest. Each level keeps its own "
+        "Levels of synthetic:arithmetic mixed in: level -> share of prompts, e.g. {8 = 0.4}. "
+        "data.difficulty takes the rest of the training and held-out prompts; each level keeps its own "
         "held-out reserve (scalectl.rl.data.arithmetic). Empty: data.difficulty alone."))
     seed: int = Field(default=0, ge=0, le=SEED_MAX, description=(
         "Seed of the prompt set: the generated problems and the held-out split."))
