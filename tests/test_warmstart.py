@@ -173,3 +173,29 @@ def test_takes_a_recipe(tmp_path, monkeypatch):
         ws.ensure_warm_start(recipe, cache_dir=tmp_path, log=lambda m: None)
     _, difficulty, _, _, target, max_new_tokens, _, mix = seen["key_args"]
     assert (difficulty, target, max_new_tokens, mix) == (4, 0.25, 30, {})
+
+
+def test_sft_loss_with_label_smoothing_against_its_formula():
+    """(1 - eps) (-log p(token)) + eps mean_v (-log p(v)) over the completion tokens, computed here
+    from the model's own logits; eps = 0 is the plain cross-entropy of the RL's log-prob function."""
+    tok = build_tokenizer()
+    model = build_tiny_model(seed=3, **SMALL)
+    ids, mask, tmask = ws.sft_batch([NS(prompt="3+4=", answer="7"), NS(prompt="12-5+6=", answer="13")], tok)
+    with torch.no_grad():
+        logits = model(input_ids=ids, attention_mask=mask,
+                       position_ids=(mask.cumsum(-1) - 1).clamp(min=0)).logits[:, :-1].double()
+        logp = torch.log_softmax(logits, dim=-1)
+        nll = -logp.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+        uniform = -logp.mean(-1)
+        for eps in (0.0, 0.05, 0.2):
+            expected = (((1 - eps) * nll + eps * uniform) * tmask).sum() / tmask.sum()
+            got = ws.sft_loss(model, ids, mask, tmask, eps)
+            # float32 logits of a few hundred tokens: a few float32 epsilons of a loss near log V
+            assert abs(float(got) - float(expected)) < 1e-5, (eps, float(got), float(expected))
+
+
+def test_label_smoothing_is_a_setting_of_the_key_only_when_set():
+    plain = ws.SFTConfig()
+    assert ws.cache_key({}, 2, 0, 4000, 0.45, 20, plain) == "59c7f4608cc12e3c"     # the key it always had
+    smooth = ws.SFTConfig(label_smoothing=0.05)
+    assert ws.settings_key({}, 2, 0, 4000, 0.45, 20, smooth) != ws.settings_key({}, 2, 0, 4000, 0.45, 20, plain)

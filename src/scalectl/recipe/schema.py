@@ -453,6 +453,9 @@ class Model(_Section):
         "alike; docs/real-data.md)."))
     warm_start_target: float = Field(default=0.3, gt=0, lt=1, description=(
         "Held-out pass rate (0 to 1) at which the SFT warm start of builtin:tiny stops."))
+    warm_start_smoothing: float = Field(default=0.0, ge=0, lt=0.5, description=(
+        "Label smoothing of the SFT warm start of builtin:tiny (0: none): the policy then knows more "
+        "answers than it samples, as a language model's pass@k is above its pass@1."))
     params: float | None = Field(default=None, gt=0, le=1e15, description=(
         "Parameter count (for example 8e9), for the dry run when config.json cannot be read. The dry "
         "run estimates memory and the weight-sync plan from it. Unset: read from the checkpoint's "
@@ -722,6 +725,7 @@ UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint", "loggi
 #: was: at that value the key is left out of the content hash, so that stored runs of a recipe
 #: are still recognised as its seeds; any other value changes the hash.
 HASH_NEUTRAL = {("model", "think_tags"): False, ("async", "schedule"): "streaming", ("data", "mix"): {},
+                ("model", "warm_start_smoothing"): 0.0,
                 ("hardware", "gpus_per_generator"): 1,
                 ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
                 ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0,

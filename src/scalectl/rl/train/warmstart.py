@@ -68,12 +68,17 @@ class SFTConfig:
     """SFT settings (all part of the cache key).
 
     ``lr``/``warmup_steps``/``batch_size``: AdamW (betas 0.9/0.95, no weight decay),
-    linear warm-up then constant.  Every ``check_every`` steps, ``check_samples``
+    linear warm-up then constant.  ``label_smoothing`` (``model.warm_start_smoothing``): the
+    cross-entropy's label smoothing (Szegedy et al. 2016), which keeps a share of each
+    completion token's probability spread over the vocabulary: the policy then knows more
+    answers than it samples (its greedy pass rate well above its sampled one), as a language
+    model's pass@k is above its pass@1.  Every ``check_every`` steps, ``check_samples``
     completions for each of the first ``check_prompts`` held-out prompts; stop at
     the first check >= target, or fail after ``max_steps``.
     """
 
     lr: float = 3e-3
+    label_smoothing: float = 0.0
     warmup_steps: int = 20
     batch_size: int = 64
     check_every: int = 10
@@ -104,6 +109,36 @@ def sft_batch(problems: list[Problem], tokenizer) -> tuple[torch.Tensor, torch.T
         ids[r, L - len(s):], mask[r, L - len(s):] = torch.tensor(s), 1
         target[r, L - len(s) + npr - 1:] = 1.0  # targets are tokens 1..L-1
     return ids, mask, target
+
+
+def sft_loss(model, ids: torch.Tensor, mask: torch.Tensor, tmask: torch.Tensor, smoothing: float = 0.0) -> torch.Tensor:
+    """The SFT loss: cross-entropy of the completion tokens, averaged over them.
+
+    Args:
+        ids, mask: (N, L) left-padded tokens and attention mask (:func:`sft_batch`).
+        tmask: (N, L-1) 1 where the predicted token belongs to the completion.
+        smoothing: label smoothing epsilon: the target distribution is (1 - epsilon) on the
+            token plus epsilon / V on every token of the vocabulary (V entries), so the loss is
+            (1 - epsilon) (-log p(token)) + epsilon mean_v (-log p(v)) (torch's
+            ``cross_entropy(label_smoothing=...)``).  0: -log p(token), through the RL's own
+            log-prob function (:func:`token_logprobs`, fp32 head).
+
+    Returns:
+        The scalar loss (nats per completion token).
+    """
+    if smoothing == 0:
+        logp, _ = token_logprobs(model, ids, mask, head_fp32=True, with_entropy=False)
+        return -(logp * tmask).sum() / tmask.sum()
+    import torch.nn.functional as F
+
+    from scalectl.rl.policy.logprobs import head_logits, position_ids_from_mask
+
+    hidden = model.model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask),
+                         use_cache=False).last_hidden_state[:, :-1]
+    logits = head_logits(model, hidden, head_fp32=True)
+    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1), reduction="none",
+                         label_smoothing=smoothing).view_as(tmask)
+    return (ce * tmask).sum() / tmask.sum()
 
 
 def _log(msg: str) -> None:
@@ -154,8 +189,7 @@ def train_sft(model, tokenizer, train: list[Problem], check_set: list[Problem], 
         model.train()
         idx = torch.randint(len(train), (cfg.batch_size,), generator=gen).tolist()
         ids, mask, tmask = sft_batch([train[i] for i in idx], tokenizer)
-        logp, _ = token_logprobs(model, ids, mask, head_fp32=True, with_entropy=False)
-        loss = -(logp * tmask).sum() / tmask.sum()
+        loss = sft_loss(model, ids, mask, tmask, cfg.label_smoothing)
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
@@ -182,9 +216,12 @@ def _settings(model_overrides: dict, difficulty: int, data_seed: int, train_size
     task = ["arithmetic", difficulty, data_seed, train_size]
     if mix:                       # a mixture of levels (data.mix); a single level keeps its old key
         task.append(sorted((int(k), float(v)) for k, v in mix.items()))
+    settings = dataclasses.asdict(sft)
+    if not settings["label_smoothing"]:     # settings without it keep the keys they had before it
+        del settings["label_smoothing"]
     return {"version": WARMSTART_VERSION, "arch": {**TINY_CONFIG, **model_overrides},
             "tokenizer": len(build_tokenizer()), "task": task,
-            "target": target, "max_new_tokens": max_new_tokens, "sft": dataclasses.asdict(sft)}
+            "target": target, "max_new_tokens": max_new_tokens, "sft": settings}
 
 
 def settings_key(model_overrides: dict, difficulty: int, data_seed: int, train_size: int, target: float,
@@ -390,6 +427,8 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
             f"got {data_cfg.source!r}; give a checkpoint folder in model.path instead"
         )
     overrides = dict(model_overrides or {})
+    if getattr(model_cfg, "warm_start_smoothing", 0.0):
+        sft = dataclasses.replace(sft, label_smoothing=model_cfg.warm_start_smoothing)
     train_size = min(data_cfg.train_size or DEFAULT_SYNTHETIC_TRAIN, SFT_PROBLEMS)   # the SFT set's size
     target = model_cfg.warm_start_target
     settings = (overrides, data_cfg.difficulty, data_cfg.seed, train_size, target, max_new_tokens, sft,
