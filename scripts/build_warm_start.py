@@ -51,7 +51,7 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     recipe = load("scalerl", args.setup)
-    sft = SFTConfig(label_smoothing=recipe.model.warm_start_smoothing)
+    sft = SFTConfig(label_smoothing=recipe.model.warm_start_smoothing, greedy_target=recipe.model.warm_start_greedy)
     train_size = min(recipe.data.train_size or DEFAULT_SYNTHETIC_TRAIN, SFT_PROBLEMS)
     settings = ({}, recipe.data.difficulty, recipe.data.seed, train_size, recipe.model.warm_start_target,
                 recipe.length.max_new_tokens, sft, dict(recipe.data.mix))

@@ -199,3 +199,22 @@ def test_label_smoothing_is_a_setting_of_the_key_only_when_set():
     assert ws.cache_key({}, 2, 0, 4000, 0.45, 20, plain) == "59c7f4608cc12e3c"     # the key it always had
     smooth = ws.SFTConfig(label_smoothing=0.05)
     assert ws.settings_key({}, 2, 0, 4000, 0.45, 20, smooth) != ws.settings_key({}, 2, 0, 4000, 0.45, 20, plain)
+
+
+def test_a_greedy_target_then_a_flattened_head():
+    """With a greedy target the SFT stops at the first greedy check on it, then the LM head is
+    scaled down until the sampled check is at most the target: the most likely token of every
+    step is unchanged (a scaled head keeps the argmax), the sampled pass rate falls."""
+    sft = ws.SFTConfig(lr=5e-3, warmup_steps=5, batch_size=32, check_every=5, check_prompts=24, check_samples=2,
+                       max_steps=400, greedy_target=0.3)
+    model, tok, meta = ws.train_warm_start(SMALL, 1, 0, 60, 0.1, 12, sft, log=lambda m: None)
+    greedy_checks = [h[2] for h in meta["history"]]
+    assert greedy_checks[-1] >= 0.3 and all(r < 0.3 for r in greedy_checks[:-1])
+    assert meta["greedy_pass_rate"] == greedy_checks[-1] and 0 < meta["head_scale"] < 1
+    assert meta["pass_rate"] <= 0.1
+    check = eval_problems(24, seed=0, difficulty=1)
+    engine = ws.CPURolloutEngine(model, tok, head_fp32=True)
+    # the flattened policy's greedy pass rate is the one the SFT stopped at (same argmax, same seed)
+    assert ws.check_pass_rate(engine, check, sft, 12, seed=sft.seed + meta["steps"], greedy=True) == \
+        meta["greedy_pass_rate"]
+    assert ws.check_pass_rate(engine, check, sft, 12, seed=sft.seed) == meta["pass_rate"]

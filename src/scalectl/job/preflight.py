@@ -45,6 +45,8 @@ OWN_MODEL_DOCS = 'docs/real-data.md, "Your own model"'
 NO_EFFECT = (
     ("model.warm_start_target", lambda r: not r.model.path.startswith("builtin:"),
      f"only builtin: models are warm-started here; warm-start your own by a supervised stage first ({OWN_MODEL_DOCS})"),
+    ("model.warm_start_greedy", lambda r: not r.model.path.startswith("builtin:"),
+     f"only builtin: models are warm-started here; warm-start your own by a supervised stage first ({OWN_MODEL_DOCS})"),
     ("model.warm_start_smoothing", lambda r: not r.model.path.startswith("builtin:"),
      f"only builtin: models are warm-started here; warm-start your own by a supervised stage first ({OWN_MODEL_DOCS})"),
     ("data.difficulty", lambda r: r.data.source != "synthetic:arithmetic",

@@ -453,6 +453,10 @@ class Model(_Section):
         "alike; docs/real-data.md)."))
     warm_start_target: float = Field(default=0.3, gt=0, lt=1, description=(
         "Held-out pass rate (0 to 1) at which the SFT warm start of builtin:tiny stops."))
+    warm_start_greedy: float | None = Field(default=None, gt=0, lt=1, description=(
+        "Greedy pass rate (0 to 1) at which the SFT warm start of builtin:tiny stops; its LM head is "
+        "then scaled down until its sampled pass rate is model.warm_start_target (a policy that knows "
+        "more answers than it samples). Unset: stop when the sampled pass rate reaches the target."))
     warm_start_smoothing: float = Field(default=0.0, ge=0, lt=0.5, description=(
         "Label smoothing of the SFT warm start of builtin:tiny (0: none): the policy then knows more "
         "answers than it samples, as a language model's pass@k is above its pass@1."))
@@ -725,7 +729,7 @@ UNHASHED_KEYS = ("name", "description", "seed", "launcher", "checkpoint", "loggi
 #: was: at that value the key is left out of the content hash, so that stored runs of a recipe
 #: are still recognised as its seeds; any other value changes the hash.
 HASH_NEUTRAL = {("model", "think_tags"): False, ("async", "schedule"): "streaming", ("data", "mix"): {},
-                ("model", "warm_start_smoothing"): 0.0,
+                ("model", "warm_start_smoothing"): 0.0, ("model", "warm_start_greedy"): None,
                 ("hardware", "gpus_per_generator"): 1,
                 ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
                 ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0,

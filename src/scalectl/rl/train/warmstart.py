@@ -79,6 +79,7 @@ class SFTConfig:
 
     lr: float = 3e-3
     label_smoothing: float = 0.0
+    greedy_target: float | None = None
     warmup_steps: int = 20
     batch_size: int = 64
     check_every: int = 10
@@ -170,20 +171,26 @@ def train_sft(model, tokenizer, train: list[Problem], check_set: list[Problem], 
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / max(1, cfg.warmup_steps)))
     engine = CPURolloutEngine(model, tokenizer, head_fp32=True)
     history, t0, loss_val = [], time.perf_counter(), float("nan")
+    greedy = cfg.greedy_target is not None
+    goal, kind = (cfg.greedy_target, "greedy") if greedy else (target, "held-out")
     for step in range(cfg.max_steps + 1):
         if step % cfg.check_every == 0:
             model.eval()
-            rate = evaluate(engine, check_set, SamplingParams(max_new_tokens=max_new_tokens),
-                            samples_per_prompt=cfg.check_samples, seed=cfg.seed + step, score=Scorer(),
-                            chunk_prompts=len(check_set))["pass_rate"]
+            rate = check_pass_rate(engine, check_set, cfg, max_new_tokens, seed=cfg.seed + step, greedy=greedy)
             history.append((step, loss_val, rate))
             if step % (LOG_EVERY_CHECKS * cfg.check_every) == 0:   # every check is in the history
                 trained = f"loss {loss_val:.3f}" if step else "before training"
-                log(f"[dim]warm start[/] step {step:5d}  {trained}  held-out pass rate "
-                    f"{rate:.3f} (target {target})  {time.perf_counter() - t0:.0f}s")
-            if rate >= target:
-                return {"steps": step, "pass_rate": rate, "seconds": time.perf_counter() - t0,
-                        "history": history}
+                log(f"[dim]warm start[/] step {step:5d}  {trained}  {kind} pass rate "
+                    f"{rate:.3f} (target {goal})  {time.perf_counter() - t0:.0f}s")
+            if rate >= goal:
+                done = {"steps": step, "pass_rate": rate, "seconds": time.perf_counter() - t0, "history": history}
+                if greedy:
+                    scale, sampled = flatten_head(model, engine, check_set, target, cfg, max_new_tokens)
+                    log(f"[dim]warm start[/] greedy pass rate {rate:.3f} at step {step}; LM head scaled by "
+                        f"{scale:.4f}: sampled pass rate {sampled:.3f} (target {target})")
+                    done.update(greedy_pass_rate=rate, head_scale=scale, pass_rate=sampled,
+                                seconds=time.perf_counter() - t0)
+                return done
         if step == cfg.max_steps:
             break
         model.train()
@@ -198,9 +205,59 @@ def train_sft(model, tokenizer, train: list[Problem], check_set: list[Problem], 
         loss_val = loss.item()
     model.eval()
     raise RuntimeError(
-        f"warm start: held-out pass rate {history[-1][2]:.3f} after {cfg.max_steps} SFT steps, "
-        f"below model.warm_start_target = {target}; lower the target or the data.difficulty"
+        f"warm start: {kind} pass rate {history[-1][2]:.3f} after {cfg.max_steps} SFT steps, below "
+        f"{'model.warm_start_greedy' if greedy else 'model.warm_start_target'} = {goal}; lower it or the data.difficulty"
     )
+
+
+#: Top-p of a greedy check: only the most likely token survives the nucleus (ties aside).
+GREEDY_TOP_P = 1e-6
+#: Bisection steps of :func:`flatten_head` (the scale to 2^-12 of its range).
+FLATTEN_STEPS = 12
+
+
+def check_pass_rate(engine, check_set: list[Problem], cfg: SFTConfig, max_new_tokens: int, *, seed: int,
+                    greedy: bool = False) -> float:
+    """The warm start's check: mean@``cfg.check_samples`` at temperature 1 of ``check_set``
+    (scored by the built-in checker), or with ``greedy`` one completion per prompt of the most
+    likely tokens (top-p :data:`GREEDY_TOP_P`)."""
+    params = SamplingParams(max_new_tokens=max_new_tokens, top_p=GREEDY_TOP_P if greedy else 1.0)
+    return evaluate(engine, check_set, params, samples_per_prompt=1 if greedy else cfg.check_samples,
+                    seed=seed, score=Scorer(), chunk_prompts=len(check_set))["pass_rate"]
+
+
+def flatten_head(model, engine, check_set: list[Problem], target: float, cfg: SFTConfig,
+                 max_new_tokens: int) -> tuple[float, float]:
+    """Scale the LM head's weights (untied from the embeddings) by s in (0, 1] so that the sampled
+    check pass rate (:func:`check_pass_rate`, one fixed seed) is at most ``target``: the logits
+    W h become s W h, as sampling at temperature 1/s, the most likely token unchanged.  s is the
+    largest such scale found by :data:`FLATTEN_STEPS` steps of bisection.
+
+    Returns:
+        (s, the sampled check pass rate at s).
+
+    Raises:
+        ValueError: the model ties its LM head to its embeddings (scaling it would scale them).
+    """
+    if getattr(model.config, "tie_word_embeddings", False):
+        raise ValueError("flatten_head needs an LM head untied from the embeddings")
+    weight = model.lm_head.weight
+    original = weight.detach().clone()
+    lo, hi, best = 0.0, 1.0, None
+    for _ in range(FLATTEN_STEPS):
+        mid = (lo + hi) / 2
+        with torch.no_grad():
+            weight.copy_(original * mid)
+        rate = check_pass_rate(engine, check_set, cfg, max_new_tokens, seed=cfg.seed)
+        if rate > target:
+            hi = mid
+        else:
+            lo, best = mid, (mid, rate)
+    if best is None:                       # every scale tried samples above the target: the smallest
+        best = (mid, rate)
+    with torch.no_grad():
+        weight.copy_(original * best[0])
+    return best
 
 
 # ------------------------------------------------------------------------------------ cache
@@ -217,8 +274,9 @@ def _settings(model_overrides: dict, difficulty: int, data_seed: int, train_size
     if mix:                       # a mixture of levels (data.mix); a single level keeps its old key
         task.append(sorted((int(k), float(v)) for k, v in mix.items()))
     settings = dataclasses.asdict(sft)
-    if not settings["label_smoothing"]:     # settings without it keep the keys they had before it
-        del settings["label_smoothing"]
+    for key in ("label_smoothing", "greedy_target"):   # unset, they keep the keys made before them
+        if not settings[key]:
+            del settings[key]
     return {"version": WARMSTART_VERSION, "arch": {**TINY_CONFIG, **model_overrides},
             "tokenizer": len(build_tokenizer()), "task": task,
             "target": target, "max_new_tokens": max_new_tokens, "sft": settings}
@@ -429,6 +487,8 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
     overrides = dict(model_overrides or {})
     if getattr(model_cfg, "warm_start_smoothing", 0.0):
         sft = dataclasses.replace(sft, label_smoothing=model_cfg.warm_start_smoothing)
+    if getattr(model_cfg, "warm_start_greedy", None) is not None:
+        sft = dataclasses.replace(sft, greedy_target=model_cfg.warm_start_greedy)
     train_size = min(data_cfg.train_size or DEFAULT_SYNTHETIC_TRAIN, SFT_PROBLEMS)   # the SFT set's size
     target = model_cfg.warm_start_target
     settings = (overrides, data_cfg.difficulty, data_cfg.seed, train_size, target, max_new_tokens, sft,
@@ -483,5 +543,6 @@ def train_warm_start(model_overrides: dict, difficulty: int, data_seed: int, tra
             "train_size": train_size, "max_new_tokens": max_new_tokens, "sft": dataclasses.asdict(sft),
             "model_overrides": dict(model_overrides), "steps": result["steps"], "pass_rate": result["pass_rate"],
             "seconds": round(result["seconds"], 1), "history": result["history"],
-            "python": sys.version.split()[0], "torch": torch.__version__}
+            "python": sys.version.split()[0], "torch": torch.__version__,
+            **{k: result[k] for k in ("greedy_pass_rate", "head_scale") if k in result}}
     return model, tokenizer, meta
