@@ -485,10 +485,7 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
             f"got {data_cfg.source!r}; give a checkpoint folder in model.path instead"
         )
     overrides = dict(model_overrides or {})
-    if getattr(model_cfg, "warm_start_smoothing", 0.0):
-        sft = dataclasses.replace(sft, label_smoothing=model_cfg.warm_start_smoothing)
-    if getattr(model_cfg, "warm_start_greedy", None) is not None:
-        sft = dataclasses.replace(sft, greedy_target=model_cfg.warm_start_greedy)
+    sft = sft_settings(model_cfg, sft)
     train_size = min(data_cfg.train_size or DEFAULT_SYNTHETIC_TRAIN, SFT_PROBLEMS)   # the SFT set's size
     target = model_cfg.warm_start_target
     settings = (overrides, data_cfg.difficulty, data_cfg.seed, train_size, target, max_new_tokens, sft,
@@ -516,6 +513,21 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
         log(f"[bold]warm start[/] done: pass rate {meta['pass_rate']:.3f} after {meta['steps']} steps "
             f"({meta['seconds']:.0f}s)")
         return final
+
+
+#: Steps between two greedy checks: a greedy SFT runs to a higher pass rate, for longer.
+GREEDY_CHECK_EVERY = 50
+
+
+def sft_settings(model_cfg, sft: SFTConfig = SFTConfig()) -> SFTConfig:
+    """``sft`` with what the recipe's ``model`` section sets of it: ``warm_start_smoothing``
+    (label smoothing) and ``warm_start_greedy`` (the greedy target, checked every
+    :data:`GREEDY_CHECK_EVERY` steps)."""
+    if getattr(model_cfg, "warm_start_smoothing", 0.0):
+        sft = dataclasses.replace(sft, label_smoothing=model_cfg.warm_start_smoothing)
+    if getattr(model_cfg, "warm_start_greedy", None) is not None:
+        sft = dataclasses.replace(sft, greedy_target=model_cfg.warm_start_greedy, check_every=GREEDY_CHECK_EVERY)
+    return sft
 
 
 def train_warm_start(model_overrides: dict, difficulty: int, data_seed: int, train_size: int, target: float,
