@@ -43,7 +43,7 @@ def test_completed_run_is_extended_only_by_a_raised_budget(tmp_path, policy):
     db, runs = tmp_path / "s.db", tmp_path / "runs"
     first = run_cli(*_args(policy, runs), "--name", "done", db=db, check=True, timeout=300)
     # the run log says what the prompt set gave and which training pass is used
-    assert ("prompt set synthetic:arithmetic: 0 longer than 32 tokens dropped; 15000 training, 16 held-out prompts"
+    assert ("prompt set synthetic:arithmetic: 0 longer than 32 tokens dropped; 20000 training, 16 held-out prompts"
             in first.stderr)
     assert "training pass: packed rows where they take fewer rows" in first.stderr
     before = _show(db, "done")

@@ -125,10 +125,14 @@ def test_the_mixture_key_is_validated_and_hash_neutral_when_empty():
     from scalectl.errors import UserError
     from scalectl.recipe.load import load
 
-    plain = load("scalerl", "tiny-cpu")
-    assert plain.data.mix == {} and load("scalerl", "tiny-cpu", ["data.mix={}"]).content_hash == plain.content_hash
-    mixed = load("scalerl", "tiny-cpu", ["data.mix={8=0.3}"])
+    from scalectl.recipe.schema import Recipe
+
+    plain = Recipe.model_validate({"data": {"difficulty": 2}})
+    assert plain.data.mix == {}
+    assert Recipe.model_validate({"data": {"difficulty": 2, "mix": {}}}).content_hash == plain.content_hash
+    mixed = Recipe.model_validate({"data": {"difficulty": 2, "mix": {"8": 0.3}}})
     assert mixed.data.mix == {"8": 0.3} and mixed.content_hash != plain.content_hash
+    assert load("scalerl", "tiny-cpu").data.mix == {"8": 0.3}          # the default setup mixes level 8 in
     for bad, says in [("{2=0.3}", "names data.difficulty = 2"), ("{0=0.3}", "level '0' is not one of 1-9"),
                       ("{8=1.0}", r"not in \(0, 1\)"), ("{8=0.6,7=0.4}", "add up to 1")]:
         with pytest.raises(UserError, match=says) as err:
