@@ -138,3 +138,23 @@ def test_the_mixture_key_is_validated_and_hash_neutral_when_empty():
         with pytest.raises(UserError, match=says) as err:
             load("scalerl", "tiny-cpu", [f"data.mix={bad}"])
         assert "data.mix" in str(err.value)
+
+
+def test_the_default_setup_has_prompts_for_four_times_its_budget():
+    """The default setup's pool: level-2 prompts within what level 2 can supply, and level-8 ones
+    whose reference completions need more tokens than a rollout gets (so retire_solved, which
+    retires prompts solved at >= its threshold, leaves them in the pool: it never runs empty),
+    and at 4x the budget the steps' draws still come from a pool of thousands."""
+    from scalectl.recipe.load import load
+    from scalectl.rl.policy.model import build_tokenizer
+
+    recipe = load("scalerl", "tiny-cpu")
+    d = recipe.data
+    assert check_sizes(d.train_size, recipe.eval.prompts, d.difficulty, d.mix, seed=d.seed) == []
+    train = train_problems(d.train_size, seed=d.seed, difficulty=d.difficulty, mix=d.mix)
+    tok = build_tokenizer()
+    long = [p for p in train if p.prompt.count("+") + p.prompt.count("-") == 5]
+    assert len(long) > 5000                                    # 0.3 of 20,000, within binomial spread
+    shortest = min(len(tok.encode(sft_target(p.prompt), add_special_tokens=False)) for p in long[:500])
+    assert shortest > recipe.length.max_new_tokens
+    assert recipe.filter.retire_solved and recipe.budget.steps * 4 * recipe.batch.prompts_per_step > d.train_size

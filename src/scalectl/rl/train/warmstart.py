@@ -270,9 +270,7 @@ def cache_root() -> Path:
 
 def _settings(model_overrides: dict, difficulty: int, data_seed: int, train_size: int, target: float,
               max_new_tokens: int, sft: SFTConfig, mix: dict | None = None) -> dict:
-    task = ["arithmetic", difficulty, data_seed, train_size]
-    if mix:                       # a mixture of levels (data.mix); a single level keeps its old key
-        task.append(sorted((int(k), float(v)) for k, v in mix.items()))
+    task = ["arithmetic", difficulty, data_seed, train_size]     # the SFT set: data.difficulty alone
     settings = dataclasses.asdict(sft)
     for key in ("label_smoothing", "greedy_target"):   # unset, they keep the keys made before them
         if not settings[key]:
@@ -515,8 +513,9 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
         return final
 
 
-#: Steps between two greedy checks: a greedy SFT runs to a higher pass rate, for longer.
-GREEDY_CHECK_EVERY = 50
+#: Steps between two greedy checks, and the most SFT steps, of a greedy warm start: it runs to a
+#: higher pass rate, for longer.
+GREEDY_CHECK_EVERY, GREEDY_MAX_STEPS = 50, 8000
 
 
 def sft_settings(model_cfg, sft: SFTConfig = SFTConfig()) -> SFTConfig:
@@ -526,15 +525,18 @@ def sft_settings(model_cfg, sft: SFTConfig = SFTConfig()) -> SFTConfig:
     if getattr(model_cfg, "warm_start_smoothing", 0.0):
         sft = dataclasses.replace(sft, label_smoothing=model_cfg.warm_start_smoothing)
     if getattr(model_cfg, "warm_start_greedy", None) is not None:
-        sft = dataclasses.replace(sft, greedy_target=model_cfg.warm_start_greedy, check_every=GREEDY_CHECK_EVERY)
+        sft = dataclasses.replace(sft, greedy_target=model_cfg.warm_start_greedy, check_every=GREEDY_CHECK_EVERY,
+                                  max_steps=GREEDY_MAX_STEPS)
     return sft
 
 
 def train_warm_start(model_overrides: dict, difficulty: int, data_seed: int, train_size: int, target: float,
                      max_new_tokens: int, sft: SFTConfig, mix: dict | None = None, *, log=_log):
     """Build the tiny model and SFT it to ``target`` (:func:`train_sft`) on the first
-    ``train_size`` problems of the arithmetic training split at ``difficulty`` (with the levels
-    ``mix`` adds, ``data.mix``).
+    ``train_size`` problems of the arithmetic training split at ``difficulty``.  The levels
+    ``data.mix`` adds (``mix``) are not in the SFT set nor in its checks: the warm start knows the
+    setup's own level, and meets the mixed-in ones first in RL (the default setup's level 8 needs
+    more tokens than a rollout gets); ``mix`` is recorded in its description only.
 
     Returns:
         (model, tokenizer, meta): ``meta`` describes it for ``warmstart.json`` (the settings,
@@ -545,8 +547,8 @@ def train_warm_start(model_overrides: dict, difficulty: int, data_seed: int, tra
     """
     tokenizer = build_tokenizer()
     model = build_tiny_model(seed=sft.seed, **model_overrides)
-    train = train_problems(train_size, seed=data_seed, difficulty=difficulty, mix=mix)
-    check_set = eval_problems(sft.check_prompts, seed=data_seed, difficulty=difficulty, mix=mix)
+    train = train_problems(train_size, seed=data_seed, difficulty=difficulty)
+    check_set = eval_problems(sft.check_prompts, seed=data_seed, difficulty=difficulty)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(sft.seed)
         result = train_sft(model, tokenizer, train, check_set, target, sft, max_new_tokens=max_new_tokens, log=log)
