@@ -390,8 +390,8 @@ def save_shipped(folder: str | Path, model, tokenizer, meta: dict, key: str, pro
     files = {name: file_sha256(tmp / name) for name in CHECKED_FILES}
     history = meta.get("history") or []
     described = {k: v for k, v in meta.items() if k != "history"}
-    described.update(settings_key=key, files=files, provenance=provenance,
-                     checks=len(history), first_check=history[0] if history else None)
+    first = [None if isinstance(x, float) and x != x else x for x in history[0]] if history else None   # NaN: null
+    described.update(settings_key=key, files=files, provenance=provenance, checks=len(history), first_check=first)
     (tmp / "warmstart.json").write_text(json.dumps(described, indent=1, sort_keys=True) + "\n")
     shutil.rmtree(folder, ignore_errors=True)
     os.replace(tmp, folder)
