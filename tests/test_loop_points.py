@@ -76,7 +76,8 @@ def run_args(policy: Path, runs: Path, mode: str, name: str) -> list[str]:
     sets = MODES[mode] + [
         "batch.prompts_per_step=4", "batch.generations_per_prompt=4", "eval.every_steps=2", "eval.prompts=16",
         "eval.samples_per_prompt=2", "checkpoint.every_steps=100", f"model.path={policy}", "budget.steps=6",
-        "length.max_new_tokens=10", "data.difficulty=1", "data.train_size=40", "seed=3"]
+        "length.max_new_tokens=10", "data.difficulty=1", "data.train_size=40", "seed=3",
+        "data.mix={}", "optim.lr=1e-4"]     # as recorded (the default setup mixes a level in since)
     return ["run", "recipes/grpo.toml", "--runs-dir", str(runs), "--name", name] + [a for s in sets for a in ("--set", s)]
 
 

@@ -108,11 +108,11 @@ def test_a_warm_start_target_inherited_for_a_model_of_ones_own_is_warned_about(t
     checked = _validate(*SMALL, setup=str(setup))
     assert checked.exit_code == 0, checked.output
     said = " ".join(checked.stderr.split())
-    assert ("model.warm_start_target = 0.3 (from " in said and "tiny-cpu.toml) has no effect for model.path = "
+    assert ("model.warm_start_target = 0.43 (from " in said and "tiny-cpu.toml) has no effect for model.path = "
             f"'{models['own']}'" in said and "warm-start your own by a supervised stage first" in said)
     logged: list[str] = []
     runs.dry_run(GRPO, setup=setup, overrides=SMALL, runs_dir=tmp_path / "runs", log=logged.append)
-    assert any(line.startswith("warning: model.warm_start_target = 0.3") for line in logged)
+    assert any(line.startswith("warning: model.warm_start_target = 0.43") for line in logged)
     assert any(line.startswith(f"tokenizer of {models['own']}: Qwen2Tokenizer, 261 ids") for line in logged)
     quiet = _validate(*SMALL, f"model.path={models['own']}", setup=str(setup))
     assert "warm_start_target" in quiet.stderr                         # --set model.path: the setup's target still idle

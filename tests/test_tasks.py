@@ -158,3 +158,11 @@ def test_the_default_setup_has_prompts_for_four_times_its_budget():
     shortest = min(len(tok.encode(sft_target(p.prompt), add_special_tokens=False)) for p in long[:500])
     assert shortest > recipe.length.max_new_tokens
     assert recipe.filter.retire_solved and recipe.budget.steps * 4 * recipe.batch.prompts_per_step > d.train_size
+
+
+def test_a_layer_that_sets_the_mixture_replaces_it_whole():
+    from scalectl.recipe.load import load
+
+    assert load("grpo", "tiny-cpu", ["data.mix={}"]).data.mix == {}
+    assert load("grpo", "tiny-cpu", ["data.mix={7=0.2}"]).data.mix == {"7": 0.2}
+    assert load("grpo", "tiny-cpu", ["data.mix={}"]).content_hash != load("grpo", "tiny-cpu").content_hash

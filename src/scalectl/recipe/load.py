@@ -104,12 +104,19 @@ def flatten(d: dict, prefix: str = "") -> dict[str, Any]:
     return out
 
 
-def _merge(base: dict, top: dict) -> dict:
-    """Deep merge: tables merge key by key, every other value in ``top`` wins."""
+#: Tables that are one value, not sections: a layer that sets one replaces it whole (``--set
+#: data.mix={}`` removes the setup's mixture, ``{7 = 0.2}`` replaces it).
+VALUE_TABLES = frozenset({("data", "mix")})
+
+
+def _merge(base: dict, top: dict, _path: tuple[str, ...] = ()) -> dict:
+    """Deep merge: tables merge key by key (but :data:`VALUE_TABLES`, replaced whole), every
+    other value in ``top`` wins."""
     out = dict(base)
     for key, value in top.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
-            out[key] = _merge(out[key], value)
+        path = (*_path, key)
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and path not in VALUE_TABLES:
+            out[key] = _merge(out[key], value, path)
         else:
             out[key] = value
     return out

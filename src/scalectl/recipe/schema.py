@@ -454,12 +454,12 @@ class Model(_Section):
     warm_start_target: float = Field(default=0.3, gt=0, lt=1, description=(
         "Held-out pass rate (0 to 1) at which the SFT warm start of builtin:tiny stops."))
     warm_start_greedy: float | None = Field(default=None, gt=0, lt=1, description=(
-        "Greedy pass rate (0 to 1) at which the SFT warm start of builtin:tiny stops; its LM head is "
+        "Greedy pass rate (0 to 1) at which the SFT warm start of builtin:tiny stops. Its LM head is "
         "then scaled down until its sampled pass rate is model.warm_start_target (a policy that knows "
         "more answers than it samples). Unset: stop when the sampled pass rate reaches the target."))
     warm_start_smoothing: float = Field(default=0.0, ge=0, lt=0.5, description=(
-        "Label smoothing of the SFT warm start of builtin:tiny (0: none): the policy then knows more "
-        "answers than it samples, as a language model's pass@k is above its pass@1."))
+        "Label smoothing of the SFT warm start of builtin:tiny, 0 to 0.5 (0: none). The policy then "
+        "knows more answers than it samples, as a language model's pass@k is above its pass@1."))
     params: float | None = Field(default=None, gt=0, le=1e15, description=(
         "Parameter count (for example 8e9), for the dry run when config.json cannot be read. The dry "
         "run estimates memory and the weight-sync plan from it. Unset: read from the checkpoint's "
