@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import subprocess
 import sys
 from pathlib import Path
@@ -24,14 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def cpu_kind() -> str:
-    """The CPU's model name (``AMD EPYC``, ``Intel Xeon ...``), from /proc/cpuinfo."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    """The CPU's model name (``AMD EPYC``, ``Intel Xeon ...``): ``benchmarks/common.py``'s."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from common import cpu_model
+
+    return cpu_model()
 
 
 def main() -> None:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -37,14 +36,11 @@ BAND_TARGET, BIAS_TARGET = 0.90, 0.01
 
 
 def cpu_kind() -> str:
-    """The CPU's model name from /proc/cpuinfo (``AMD EPYC``, ``Intel(R) Xeon(R) ...``)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
+    """The CPU's model name (``AMD EPYC``, ``Intel Xeon ...``): ``benchmarks/common.py``'s."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from common import cpu_model
+
+    return cpu_model()
 
 
 def commit() -> str | None:
