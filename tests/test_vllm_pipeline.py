@@ -23,11 +23,13 @@ P, G, K, STEPS = 4, 4, 2, 6
 #: both on those weights (the broadcast copies the bytes), both float32 with a float32 LM head,
 #: differ only by the order of the sums (vLLM's CPU kernels and KV cache against one
 #: teacher-forced torch pass).  Such rounding is relative: log pi(y) = z_y - logsumexp(z) moves
-#: by a few float32 epsilons (2^-23) of the largest logit |z| at that position (or of the
-#: log-prob itself, when larger).  On the untrained tiny model (|z| < 1, log-probs ~ -5.6) the
-#: difference stays below 1e-6; on the warm-started model here |z| reaches ~30 and the
-#: measured worst token is 8 epsilons of it (1.1e-5 absolute).  Bound: ULPS epsilons of that
-#: magnitude, 4x the measured worst; a token sampled by another version is off by > 1e-2.
+#: by a few float32 epsilons (2^-23) of the largest sum |w_v . h| behind a logit z_v at that
+#: position (a dot product's rounding bound), or of the log-prob itself, when larger.  On a
+#: warm start SFT'd to a sampled pass rate of 0.45 (head not scaled) |z| reached ~30 and the
+#: measured worst token was 8 epsilons of it (1.1e-5 absolute); the shipped warm start's head
+#: is scaled by 0.45, its logits smaller but not its rounding (3.1e-5 seen, 32 epsilons of
+#: its largest |z|).  Bound: ULPS epsilons of the largest sum of |w_v h_i|; a token sampled by
+#: another version is off by > 1e-2.
 ULPS = 32
 EPS = 2.0 ** -23
 
@@ -53,8 +55,10 @@ def _weights(run_dir, version: int):
 def _teacher_forced(model, line) -> tuple[list[float], list[float]]:
     """For every completion token of a rollouts.jsonl ``line`` under ``model``: log pi(token |
     context) by the trainer's function (``token_logprobs``, float32 head, temperature 1), and the
-    tolerance of a generator's log-prob of it (:data:`ULPS` epsilons of the largest |logit| there,
-    or of the log-prob, at least 1)."""
+    tolerance of a generator's log-prob of it: :data:`ULPS` epsilons of the largest sum of
+    |weight x hidden| over the LM head's rows there (the rounding bound of a float32 dot product
+    scales with that sum, not with the logit itself: a head scaled down, as the shipped warm
+    start's is, has small logits but the same rounding), or of the log-prob, at least 1."""
     import torch
 
     from scalectl.rl.policy.logprobs import token_logprobs
@@ -63,7 +67,8 @@ def _teacher_forced(model, line) -> tuple[list[float], list[float]]:
     start = len(line["prompt_ids"]) - 1
     with torch.no_grad():
         logp, _ = token_logprobs(model, ids, torch.ones_like(ids), head_fp32=True, start=start, with_entropy=False)
-        zmax = model(ids).logits[0, start:-1].float().abs().amax(-1)
+        hidden = model.model(input_ids=ids).last_hidden_state[0, start:-1].float()
+        zmax = (hidden.abs() @ model.lm_head.weight.float().abs().T).amax(-1)
     scale = torch.maximum(torch.maximum(zmax, logp[0].abs()), torch.ones_like(zmax))
     return logp[0].tolist(), (ULPS * EPS * scale).tolist()
 
