@@ -91,7 +91,8 @@ def test_a_series_is_scored_by_the_runs_own_reward_function(trained, tmp_path, m
     data.write_text("".join(json.dumps({"question": f"{g - 1}+1=", "answer": str(g)}) + "\n" for g in golds))
     calls = tmp_path / "calls"
     monkeypatch.setenv(CALLS_ENV, str(calls))
-    reward = {**info["recipe"].get("reward", {}), "function": "series_rewards:right_if_gold_is_odd"}
+    # scored as written: the trained tiny policy's completions are cut at the length limit
+    reward = {**info["recipe"].get("reward", {}), "function": "series_rewards:right_if_gold_is_odd", "truncated": "as_written"}
     raw = dict(info["recipe"], reward=reward)
     recipe = Recipe.model_validate(raw)
     found = evaluate_checkpoints(recipe, info["run_dir"], pick_checkpoints("base", info["run_dir"], 4), data=str(data),

@@ -263,7 +263,7 @@ def test_validate_of_the_built_in_checker_names_no_convention():
 
 
 def test_the_convention_key_keeps_stored_hashes_at_its_default_and_is_checked():
-    base = "78644ee56466"                    # scalerl on tiny-cpu (setup of 2026-12-06), [reward] at its defaults
+    base = "61afbc770071"                    # scalerl on tiny-cpu (setup of 2026-12-06: reward.truncated = -1, the rest of [reward] at its defaults)
     assert load("scalerl", setup="tiny-cpu").content_hash == base
     assert load("scalerl", setup="tiny-cpu").reward.convention is None
     mine = ["reward.function=custom_rewards:digit_share"]
@@ -390,10 +390,12 @@ def test_a_failing_foreign_function_is_a_clear_error_naming_it(module_in):
         Scorer("bad_verl_mine:no_score", convention="trl")("a", Problem(0, "1+2=", "3"))
 
 
-def test_scorer_for_names_the_set_and_passes_the_convention():
+def test_scorer_for_names_the_set_and_passes_the_convention_and_the_truncated_reward():
     recipe = load("scalerl", setup="tiny-cpu", overrides=["reward.function=custom_rewards:digit_share",
                                                           "reward.convention=scalectl"])
-    assert scorer_for(recipe) == Scorer("custom_rewards:digit_share", "boxed", 5.0, "scalectl", "synthetic:arithmetic")
+    # tiny-cpu sets reward.truncated = -1
+    assert scorer_for(recipe) == Scorer("custom_rewards:digit_share", "boxed", 5.0, "scalectl", "synthetic:arithmetic",
+                                        -1.0)
 
 
 # --------------------------------------------------------------------------- runs
@@ -411,7 +413,7 @@ P, G, STEPS, EVAL_PROMPTS, K = 4, 4, 2, 8, 2
 SETS = [f"batch.prompts_per_step={P}", f"batch.generations_per_prompt={G}", f"eval.prompts={EVAL_PROMPTS}",
         f"eval.samples_per_prompt={K}", "eval.every_steps=2", "data.train_size=40", f"budget.steps={STEPS}",
         "length.max_new_tokens=16", "length.control=none", "filter.zero_variance=false", "logging.rollouts=true",
-        "checkpoint.every_steps=100"]
+        "checkpoint.every_steps=100", "reward.truncated=as_written"]   # an untrained policy: most completions are cut
 
 
 def _run(kind: str, mode: list[str], tmp_path: Path, policy: str):

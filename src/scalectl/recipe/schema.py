@@ -30,10 +30,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import unicodedata
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from scalectl.defaults import TRUNCATION_THRESHOLD
 from scalectl.recipe.launcher_choices import DEFAULT_LAUNCHER, LAUNCHER_NAMES
@@ -397,6 +398,24 @@ class Reward(_Section):
         "its custom_reward_function; trl: reward_func(prompts, completions, completion_ids, **columns) over "
         "a group, as TRL's GRPOTrainer. Unset: recognised from the function's signature (docs/rewards.md, "
         "\"Functions written for verl or TRL\")."))
+    truncated: float | Literal["as_written"] = Field(default="as_written", description=(
+        "The reward of a completion cut at length.max_new_tokens, which then counts as not correct. "
+        "Such a completion has not ended its answer (no stop token); it scores this number in training "
+        "and counts as wrong in the held-out pass rate. as_written: it is scored as written, an answer "
+        "before the cut counting (docs/rewards.md, \"Truncated completions\")."))
+
+    @field_validator("truncated", mode="before")
+    @classmethod
+    def _truncated_is_a_number_or_as_written(cls, value):
+        if isinstance(value, str) and value != "as_written" or isinstance(value, bool):
+            raise ValueError(f"must be a number (the reward) or 'as_written', not {value!r}")
+        return value
+
+    @model_validator(mode="after")
+    def _truncated_is_finite(self) -> "Reward":
+        if self.truncated != "as_written" and not math.isfinite(self.truncated):
+            raise ValueError(f"reward.truncated = {self.truncated} must be a finite number or 'as_written'")
+        return self
 
     @model_validator(mode="after")
     def _convention_needs_a_function(self) -> "Reward":
@@ -733,7 +752,7 @@ HASH_NEUTRAL = {("model", "think_tags"): False, ("async", "schedule"): "streamin
                 ("hardware", "gpus_per_generator"): 1,
                 ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
                 ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0,
-                ("reward", "convention"): None}
+                ("reward", "convention"): None, ("reward", "truncated"): "as_written"}
 #: Keys that change speed, memory or where work runs, never what is trained or measured (or
 #: that only describe the checkpoint for the dry run, or stop a run that has no learning
 #: signal): excluded from the content hash.

@@ -40,7 +40,7 @@ def evaluate_chunk(engine, problems: list, chunk: range, params, *, samples_per_
     part = [problems[i] for i in chunk]
     groups = engine.generate([p.prompt for p in part], samples_per_prompt, params, seed=seed + chunk.start)
     for prob, comps in zip(part, groups):
-        scores = score.group([c.text for c in comps], prob, [c.token_ids for c in comps])
+        scores = score.completions(comps, prob)
         counts.append(sum(s.correct for s in scores))
         errors += sum(bool(getattr(s, "error", None)) for s in scores)
         truncated += sum(c.finish_reason == "length" for c in comps)
@@ -96,7 +96,7 @@ def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: i
         samples_per_prompt: k.
         seed: sampling seed (the same per step, so reruns are comparable).
         score: the run's reward, a :class:`~scalectl.rl.reward.scoring.Scorer`
-            (:func:`scalectl.rl.reward.scoring.scorer_for`; ``score.group`` scores the k
+            (:func:`scalectl.rl.reward.scoring.scorer_for`; ``score.completions`` scores the k
             completions of a prompt); a completion is counted correct when its
             ``Score.correct`` is true.
         chunk_prompts: prompts per engine call (bounds memory).

@@ -46,6 +46,9 @@ class Scorer:
         convention: ``reward.convention`` (None: recognised from the function's signature).
         dataset: the prompt set's name, verl's ``data_source`` for a row without that column
             (:func:`~scalectl.rl.reward.conventions.dataset_name` of ``data.source``).
+        truncated: ``reward.truncated``: the reward of a completion cut at the length limit
+            (``finish_reason == "length"``), which then counts as not correct; None (the recipe's
+            ``as_written``): such a completion is scored as written (:meth:`completions`).
     """
 
     function: str = BUILTIN_REWARD
@@ -53,6 +56,7 @@ class Scorer:
     timeout_s: float = 5.0
     convention: str | None = None
     dataset: str = ""
+    truncated: float | None = None
 
     @property
     def builtin(self) -> bool:
@@ -95,6 +99,23 @@ class Scorer:
             out.append(Score(max(s.reward for s in scores), any(s.correct for s in scores)))
         return out
 
+    def completions(self, comps: list, problem) -> list[Score]:
+        """The scores of sampled completions of one ``problem`` (objects with ``text``,
+        ``token_ids`` and ``finish_reason``, as
+        :class:`~scalectl.rl.rollout.base.Completion`): :meth:`group` on their texts, except that
+        with :attr:`truncated` set a completion cut at the length limit (``finish_reason ==
+        "length"``) scores ``Score(truncated, False)`` whatever its text holds: it has not ended
+        its answer.  Those completions are not sent to the reward function (a ``trl`` one gets the
+        rest of the group).
+
+        Raises:
+            RewardFunctionError: as :meth:`group`.
+        """
+        cut = [self.truncated is not None and c.finish_reason == "length" for c in comps]
+        kept = [c for c, x in zip(comps, cut) if not x]
+        scored = iter(self.group([c.text for c in kept], problem, [c.token_ids for c in kept]) if kept else [])
+        return [Score(float(self.truncated), False) if x else next(scored) for x in cut]
+
 
 def scorer_for(recipe) -> Scorer:
     """The :class:`Scorer` of ``recipe`` (its ``reward`` section; ``data.source`` names the set
@@ -107,4 +128,5 @@ def scorer_for(recipe) -> Scorer:
     r = recipe.reward
     if r.function != BUILTIN_REWARD and recipe.model.think_tags:
         raise UserError(think_tags_problem(r.function))
-    return Scorer(r.function, r.format, r.timeout_s, r.convention, dataset_name(recipe.data.source))
+    return Scorer(r.function, r.format, r.timeout_s, r.convention, dataset_name(recipe.data.source),
+                  None if r.truncated == "as_written" else float(r.truncated))

@@ -7,7 +7,9 @@ final answer and -1 otherwise (checked with math-verify,
 returns (partial credit included); with ``length.control = "penalty"`` the DAPO
 overlong shaping is added to correct completions (DAPO, arXiv 2503.14476,
 eq. 13).  With ``interrupt`` the rollout engine appends the interruption
-phrase itself; ``none`` leaves truncated completions to the checker.
+phrase itself; ``none`` leaves truncated completions to the checker.  With
+``reward.truncated`` set, a truncated completion scores that reward and is not
+correct (:meth:`~scalectl.rl.reward.scoring.Scorer.completions`).
 """
 
 from __future__ import annotations
@@ -61,15 +63,16 @@ def score_groups(raw_groups: list[list], problems: list, prompt_ids: list[int], 
         prompt_ids: the prompt index of each group.
         length: the recipe's :class:`~scalectl.recipe.schema.Length` section.
         score: the recipe's reward, a :class:`~scalectl.rl.reward.scoring.Scorer`
-            (:func:`scalectl.rl.reward.scoring.scorer_for`): ``score.group(texts, problem,
-            token_ids)`` scores a group's completions (in one call of a TRL-shaped function).
+            (:func:`scalectl.rl.reward.scoring.scorer_for`): ``score.completions(comps, problem)``
+            scores a group's completions (in one call of a TRL-shaped function; a truncated one
+            as ``reward.truncated`` says).
 
     Raises:
         RewardFunctionError: the recipe's reward function failed on a completion.
     """
     groups = []
     for pid, comps in zip(prompt_ids, raw_groups):
-        scores = score.group([c.text for c in comps], problems[pid], [c.token_ids for c in comps])
+        scores = score.completions(comps, problems[pid])
         correct = [s.correct for s in scores]
         rewards = torch.tensor([s.reward for s in scores], dtype=torch.float32)
         if length.control == "penalty":
