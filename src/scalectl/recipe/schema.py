@@ -406,16 +406,12 @@ class Reward(_Section):
 
     @field_validator("truncated", mode="before")
     @classmethod
-    def _truncated_is_a_number_or_as_written(cls, value):
-        if isinstance(value, str) and value != "as_written" or isinstance(value, bool):
-            raise ValueError(f"must be a number (the reward) or 'as_written', not {value!r}")
+    def _truncated_is_a_finite_number_or_as_written(cls, value):
+        if value == "as_written":
+            return value
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"must be a finite number (the reward) or 'as_written', not {value!r}")
         return value
-
-    @model_validator(mode="after")
-    def _truncated_is_finite(self) -> "Reward":
-        if self.truncated != "as_written" and not math.isfinite(self.truncated):
-            raise ValueError(f"reward.truncated = {self.truncated} must be a finite number or 'as_written'")
-        return self
 
     @model_validator(mode="after")
     def _convention_needs_a_function(self) -> "Reward":
