@@ -23,13 +23,13 @@ TINY = ROOT / "setups" / "tiny-cpu.toml"
 #: the setup's (tiny-cpu's as of its 2026-12-06 task): the presets set no key a setup sets, so none may change.
 PRESET_HASHES = {
     ("dapo", "paper-8b"): "dfb195763591", ("dapo", "simulated"): "3e24a24818a9",
-    ("dapo", "tiny-cpu"): "26a3d58034ca", ("grpo", "paper-8b"): "500062dd6b3f",
-    ("grpo", "simulated"): "82e99b2a232a", ("grpo", "tiny-cpu"): "e894790d3b0f",
+    ("dapo", "tiny-cpu"): "132e6a0a2ddf", ("grpo", "paper-8b"): "500062dd6b3f",
+    ("grpo", "simulated"): "82e99b2a232a", ("grpo", "tiny-cpu"): "ae2293558569",
     ("magistral", "paper-8b"): "900247e1d00f", ("magistral", "simulated"): "02f0197c1d26",
-    ("magistral", "tiny-cpu"): "9884d272184b", ("minimax", "paper-8b"): "85933c424e22",
-    ("minimax", "simulated"): "1b1ffe22eacf", ("minimax", "tiny-cpu"): "130693c104f1",
+    ("magistral", "tiny-cpu"): "bce3badff994", ("minimax", "paper-8b"): "85933c424e22",
+    ("minimax", "simulated"): "1b1ffe22eacf", ("minimax", "tiny-cpu"): "28ac92c2a082",
     ("scalerl", "paper-8b"): "fdfd9973b9e2", ("scalerl", "simulated"): "872de0243297",
-    ("scalerl", "tiny-cpu"): "61afbc770071",
+    ("scalerl", "tiny-cpu"): "3f3545ce7af2",
 }
 
 
@@ -49,11 +49,11 @@ def study(tmp_path) -> Path:
 def test_a_key_the_recipe_sets_wins_over_the_setup(study):
     overridden: list = []
     lr = load(study / "recipes/lr.toml", TINY, overridden=overridden)
-    assert lr.optim.lr == 0.5                               # was 2e-4, the setup's, in silence
+    assert lr.optim.lr == 0.5                               # was 1e-4, the setup's, in silence
     assert lr.optim.warmup_steps == 5                       # what the recipe leaves unset: the setup's
-    assert lr.content_hash != load("scalerl", "tiny-cpu").content_hash == "61afbc770071"
+    assert lr.content_hash != load("scalerl", "tiny-cpu").content_hash == "3f3545ce7af2"
     assert [str(o) for o in overridden] == [
-        f"optim.lr = 0.5 from {study / 'recipes/lr.toml'} overrides 0.0002 from setups/tiny-cpu.toml"]
+        f"optim.lr = 0.5 from {study / 'recipes/lr.toml'} overrides 0.0001 from setups/tiny-cpu.toml"]
     assert load(study / "recipes/batch.toml", TINY).batch.prompts_per_step == 64     # setup: 32
     data = load(study / "recipes/data.toml", TINY)
     assert data.data.source == str(study / "prompts.jsonl")                        # setup: synthetic
@@ -68,7 +68,7 @@ def test_set_wins_over_both_and_names_every_layer_it_replaced(study):
     assert [str(o) for o in overridden] == [
         "batch.prompts_per_step = 16 from --set batch.prompts_per_step overrides 32 from setups/tiny-cpu.toml",
         (f"optim.lr = 3e-05 from --set optim.lr overrides 0.5 from {study / 'recipes/lr.toml'} "
-         "and 0.0002 from setups/tiny-cpu.toml")]
+         "and 0.0001 from setups/tiny-cpu.toml")]
     same: list = []
     load(study / "recipes/lr.toml", TINY, ["optim.lr=0.5"], overridden=same)
     assert [o.key for o in same] == ["optim.lr"] and [s for _, s in same[0].replaced] == [str(TINY)]
@@ -89,18 +89,18 @@ def test_presets_set_no_key_a_setup_sets_so_their_hashes_stay():
 
 def test_validate_keeps_the_recipe_value_and_names_the_override(study):
     proc = run_cli("validate", "recipes/lr.toml", "--setup", "tiny-cpu", cwd=study, check=True)
-    assert "# override: optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml" \
+    assert "# override: optim.lr = 0.5 from recipes/lr.toml overrides 0.0001 from setups/tiny-cpu.toml" \
         in proc.stdout.splitlines()
-    assert "lr = 0.5" in proc.stdout.splitlines() and "lr = 0.0002" not in proc.stdout
-    assert "61afbc770071" not in proc.stdout
+    assert "lr = 0.5" in proc.stdout.splitlines() and "lr = 0.0001" not in proc.stdout
+    assert "3f3545ce7af2" not in proc.stdout
     data = json.loads(run_cli("validate", "recipes/lr.toml", "--setup", "tiny-cpu", "--json",
                               cwd=study, check=True).stdout)
     assert data[0]["recipe"]["optim"]["lr"] == 0.5
     assert data[0]["overridden"] == [{"key": "optim.lr", "value": 0.5, "from": "recipes/lr.toml",
-                                      "overrides": [{"value": 0.0002, "from": "setups/tiny-cpu.toml"}]}]
+                                      "overrides": [{"value": 0.0001, "from": "setups/tiny-cpu.toml"}]}]
     explained = run_cli("validate", "--explain", "optim", "recipes/lr.toml", "--setup", "tiny-cpu",
                         cwd=study, check=True).stdout
-    assert "lr = 0.5            (set in recipes/lr.toml; overrides 0.0002 from setups/tiny-cpu.toml)" in explained
+    assert "lr = 0.5            (set in recipes/lr.toml; overrides 0.0001 from setups/tiny-cpu.toml)" in explained
     assert "warmup_steps = 5    (set in setups/tiny-cpu.toml)" in explained
 
 
@@ -108,30 +108,30 @@ def test_run_says_which_value_overrode_which(study):
     proc = run_cli("run", "recipes/lr.toml", "--dry-run", "--set", "budget.steps=10", cwd=study)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
-    assert "override: optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml" in lines
+    assert "override: optim.lr = 0.5 from recipes/lr.toml overrides 0.0001 from setups/tiny-cpu.toml" in lines
     assert "override: budget.steps = 10 from --set budget.steps overrides 500 from setups/tiny-cpu.toml" in lines
     assert any("lr 0.5 (warm-up 5)" in ln for ln in lines)
 
 
 #: (command, --setup given, --set values) -> the override lines it prints, each naming where the
-#: replaced value was set: the recipe file (0.5), the setup (0.0002 and 500), or nowhere (a
+#: replaced value was set: the recipe file (0.5), the setup (0.0001 and 500), or nowhere (a
 #: schema default: no line).  ``run`` merges the default setup when --setup is not given.
 OVERRIDE_CASES = [
     ("validate", False, ["optim.lr=3e-5"],
      ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml"]),
     ("validate", False, ["budget.steps=10"], []),
     ("validate", False, [], []),
-    ("validate", True, [], ["optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml"]),
+    ("validate", True, [], ["optim.lr = 0.5 from recipes/lr.toml overrides 0.0001 from setups/tiny-cpu.toml"]),
     ("validate", True, ["optim.lr=3e-5"],
-     ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0002 from setups/tiny-cpu.toml"]),
+     ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0001 from setups/tiny-cpu.toml"]),
     ("validate", True, ["budget.steps=10"],
      ["budget.steps = 10 from --set budget.steps overrides 500 from setups/tiny-cpu.toml",
-      "optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml"]),
+      "optim.lr = 0.5 from recipes/lr.toml overrides 0.0001 from setups/tiny-cpu.toml"]),
     ("run", False, ["optim.lr=3e-5"],
-     ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0002 from setups/tiny-cpu.toml"]),
+     ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0001 from setups/tiny-cpu.toml"]),
     ("run", True, ["optim.lr=3e-5", "budget.steps=10"],
      ["budget.steps = 10 from --set budget.steps overrides 500 from setups/tiny-cpu.toml",
-      "optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0002 from setups/tiny-cpu.toml"]),
+      "optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0001 from setups/tiny-cpu.toml"]),
 ]
 
 
@@ -166,7 +166,7 @@ def test_a_recipe_file_variant_trains_its_own_value(study):
                                   VariantSpec("lr", recipe=study / "recipes/lr.toml")))
     p = plan(spec)
     lr = p.variant("lr")
-    assert [str(c) for c in lr.changes] == ["optim.lr 0.0002 -> 0.5"]
+    assert [str(c) for c in lr.changes] == ["optim.lr 0.0001 -> 0.5"]
     assert lr.recipe_hash != p.variant("base").recipe_hash
 
 
@@ -185,8 +185,8 @@ def test_a_variant_that_resolves_to_the_base_is_refused_naming_its_keys(tmp_path
     why = _refusal(tmp_path, "[optim]\nlr = 0.5\n", 'set = ["optim.lr=0.001"]')
     assert why.startswith("variant v trains exactly what base trains (content hash ")
     assert f"optim.lr = 0.5 from {tmp_path / 'v.toml'} is overridden by 0.001 from --set optim.lr" in why
-    why = _refusal(tmp_path, "[optim]\nlr = 2e-4\n[checkpoint]\nevery_steps = 7\n")
-    assert f"optim.lr = 0.0002 from {tmp_path / 'v.toml'} is base's own value" in why
+    why = _refusal(tmp_path, "[optim]\nlr = 1e-4\n[checkpoint]\nevery_steps = 7\n")
+    assert f"optim.lr = 0.0001 from {tmp_path / 'v.toml'} is base's own value" in why
     assert f"checkpoint.every_steps (from {tmp_path / 'v.toml'}) is left out of the content hash" in why
     assert "hardware.threads (from --set hardware.threads) is left out of the content hash" in why
     assert "would reuse base's runs and report a tie" in why
