@@ -1,7 +1,7 @@
 """Write the evaluation points of stored runs as the JSON fixture of the band test.
 
     python scripts/band_fixture.py STORE.db OUT.json --command "scalectl run scalerl --seed 0" ...
-        --commit SHA --date 2026-12-01 [--note "..."] [RUN ...]
+        --commit SHA --date 2026-12-01 [--note "..."] [--also-db OTHER.db ...] [RUN ...]
 
 Keeps per run: name, recipe hash, seed, status, the recipe's ``fit`` section
 (axis and window start, which ``scalectl extrapolate`` uses) and for each point
@@ -66,15 +66,18 @@ def main() -> None:
     ap.add_argument("--commit", required=True, help="the commit of scalectl that made the runs")
     ap.add_argument("--date", required=True, help="when the runs were made")
     ap.add_argument("--note", default="", help="anything else about how they were made")
+    ap.add_argument("--also-db", action="append", default=[], dest="more_dbs",
+                    help="another store whose runs are written too, after those of DB (repeatable)")
     args = ap.parse_args()
     runs = []
-    with Store.open(args.db, create=False) as store:
-        for info in store.list_runs():
-            if args.runs and info["name"] not in args.runs:
-                continue
-            rec = run_record(store, info)
-            if rec is not None:
-                runs.append(rec)
+    for db in [args.db, *args.more_dbs]:
+        with Store.open(db, create=False) as store:
+            for info in store.list_runs():
+                if args.runs and info["name"] not in args.runs:
+                    continue
+                rec = run_record(store, info)
+                if rec is not None:
+                    runs.append(rec)
     made = {"commands": args.commands, "commit": args.commit, "date": args.date, "note": args.note}
     Path(args.out).write_text(dumps({"made": made, "runs": runs}))
     print(f"wrote {len(runs)} runs to {args.out}")

@@ -6,7 +6,8 @@ every run; every result also goes as one JSON line to ``--results``.
 
     python scripts/testbed.py identify --runs 10 --label quiet   # 10 default runs (seed 0, 500 steps)
     python scripts/testbed.py margin --seeds 3                    # ScaleRL on 3 seeds -> scalectl margin
-    python scripts/testbed.py forecast --runs 3 --steps 2000      # long runs, extrapolated from 1/4 and 1/2
+    python scripts/testbed.py forecast --runs 3 --steps 2000      # default runs extended to 2,000 steps,
+                                                                  # extrapolated from 1/4 and 1/2
     python scripts/testbed.py table                               # every result so far, as a table
 
 Run again after an interruption: runs completed in the store are reused, stopped ones resumed.
@@ -65,18 +66,27 @@ def statuses(db: str) -> dict[str, str]:
     return {r["name"]: r["status"] for r in json.loads(scalectl("status", "--json", "--db", db).stdout)}
 
 
-def train(name: str, args, *extra: str) -> dict:
-    """Train (or resume, or reuse) run ``name``; return the wall-clock and load around it."""
+def last_step(name: str, db: str) -> int:
+    """The step of run ``name``'s last stored evaluation point (0 when it has none)."""
+    points = json.loads(scalectl("show", name, "--db", db, "--json").stdout)["points"]
+    return max((p["step"] for p in points), default=0)
+
+
+def train(name: str, args, *extra: str, steps: int | None = None) -> dict:
+    """Train (or resume, or reuse) run ``name``; with ``steps``, extend a completed run that ended
+    before it to ``steps`` (``scalectl run --resume NAME --set budget.steps=STEPS``).  Returns the
+    wall-clock and load around it."""
     status = statuses(args.db).get(name)
     before, t0 = os.getloadavg(), time.monotonic()
-    if status == "completed":
+    common = ["--runs-dir", args.runs_dir, "--db", args.db]
+    raise_to = ["--set", f"budget.steps={steps}"] if steps else []
+    if status == "completed" and (steps is None or last_step(name, args.db) >= steps):
         print(f"{name}: completed, reused", flush=True)
         return {"reused": True}
-    common = ["--runs-dir", args.runs_dir, "--db", args.db]
     if status is None:
-        scalectl("run", "scalerl", "--name", name, *extra, *common, capture=False)
+        scalectl("run", "scalerl", "--name", name, *extra, *raise_to, *common, capture=False)
     else:
-        scalectl("run", "--resume", name, *common, capture=False)
+        scalectl("run", "--resume", name, *raise_to, *common, capture=False)
     return {"reused": False, "wall_s": round(time.monotonic() - t0, 1),
             "load_before": [round(x, 2) for x in before], "load_after": [round(x, 2) for x in os.getloadavg()]}
 
@@ -130,24 +140,38 @@ def margin(args) -> None:
 
 
 def forecast(args) -> None:
-    """``--runs`` runs of ``--steps`` steps (seeds 0, 1, ...), each extrapolated from its first
-    quarter and its first half (scalectl extrapolate --fraction)."""
-    for seed in range(args.runs):
-        name = f"long-b{args.steps}-s{seed}"
-        timing = train(name, args, "--seed", str(seed), "--set", f"budget.steps={args.steps}")
-        whole = fit(name, args.db)
-        for fraction in (0.25, 0.5):
-            ex = json.loads(scalectl("extrapolate", name, "--fraction", str(fraction), "--db", args.db,
-                                     "--json").stdout)
-            held = ex["heldout"]
-            signed = sum(h["pass_rate"] - h["predicted"] for h in held) / len(held)
-            row = {"run": name, "fraction": fraction, **timing, "whole": whole, "A_partial": ex["fit"]["A"],
-                   "A_partial_interval": ex["fit"]["intervals"]["A"], "partial_flags": [f["code"] for f in ex["fit"]["flags"]],
-                   "share_in_band": ex["share_in_band"], "mean_signed_error": signed,
-                   "mean_abs_error": ex["mean_abs_error"], "heldout": len(held),
-                   "dA": ex["fit"]["A"] - whole["A"]}
-            record(args, "forecast", row)
-            print(_forecast_line(row), flush=True)
+    """``--runs`` default runs (seeds ``--first-seed``, ...), each first trained to the setup's
+    budget and scored as an identification run, then extended to ``--steps`` steps and
+    extrapolated from its first quarter and its first half (scalectl extrapolate --fraction)."""
+    for seed in range(args.first_seed, args.first_seed + args.runs):
+        name = f"{args.prefix}{seed}"
+        timing = train(name, args, "--seed", str(seed))
+        if not timing["reused"]:
+            row = {"run": name, "label": "long", **timing, **fit(name, args.db)}
+            record(args, "identify", row)
+            print(_identify_line(row), flush=True)
+        timing = train(name, args, steps=args.steps)
+        score_forecast(name, args, timing)
+
+
+def score_forecast(name: str, args, timing: dict) -> None:
+    """Extrapolate run ``name`` from its first quarter and first half; record and print the
+    held-out points inside the 95 % band, the mean signed and absolute error, and the partial
+    fit's A against the whole run's."""
+    whole = fit(name, args.db)
+    for fraction in (0.25, 0.5):
+        ex = json.loads(scalectl("extrapolate", name, "--fraction", str(fraction), "--db", args.db,
+                                 "--json").stdout)
+        held = ex["heldout"]
+        signed = sum(h["pass_rate"] - h["predicted"] for h in held) / len(held)
+        row = {"run": name, "fraction": fraction, **timing, "whole": whole, "A_partial": ex["fit"]["A"],
+               "A_partial_interval": ex["fit"]["intervals"]["A"],
+               "partial_flags": [f["code"] for f in ex["fit"]["flags"]],
+               "share_in_band": ex["share_in_band"], "mean_signed_error": signed,
+               "mean_abs_error": ex["mean_abs_error"], "heldout": len(held),
+               "dA": ex["fit"]["A"] - whole["A"]}
+        record(args, "forecast", row)
+        print(_forecast_line(row), flush=True)
 
 
 def _identify_line(r: dict) -> str:
@@ -190,6 +214,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2000)
     parser.add_argument("--label", default="quiet", help="names the identification runs (quiet, busy, ...)")
+    parser.add_argument("--first-seed", type=int, default=0, help="forecast: the first run's seed")
+    parser.add_argument("--prefix", default="long-s", help="forecast: run names, PREFIX + seed")
     parser.add_argument("--db", default="build/testbed/testbed.db")
     parser.add_argument("--runs-dir", default="build/testbed/runs")
     parser.add_argument("--results", default="build/testbed/results.jsonl")

@@ -81,6 +81,29 @@ def test_the_fixture_writer_keeps_points_counts_and_their_standard_error(tmp_pat
     assert len(out.read_text().splitlines()) < 30   # one line per point
 
 
+def test_the_fixture_writer_takes_runs_from_several_stores_in_order(tmp_path):
+    """Runs of stores of their own (one per run, as runs made side by side keep them) land in one
+    fixture: those of DB first, then of each --also-db in turn."""
+    dbs = []
+    for name, seed in (("a-s1", 1), ("b-s0", 0), ("c-s2", 2)):
+        db = tmp_path / f"{name}.db"
+        with Store.open(db) as store:
+            rid = store.create_run(name, recipe={"fit": {"axis": "flops"}}, recipe_hash=name[0] * 3, seed=seed,
+                                   status="completed")
+            store.add_points(rid, [{"step": 0, "pass_rate": 0.25, "flops": 0.0, "gpu_hours": 0.0,
+                                    "samples_per_prompt": 2, "correct_counts": [1, 0]}])
+        dbs.append(db)
+    out = tmp_path / "f.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "scripts" / "band_fixture.py"), str(dbs[1]), str(out),
+                           "--also-db", str(dbs[0]), "--also-db", str(dbs[2]), "--command", "scalectl run b",
+                           "--commit", "1" * 40, "--date", "2026-12-06"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["name"], r["recipe_hash"], r["seed"]) for r in runs] == [
+        ("b-s0", "bbb", 0), ("a-s1", "aaa", 1), ("c-s2", "ccc", 2)]
+    assert all(r["points"][0]["correct_counts"] == [1, 0] for r in runs)
+
+
 def test_coverage_follows_the_extrapolate_command(data, tmp_path):
     """The coverage helper fits a run as `scalectl extrapolate` does (window, R0 weight, seed)."""
     run = data["runs"][0]
