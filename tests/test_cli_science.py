@@ -314,3 +314,28 @@ def test_a_sensitivity_table_of_one_window_shows_no_spread():
     assert "(one window fitted: no spread to show)" in sensitivity_table(one, 200).title
     two = Sensitivity((WindowFit((0.0, 5000.0), fit), WindowFit((0.0, 2500.0), fit)))
     assert "(A spread 0.000 over 2 windows)" in sensitivity_table(two, 200).title
+
+
+def test_extrapolate_flags_truncation_above_the_recipes_own_threshold(db_path):
+    """A setup that cuts a share of its completions by design raises fit.truncation_threshold
+    (tiny-cpu: 0.4); `extrapolate` flags the fitted part as `fit` does, above that threshold,
+    not above the default 0.10.  The same points (held-out truncation 0.3) under a recipe without
+    the key are flagged."""
+    x = np.linspace(0.0, 400.0, 21)
+    y = 0.3 + 0.4 / (1.0 + (150.0 / np.maximum(x, 1e-9)) ** 1.5)
+    y[0] = 0.3
+    points = [{"step": int(i * 10), "gpu_hours": float(c), "pass_rate": float(p), "truncation_rate": 0.3}
+              for i, (c, p) in enumerate(zip(x, y))]
+    with Store.open(db_path) as store:
+        for name, section in (("own", {"axis": "gpu_hours", "truncation_threshold": 0.4}),
+                              ("plain", {"axis": "gpu_hours"})):
+            rid = store.create_run(name, recipe={"fit": section}, hardware="cpu-2core", status="completed")
+            store.add_points(rid, points)
+    flags = {}
+    for name in ("own", "plain"):
+        res = cli(db_path, "extrapolate", name, "--fraction", "0.5", "--bootstrap", "50", "--json")
+        assert res.exit_code == 0, res.output
+        flags[name] = [f["code"] for f in json.loads(res.stdout)["fit"]["flags"]]
+        fitted = json.loads(cli(db_path, "fit", name, "--bootstrap", "50", "--json").stdout)["fits"][0]["fit"]
+        assert ("truncation" in flags[name]) == ("truncation" in [f["code"] for f in fitted["flags"]])
+    assert "truncation" not in flags["own"] and "truncation" in flags["plain"]

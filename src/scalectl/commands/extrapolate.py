@@ -26,6 +26,7 @@ from scalectl.commands.common import (
     user_errors,
     write_figure,
 )
+from scalectl.defaults import TRUNCATION_THRESHOLD
 from scalectl.errors import UserError
 from scalectl.present.tables import extrapolation_lines, sensitivity_table
 from scalectl.science.fits import (
@@ -78,8 +79,10 @@ def extrapolate(
     min_compute = fit_window(section, ax, x, min_compute)
     if not drift_sd >= 0:
         raise UserError(f"--drift-sd must be >= 0 (given {drift_sd})")
+    # the truncation flag fires above the recipe's own threshold, as in `scalectl fit`
+    threshold = float(section.get("truncation_threshold", TRUNCATION_THRESHOLD))
     kw = dict(min_compute=min_compute, r0=parse_r0(r0), method=method, axis=ax, bootstrap=bootstrap,
-              seed=seed, r0_se=r0_se)
+              seed=seed, r0_se=r0_se, truncation_threshold=threshold)
     try:
         ex = extrap(x, y, until=until, fraction=fraction, truncation=trunc, drift_sd=drift_sd, **kw)
         kw.pop("min_compute")
