@@ -50,6 +50,22 @@ def test_fixture_holds_at_least_six_real_runs_of_several_presets_and_seeds(data)
             assert p["pass_rate"] == pytest.approx(np.mean(p["correct_counts"]) / p["k"], abs=1e-9)
 
 
+def test_the_testbeds_long_runs_are_whole_runs_of_one_recipe():
+    """tests/data/testbed_long_runs.json: the default setup's ScaleRL runs extended to 2,000 steps
+    (docs/fitting.md, "On real runs"): every evaluation point from step 0 to 2,000, each pass rate
+    the mean@k of its stored per-prompt counts."""
+    long = json.loads((ROOT / "tests" / "data" / "testbed_long_runs.json").read_text())
+    assert len(long["made"]["commit"]) == 40 and long["made"]["commands"]
+    runs = long["runs"]
+    assert len(runs) >= 2 and len({r["recipe_hash"] for r in runs}) == 1 and len({r["seed"] for r in runs}) == len(runs)
+    for r in runs:
+        assert r["status"] == "completed" and r["fit"]["truncation_threshold"] == 0.4
+        assert [p["step"] for p in r["points"]] == list(range(0, 2001, 10))
+        for p in r["points"]:
+            assert len(p["correct_counts"]) == 500 and p["k"] == 8
+            assert p["pass_rate"] == pytest.approx(np.mean(p["correct_counts"]) / p["k"], abs=1e-9)
+
+
 def test_the_fixture_writer_keeps_points_counts_and_their_standard_error(tmp_path):
     db = tmp_path / "s.db"
     with Store.open(db) as store:
