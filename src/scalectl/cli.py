@@ -23,7 +23,7 @@ COMMANDS: dict[str, str] = {
     "validate": "validate", "recipes": "recipes", "init": "init",
     "run": "run",
     "runs": "runs", "show": "show", "import": "import_", "evaluate": "evaluate", "export": "export", "rm": "rm",
-    "fit": "fit", "compare": "compare", "margin": "margin", "extrapolate": "extrapolate",
+    "fit": "fit", "compare": "compare", "margin": "margin", "extrapolate": "extrapolate", "forecast": "forecast",
     "status": "status", "cancel": "cancel", "logs": "logs",
     "ablate": "ablate", "report": "report",
     "serve": "serve",

@@ -20,6 +20,9 @@ LOPSIDED = 3.0
 #: An estimate keeps at least this many significant digits.
 MIN_DIGITS = 2
 
+#: The unit of each compute axis, as prose writes it.
+AXIS_UNITS = {"gpu_hours": "GPU-hours", "flops": "FLOPs", "tokens": "tokens", "step": "steps"}
+
 
 def _exp10(v: float) -> int:
     """Decimal exponent of ``v`` (0.1 -> -1 even when 0.1 came out as 0.0999...)."""

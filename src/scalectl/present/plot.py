@@ -1,5 +1,5 @@
-"""Figures: scaling curves of several runs, an extrapolation check, leave-one-out lines,
-truncation rates.
+"""Figures: scaling curves of several runs, an extrapolation check, a forecast past the points,
+leave-one-out lines, truncation rates.
 
 Every figure has the style of :mod:`scalectl.present.style` (one colour per run,
 compute axes in the run's units, pass-rate limits from the data and the identified
@@ -226,6 +226,92 @@ def extrapolation_figure(ex: Extrapolation, *, name: str = "run",
     style.set_title(ax, title or f"{name}: fitted up to {style.compute_text(ex.cut, fit.axis)}, held-out error "
                                  f"mean {ex.mean_abs_error:.3f} / max {ex.max_abs_error:.3f}{inside}")
     style.legend_below(fig, ax)
+    return fig
+
+
+def plot_forecast(runs: Mapping[str, RunCurve], path: str | Path, *, horizon: float,
+                  targets: Sequence[float] = (), drift_sd: float = 0.01,
+                  reaches: Mapping[str, Sequence] | None = None, title: str | None = None) -> Path:
+    """Write :func:`forecast_figure` to ``path`` (.png or .svg) and return the path."""
+    return style.save(forecast_figure(runs, horizon=horizon, targets=targets, drift_sd=drift_sd,
+                                      reaches=reaches, title=title), path)
+
+
+def forecast_figure(runs: Mapping[str, RunCurve], *, horizon: float, targets: Sequence[float] = (),
+                    drift_sd: float = 0.01, reaches: Mapping[str, Sequence] | None = None,
+                    title: str | None = None) -> Figure:
+    """Curves drawn beyond their data: per run, in its own colour, the points, the fitted curve
+    (solid over the points, dashed from the last point to ``horizon``, compute in the fit's
+    units) with its prediction band past the last point (:meth:`SigmoidFit.band` with
+    ``drift_sd``), the last measured point ringed, and the identified ceiling A as a thin dashed
+    line.  ``targets``: pass rates drawn as grey horizontal lines; ``reaches`` (name ->
+    :class:`~scalectl.science.forecast.Reach` per target) marks where each curve reaches one,
+    with its interval as a horizontal bar.
+
+    Raises:
+        ValueError: an empty mapping, no point with compute > 0, or ``horizon`` not beyond
+            every run's last point.
+    """
+    if not runs:
+        raise ValueError("plot_forecast needs at least one run")
+    xs = {n: np.asarray(c.compute, dtype=float) for n, c in runs.items()}
+    ys = {n: np.asarray(c.pass_rate, dtype=float) for n, c in runs.items()}
+    lo, last_all = style.positive_range(xs.values())
+    if not horizon > last_all:
+        raise ValueError(f"the horizon {horizon:g} is not beyond the last point at {last_all:g}")
+    fig = style.new_figure()
+    ax = style.new_axes(fig)
+    axis = next(iter(runs.values())).fit.axis
+    style.compute_axis(ax, axis, lo, horizon, zero_edge=any((x == 0).any() for x in xs.values()))
+    left = ax.get_xlim()[0]
+    drawn, shown = {}, [*targets]
+    for name, cur in runs.items():
+        last = float(xs[name].max())
+        inside, after = np.geomspace(left, last, 200), np.geomspace(last, horizon, 200)
+        band = cur.fit.band(after, kind="prediction", drift_sd=drift_sd) \
+            if cur.fit.samples is not None and len(cur.fit.samples) else None
+        drawn[name] = (last, inside, after, band)
+        shown += [*ys[name], *cur.fit.predict(inside), *cur.fit.predict(after)]
+        shown += [] if band is None else [*band[0], *band[1]]
+        shown += [cur.fit.A] if identified(cur.fit) else []
+    style.pass_rate_axis(ax, style.pass_rate_limits(shown))
+    handles, labels = [], []
+    for i, (name, cur) in enumerate(runs.items()):
+        c, fit = style.color(i), cur.fit
+        last, inside, after, band = drawn[name]
+        x, y = xs[name], ys[name]
+        ax.scatter(x[x > 0], y[x > 0], s=12, color=c, alpha=0.8, zorder=3, lw=0)
+        style.draw_compute_zero(ax, y[x == 0], c)
+        ax.plot(inside, fit.predict(inside), color=c, lw=2, zorder=2)
+        ax.plot(after, fit.predict(after), color=c, lw=2, ls="--", zorder=2)
+        if band is not None:
+            ax.fill_between(after, band[0], band[1], color=c, alpha=0.15, lw=0)
+        j = int(np.argmax(x))
+        ax.scatter([x[j]], [y[j]], s=90, facecolors="none", edgecolors="black", linewidths=1.4, zorder=4)
+        if identified(fit):
+            ax.axhline(fit.A, color=c, lw=0.8, ls=(0, (2, 3)), alpha=0.7)
+        for r in (reaches or {}).get(name, ()):
+            if r.reachable and left < r.compute <= horizon:
+                hi = min(r.hi, horizon) if np.isfinite(r.hi) else horizon
+                ax.plot([max(r.lo, left), hi], [r.target, r.target], color=c, lw=3, alpha=0.5, zorder=4,
+                        solid_capstyle="butt")
+                ax.plot([r.compute], [r.target], marker="|", ms=12, mew=2, color=c, zorder=5)
+        handles.append(_run_handle(c))
+        labels.append(_label(name, fit))
+    for t in targets:
+        ax.axhline(t, color="grey", lw=1, ls="-.", alpha=0.8)
+    handles += [Line2D([], [], color="black", lw=2, ls="--"), Patch(color="grey", alpha=0.3),
+                Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec="black")]
+    band_level = next(iter(runs.values())).fit.level
+    labels += ["forecast (dashed): the fitted curve past the last point",
+               f"{band_level:.0%} prediction band (fit, evaluation noise, drift sd {drift_sd:g})",
+               "last measured point"]
+    if targets:
+        handles.append(Line2D([], [], color="grey", lw=1, ls="-.", marker="|", ms=10, mew=2))
+        labels.append("target pass rate; where each curve reaches it, with its interval")
+    style.set_title(ax, title or f"Forecast to {style.compute_text(horizon, axis)}: "
+                    "fitted curves drawn past their points", loc="left")
+    style.legend_below(fig, ax, handles, labels)
     return fig
 
 

@@ -28,6 +28,8 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
+from scalectl.display import AXIS_UNITS
+
 #: Figure size (inches) and resolution of every figure: 750 x 500 pixels.
 FIGSIZE = (7.5, 5.0)
 DPI = 100
@@ -44,7 +46,6 @@ AXIS_LABELS = {
     "step": "optimiser steps",
 }
 #: The unit of each compute axis, for titles and sentences.
-AXIS_UNITS = {"gpu_hours": "GPU-hours", "flops": "FLOPs", "tokens": "tokens", "step": "steps"}
 PASS_RATE_LABEL = "pass rate (mean@k)"
 #: Characters of a title line before it is wrapped.
 TITLE_WIDTH = 88

@@ -7,9 +7,11 @@ are dropped, least useful first, when the terminal is too narrow (see
 
 from __future__ import annotations
 
+import math
 from typing import Any, Sequence
 
 from scalectl.display import (
+    AXIS_UNITS,
     Column,
     fitted_table,
     format_compute,
@@ -105,3 +107,56 @@ def extrapolation_lines(name: str, axis: str, ex: Any) -> list[str]:
             f"held out {ex.heldout_compute.size} points up to "
             f"{format_compute(ex.heldout_compute.max())}: mean |error| {ex.mean_abs_error:.4f}, "
             f"max {ex.max_abs_error:.4f}{band}"]
+
+
+def _times(x: float) -> str:
+    return f"{x:.3g}x the last point"
+
+
+def forecast_lines(curves: dict, results: dict, crossings: Sequence[Any], axis: str, horizon: float) -> list[str]:
+    """What ``forecast`` says, as plain lines (nothing dropped at a narrow terminal or in a pipe).
+
+    curves: name -> :class:`~scalectl.science.compare.RunCurve`; results: name -> {"last",
+    "at": [:class:`~scalectl.science.forecast.PassRateForecast`], "reach":
+    [:class:`~scalectl.science.forecast.Reach`]}; crossings: :class:`~scalectl.science.forecast.Crossing`
+    of pairs of runs, on ``axis`` up to ``horizon``.  A fit with flags has them beside every number.
+    """
+    unit = AXIS_UNITS.get(axis, axis)
+    lines = []
+    for name, r in results.items():
+        f = curves[name].fit
+        flagged = f" [flags: {_flags(f)}]" if f.flags else ""
+        lines.append(f"{name}: fitted on {axis} up to {format_compute(r['last'])} {unit} ({f.n_points} points): "
+                     + ", ".join(f"{p} {estimate_text(f, p)}" for p in ("A", "B", "C_mid")) + flagged)
+        for p in r["at"]:
+            lines.append(f"  at {format_compute(p.compute)} {unit} ({_times(p.times_last)}): pass rate "
+                         f"{p.predicted:.3f}, {p.level:.0%} band [{p.lo:.3f}, {p.hi:.3f}] (curve "
+                         f"[{p.curve_lo:.3f}, {p.curve_hi:.3f}], noise sd {p.noise_sd:.3f}, drift sd "
+                         f"{p.drift_sd:.3f}){flagged}")
+        for x in r["reach"]:
+            if not x.reachable:
+                iv = "" if x.A_interval is None else f" [{x.A_interval[0]:.3f}, {x.A_interval[1]:.3f}]"
+                lines.append(f"  to reach {x.target:.3f}: not reachable: the ceiling A {x.A:.3f}{iv} is at or below "
+                             f"it (in {x.p_ceiling_below:.0%} of the bootstrap draws){flagged}")
+                continue
+            hi = "never" if not math.isfinite(x.hi) else format_compute(x.hi)
+            where = ("already measured" if x.reached else _times(x.times_last))
+            risk = (f"; the ceiling is at or below it in {x.p_ceiling_below:.0%} of the bootstrap draws"
+                    if x.p_ceiling_below > 0 else "")
+            lines.append(f"  to reach {x.target:.3f}: {format_compute(x.compute)} {unit} "
+                         f"[{format_compute(x.lo)}, {hi}] ({where}){risk}{flagged}")
+    if crossings:
+        lines.append(f"crossings up to {format_compute(horizon)} {unit}:")
+    for c in crossings:
+        share = "" if c.probability is None else f"{c.probability:.0%} of the bootstrap draws"
+        if c.compute is None:
+            lines.append(f"  {c.first} and {c.second} do not cross"
+                         + (f" ({share} do)" if share else "") + f": {c.leader_before} leads throughout")
+            continue
+        iv = "" if c.lo is None else f" [{format_compute(c.lo)}, {format_compute(c.hi)}]"
+        twice = (f" (the curves cross {c.crossings} times on this range; {c.leader_at_horizon} leads at "
+                 f"{format_compute(c.horizon)} {unit})" if c.crossings > 1 else "")
+        lines.append(f"  {c.first} and {c.second} cross at {format_compute(c.compute)} {unit}{iv}"
+                     + (f" (in {share} within the horizon)" if share else "")
+                     + f": {c.leader_before} leads before, {c.leader_after} after{twice}")
+    return lines

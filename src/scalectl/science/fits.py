@@ -232,3 +232,52 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False, log=_stderr
     return RunCurve(x, y, fit, hardware), False, key
 
 
+
+
+def fit_with_draws(store, runs: list[dict], opts: FitOptions, log=_stderr) -> tuple[Any, str]:
+    """Fit one stored run, or the pooled points of several runs (seeds of one recipe), keeping
+    the bootstrap draws a forecast needs; nothing is stored (a fit read back from the store
+    has no draws).  The window and truncation threshold are the first run's
+    (:func:`fit_window`); the standard error of the compute-0 evaluations is used when the runs
+    share one.
+
+    Returns (:class:`scalectl.science.compare.RunCurve` of all the points, the axis).
+
+    Raises:
+        UserError: runs on different axes, runs of different recipes pooled, no points, a
+            fit that fails (naming the runs), bootstrap 0.
+    """
+    import numpy as np
+
+    from scalectl.curve import FitError, fit_sigmoid
+    from scalectl.science.compare import RunCurve
+
+    names = ", ".join(r["name"] for r in runs)
+    if opts.bootstrap <= 0:
+        raise UserError("--bootstrap must be > 0 for a forecast: its bands come from the bootstrap draws")
+    hashes = {r.get("recipe_hash") for r in runs}
+    if len(runs) > 1 and len(hashes) > 1:
+        raise UserError(f"runs {names} are of different recipes (content hashes "
+                        f"{', '.join(sorted(str(h) for h in hashes))}): pool only the seeds of one recipe")
+    axes = {r["name"]: choose_axis(store, r, opts, log) for r in runs}
+    if len(set(axes.values())) > 1:
+        raise UserError(f"runs {names} have values on different axes "
+                        f"({', '.join(f'{n}: {a}' for n, a in axes.items())}): choose one with --axis")
+    axis = next(iter(axes.values()))
+    parts = [load_points(store, r, axis, log, opts.series) for r in runs]
+    x, y, trunc = (np.concatenate(k) for k in zip(*parts))
+    section = fit_section(runs[0])
+    min_c = fit_window(section, axis, x, opts.min_compute)
+    threshold = float(section.get("truncation_threshold", TRUNCATION_THRESHOLD))
+    order = np.argsort(x, kind="stable")
+    fx, fy, ft, _ = thin(x[order], y[order], trunc[order], min_c, log=log, name=names)
+    ses = {r0_standard_error(store, r, axis, opts.series) for r in runs}
+    r0_se = ses.pop() if len(ses) == 1 else None
+    try:
+        fit = fit_sigmoid(fx, fy, min_compute=min_c, r0=parse_r0(opts.r0), method=opts.method, axis=axis,
+                          bootstrap=opts.bootstrap, level=opts.level, seed=opts.seed,
+                          truncation=ft, truncation_threshold=threshold, r0_se=r0_se)
+    except (FitError, ValueError) as exc:
+        raise UserError(f"run{'s' if len(runs) > 1 else ''} {names}: {exc}") from None
+    hardware = {r.get("hardware") or None for r in runs}
+    return RunCurve(x[order], y[order], fit, hardware.pop() if len(hardware) == 1 else None), axis
