@@ -152,3 +152,20 @@ def test_a_run_with_too_few_points_is_refused(db_path):
         add_run(store, "tiny", 0.6, 1.5, 1000.0, seed=1, n=4)
     res = cli(db_path, "forecast", "tiny")
     assert res.exit_code == 2 and "run tiny: the fit window" in res.output and "at least 4 are needed" in res.output
+
+
+def test_compare_names_the_crossing_when_the_run_with_the_lower_ceiling_leads_now(db):
+    res = cli(db, "compare", "fast", "slow", "seed0", "--json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.stdout)
+    pairs = {tuple(c["runs"]): c for c in data["crossings"]}
+    # on the true curves, at 3,000 (where fast and slow end; seed0 ends at 4,000): fast (A 0.60) 0.584
+    # leads slow (A 0.66) 0.571 and seed0 (A 0.62) 0.568; seed0 is behind slow: no crossing named
+    true = {"fast": (0.60, 1.6, 500.0), "slow": (0.66, 1.6, 1500.0), "seed0": (0.62, 1.5, 1000.0)}
+    at = {n: float(sigmoid(3000.0, A, B, c, 0.3)) for n, (A, B, c) in true.items()}
+    assert at["fast"] > at["slow"] > at["seed0"]
+    assert set(pairs) == {("fast", "slow"), ("fast", "seed0")}
+    fast = pairs[("fast", "slow")]
+    assert fast["start"] == 3000.0 and fast["compute"] > 3000.0 and fast["leader_after"] == "slow"
+    text = cli(db, "compare", "fast", "slow").stdout
+    assert "crossing: fast (lower ceiling) leads at 3,000, the compute both reached; slow overtakes it at" in text

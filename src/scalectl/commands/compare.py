@@ -27,6 +27,7 @@ from scalectl.commands.common import (
     user_errors,
     write_figure,
 )
+from scalectl.display import format_compute
 from scalectl.errors import UserError
 from scalectl.present.tables import compare_table
 from scalectl.science.fits import FitOptions, check_options, fit_run
@@ -116,6 +117,12 @@ def compare(
         if row.reason:
             out.print(f"{row.name}: {row.reason}", soft_wrap=True)
         print_flags(row.name, curves[row.name].fit, said=reasons)     # a flag a verdict gave as its reason: once
+    for c in result.crossings:
+        iv = "" if c.lo is None else f" [{format_compute(c.lo)}, {format_compute(c.hi)}]"
+        out.print(f"crossing: {c.first} (lower ceiling) leads at {format_compute(c.start)}, the compute both "
+                  f"reached; {c.second} overtakes it at {format_compute(c.compute)}{iv} "
+                  f"(scalectl forecast {c.first} {c.second} draws it)", soft_wrap=True, markup=False,
+                  highlight=False)
     for f in result.flags:
         out.print(f"[red]{f.code}[/red]: {f.message}", soft_wrap=True)
     for reason in left_out.values():      # not ranked: each with why it cannot be fitted

@@ -112,6 +112,9 @@ class Comparison:
     margin: float
     rows: tuple[Row, ...]
     flags: tuple[Flag, ...] = field(default=())
+    #: Overtakings: a run with the lower ceiling that leads at the compute both runs reached,
+    #: and where the other's curve crosses it (:func:`overtakings`).
+    crossings: tuple[Any, ...] = field(default=())
 
     def row(self, name: str) -> Row:
         """The row of run ``name``.  Raises KeyError naming the known runs."""
@@ -123,7 +126,8 @@ class Comparison:
     def to_dict(self) -> dict[str, Any]:
         return {"baseline": self.baseline, "margin": self.margin,
                 "rows": [r.to_dict() for r in self.rows],
-                "flags": [{"code": f.code, "message": f.message} for f in self.flags]}
+                "flags": [{"code": f.code, "message": f.message} for f in self.flags],
+                "crossings": [c.to_dict() for c in self.crossings]}
 
 
 def delta_interval(run: SigmoidFit, base: SigmoidFit) -> tuple[float, float]:
@@ -290,7 +294,38 @@ def compare(runs: Mapping[str, RunCurve], baseline: str | None = None, margin: f
             delta_A=f.A - base.fit.A, delta_A_interval=delta_interval(f, base.fit),
             verdict=verdict, reason=reason, flags=f.flag_codes, **extra))
     rows.sort(key=lambda r: -r.A)
-    return Comparison(baseline=baseline, margin=margin, rows=tuple(rows), flags=tuple(flags))
+    return Comparison(baseline=baseline, margin=margin, rows=tuple(rows), flags=tuple(flags),
+                      crossings=tuple(overtakings(runs)))
+
+
+#: How far past the compute both runs reached an overtaking is looked for (a multiple of it).
+OVERTAKE_HORIZON = 100.0
+
+
+def overtakings(runs: Mapping[str, RunCurve], horizon: float = OVERTAKE_HORIZON) -> list:
+    """The pairs of runs (same axis, both ceilings identified) in which the run with the lower
+    ceiling A leads at the compute both reached (the smaller of their last points), with where
+    the other overtakes it within ``horizon`` times that compute: "a choice that only speeds up
+    early training can be overtaken later" (Khatri et al. 2025, section 4).  Returns
+    :class:`scalectl.science.forecast.Crossing` (the lower-ceiling run first; the interval
+    when both fits carry bootstrap draws)."""
+    from itertools import combinations
+
+    from scalectl.science.forecast import crossing
+
+    found = []
+    for a, b in combinations(runs, 2):
+        fa, fb = runs[a].fit, runs[b].fit
+        if fa.axis != fb.axis or _unidentified(fa) or _unidentified(fb) or fa.A == fb.A:
+            continue
+        low, high = (a, b) if fa.A < fb.A else (b, a)
+        now = float(min(np.max(runs[a].compute), np.max(runs[b].compute)))
+        if not now > 0 or runs[low].fit.predict(now) <= runs[high].fit.predict(now):
+            continue
+        c = crossing(low, runs[low].fit, high, runs[high].fit, start=now, horizon=horizon * now)
+        if c.compute is not None:
+            found.append(c)
+    return found
 
 
 # ----------------------------------------------------------------------------- leave-one-out
