@@ -171,3 +171,47 @@ def test_a_task_that_succeeded_exits_after_submitit_wrote_its_result_without_the
     assert pickle.loads((tmp_path / "77_0_result.pkl").read_bytes()) == ("success", None)
     assert "Exiting after successful completion" in proc.stderr + proc.stdout
     assert mark.exists() is not hook
+
+
+def test_the_dry_run_forecasts_the_pass_rate_its_booking_buys_from_stored_runs_of_the_recipe(tmp_path):
+    """Two completed seeds of the paper recipe (budgets of 8,000 and 6,000 GPU-hours: the budget is
+    not part of "the same recipe") drawn from a known curve, and a run of another batch size drawn
+    from a higher one: the dry run of a 16,000 GPU-hour booking forecasts from the two seeds only,
+    and the true curve at 16,000 lies inside the printed band."""
+    import numpy as np
+
+    from scalectl.curve import sigmoid
+    from scalectl.store.database import Store
+
+    def curve(c):
+        return sigmoid(c, 0.61, 1.9, 2500.0, 0.3)
+
+    db = tmp_path / "s.db"
+    with Store.open(db) as store:
+        for seed, (budget, end) in enumerate(((8000, 8000.0), (6000, 6000.0))):
+            recipe = load(*PAPER, [f"budget.gpu_hours={budget}", f"seed={seed}"])
+            rid = store.create_run(f"paper-s{seed}", recipe=recipe.to_dict(), recipe_hash=recipe.content_hash,
+                                   seed=seed, hardware="H100-80GB", status="completed")
+            x = np.linspace(0.0, end, 41)
+            y = curve(x) + np.random.default_rng(seed).normal(0, 0.004, x.size)
+            store.add_points(rid, [{"step": 25 * i, "gpu_hours": float(c), "pass_rate": float(p)}
+                                   for i, (c, p) in enumerate(zip(x, y))])
+        other = load(*PAPER, ["batch.prompts_per_step=64"])
+        rid = store.create_run("bigger-batch", recipe=other.to_dict(), recipe_hash=other.content_hash, seed=0,
+                               hardware="H100-80GB", status="completed")
+        store.add_points(rid, [{"step": 25 * i, "gpu_hours": 200.0 * i, "pass_rate": 0.3 + 0.01 * i}
+                               for i in range(41)])
+    proc = run_cli("run", str(PAPER[0]), "--setup", str(PAPER[1]), "--dry-run", db=db, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    line = next(ln for ln in proc.stderr.splitlines() if ln.startswith("forecast: "))
+    recipe = load(*PAPER, [])
+    booked = book(recipe, 8_000_000_000, estimated_rate(recipe, 8_000_000_000)).gpu_hours   # whole steps
+    assert 15_900 < booked <= 16_000
+    assert (f"at the booked {booked:,.0f} GPU-hours (2x the 8,000 reached), from 2 stored run(s) of this recipe "
+            "(paper-s0, paper-s1;") in line
+    lo, hi = (float(v) for v in line.split("band [")[1].split("]")[0].split(", "))
+    assert lo < float(curve(booked)) < hi
+    # without a stored run of the recipe there is no forecast line
+    bare = run_cli("run", str(PAPER[0]), "--setup", str(PAPER[1]), "--dry-run", db=tmp_path / "none.db",
+                   cwd=tmp_path)
+    assert "forecast:" not in bare.stderr
