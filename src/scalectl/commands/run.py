@@ -76,18 +76,24 @@ def run(
             loaded = {"setup": setup, "overrides": list(set_) + ([f"seed={seed}"] if seed is not None else []),
                       "name": name, "runs_dir": runs_dir}
             if dry_run:
-                _print_dry_run(runs.dry_run(recipe_file, **loaded, **given, stores=stores), json_)
+                _print_dry_run(runs.dry_run(recipe_file, **loaded, **given, stores=stores), json_, stores)
                 return
             started = runs.start(stores, recipe_file, **loaded, reporter=RichReporter(), **given)
         _print_started(started, stores, json_)
 
 
-def _print_dry_run(planned, json_: bool) -> None:
+def _print_dry_run(planned, json_: bool, stores) -> None:
     """What would be launched (:class:`scalectl.launch.runs.Planned`): JSON, or the launcher's
-    summary and its script verbatim."""
+    summary and its script verbatim; before them, the pass rate the booking is forecast to buy
+    when the store holds runs of the recipe (:mod:`scalectl.science.booked`)."""
+    from scalectl.science.booked import forecast_lines
+
+    forecast = forecast_lines(planned.recipe, planned.booking, stores) if planned.booking is not None else []
     if json_:
-        print_json(planned.to_dict())
+        print_json(planned.to_dict() | {"forecast": forecast})
         return
+    for line in forecast:
+        err.print(line, markup=False, highlight=False, soft_wrap=True)
     err.print(planned.described.summary, highlight=False)
     if planned.described.script is not None:
         sys.stdout.write(planned.described.script)   # verbatim: no wrapping

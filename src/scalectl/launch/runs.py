@@ -555,9 +555,8 @@ def dry_run(recipe_file, *, setup=None, overrides: Sequence[str] = (), name: str
 
 def _booking(recipe, kind: str, layout, stores: Stores | None):
     """The dry run's booking (:func:`scalectl.job.booking.book`) and its lines: the budget at the
-    measured or estimated rate, the Slurm time limits and options, the pass rate it is forecast
-    to buy when the store holds runs of this recipe (:mod:`scalectl.science.booked`), and the
-    file checks of ``validate`` as warnings."""
+    measured or estimated rate, the Slurm time limits and options, and the file checks of
+    ``validate`` as warnings."""
     from scalectl.job.booking import book, booking_lines, estimated_rate, measured_rate
     from scalectl.recipe.load import check_sources
 
@@ -576,10 +575,6 @@ def _booking(recipe, kind: str, layout, stores: Stores | None):
         from scalectl.launch.slurm import booking_lines as slurm_lines
 
         lines += slurm_lines(recipe, booking.wall_seconds, booking.redo_seconds)
-    if stores is not None:           # the pass rate the booking buys, from stored runs of this recipe
-        from scalectl.science.booked import forecast_lines
-
-        lines += forecast_lines(recipe, booking, stores)
     here = Path.cwd()
     lines += [f"warning: {msg} on this machine (from {here}; `scalectl validate` refuses it): the job fails at "
               "start unless the machines it runs on hold it there" for _key, msg in check_sources(recipe)]
