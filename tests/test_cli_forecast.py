@@ -169,3 +169,21 @@ def test_compare_names_the_crossing_when_the_run_with_the_lower_ceiling_leads_no
     assert fast["start"] == 3000.0 and fast["compute"] > 3000.0 and fast["leader_after"] == "slow"
     text = cli(db, "compare", "fast", "slow").stdout
     assert "crossing: fast (lower ceiling) leads at 3,000, the compute both reached; slow overtakes it at" in text
+
+
+def test_an_ablation_sentence_names_the_overtaking_of_a_variant_that_starts_faster(db):
+    """The ablation report's sentence for a variant with the lower ceiling that leads the base where
+    both end: the lower ceiling, and where the base's curve overtakes it."""
+    from scalectl.ablation.analysis import gather
+
+    manifest = {"name": "speed", "kind": "forward", "baseline": "slow", "margin": 0.02, "variants": [
+        {"name": "slow", "is_base": True, "runs": ["slow"]},
+        {"name": "fast", "lead": "Starting fast", "runs": ["fast"]}]}
+    with Store.open(db) as store:
+        result = gather(store, manifest, bootstrap=200)
+    (c,) = result.comparison.crossings
+    sentence = result.variant("fast").sentence
+    assert sentence.startswith("Starting fast lowered the ceiling from 0.67 to 0.60")
+    assert sentence.endswith(f"fast, with the lower ceiling, leads slow at 3,000, the compute both reached, and is "
+                             f"overtaken at {c.compute:,.0f} (forecast): a faster start, not a higher ceiling.")
+    assert result.variant("slow").sentence.startswith("slow is the baseline")

@@ -20,7 +20,7 @@ import numpy as np
 from scalectl.science.compare import BASELINE, FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, Comparison, LooLine, RunCurve, Row
 from scalectl.curve import SigmoidFit
 from scalectl.defaults import MARGIN, TRUNCATION_THRESHOLD
-from scalectl.display import format_estimate
+from scalectl.display import format_compute, format_estimate
 
 
 @dataclass
@@ -211,6 +211,13 @@ def _judge(result: AblationResult) -> None:
             row = result.comparison.row(v.name)
         v.sentence = sentence(v, row, None if base is None or base.curve is None else base.curve.fit,
                               margin)
+    for c in result.comparison.crossings if result.comparison is not None else ():
+        if baseline not in (c.first, c.second):
+            continue
+        v = result.variant(c.second if c.first == baseline else c.first)
+        v.sentence += (f" {c.first}, with the lower ceiling, leads {c.second} at {format_compute(c.start)}, the "
+                       f"compute both reached, and is overtaken at {format_compute(c.compute)} (forecast): "
+                       "a faster start, not a higher ceiling.")
 
 
 def _pair(a: float, b: float) -> tuple[str, str]:
