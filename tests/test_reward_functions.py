@@ -299,6 +299,124 @@ def test_what_is_not_a_reward_is_refused(value, message):
     assert as_score(Score(-0.5, True)) == Score(-0.5, True)
 
 
+# --------------------------------------------------------------------------- out of range
+
+#: A reward function file of the user's: the reward is the number written in the completion's
+#: ``\boxed{}`` (Python's own literal: ``1e300``, ``10**400``), returned as each shape returns it.
+HUGE_REWARDS = """
+import numbers
+import re
+
+from scalectl.rl.reward.score import Score
+
+
+def _number(completion):
+    return eval(re.search(r"boxed\\{(.*)\\}", completion).group(1))
+
+
+def as_float(completion, gold, fields):
+    return _number(completion)
+
+
+def as_score(completion, gold, fields):
+    return Score(_number(completion), True)
+
+
+def compute_score(data_source, solution_str, ground_truth, extra_info=None):
+    return {"score": _number(solution_str), "acc": True}
+
+
+def reward_func(completions, **kwargs):
+    return [_number(c) for c in completions]
+
+
+class Unreadable:
+    # says it is a real number, but cannot be turned into a float
+
+    def __float__(self):
+        raise ArithmeticError("no float here")
+
+    def __repr__(self):
+        return "Unreadable()"
+
+
+numbers.Real.register(Unreadable)
+
+
+def unreadable(completion, gold, fields):
+    return Unreadable()
+"""
+
+
+@pytest.fixture
+def huge_rewards(tmp_path, monkeypatch):
+    """``huge_rewards.py`` (:data:`HUGE_REWARDS`) in a folder on ``sys.path`` (the workers get it
+    as their ``PYTHONPATH``)."""
+    (tmp_path / "huge_rewards.py").write_text(HUGE_REWARDS)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path / "huge_rewards.py"
+    sys.modules.pop("huge_rewards", None)
+
+
+def _scored_group(function: str, rewards: list[str]):
+    """The group of completions ``\\boxed{R}`` for each R, scored as a run scores it (the recipe's
+    scorer, the function in its worker process)."""
+    recipe = Recipe.model_validate({"reward": {"function": function}})
+    [group] = score_groups([_comps([f"\\boxed{{{r}}}" for r in rewards])], [Problem(0, "1+2=", "3")], [0],
+                           recipe.length, scorer_for(recipe))
+    return group
+
+
+@pytest.mark.parametrize("name", ["as_float", "as_score", "compute_score", "reward_func"])
+@pytest.mark.parametrize("written,shown", [
+    ("1e300", "1e+300"), ("-3.5e38", "-3.5e+38"), ("2e15", "2000000000000000.0"),   # finite floats beyond the bound
+    ("10**400", "int 1.000e+400 (401 digits)"), ("-7 * 10**309", "int -7.000e+309 (310 digits)"),
+])
+def test_a_reward_beyond_the_bound_is_refused_naming_the_function_the_value_and_the_range(huge_rewards, name,
+                                                                                          written, shown):
+    """A float too large for float32 became inf and the group's advantages NaN; an int too large for
+    a float killed the worker ("the process exited with status -9"). Both are refused, in every
+    convention, naming what the function returned and the range a reward must lie in."""
+    from scalectl.rl.reward.score import MAX_ABS_REWARD
+
+    with pytest.raises(RewardFunctionError) as err:
+        _scored_group(f"huge_rewards:{name}", ["1", written, "-1"])
+    message = str(err.value)
+    assert message.startswith(f"reward.function = 'huge_rewards:{name}' returned ")
+    assert shown in message and "exited" not in message
+    assert f"a reward must be a finite number from -{MAX_ABS_REWARD:g} to {MAX_ABS_REWARD:g}" in message
+    if name == "reward_func":                                           # one call per group: the entry
+        assert "(entry 1 of its list), on a batch of 3 completions" in message
+    else:
+        assert f"the completion '\\\\boxed{{{written}}}'" in message
+    # the worker is still there and answers the next call
+    assert _scored_group(f"huge_rewards:{name}", ["2", "-2"]).rewards.tolist() == [2.0, -2.0]
+
+
+def test_a_value_whose_reading_raises_is_named_and_the_worker_lives_on(huge_rewards):
+    with pytest.raises(RewardFunctionError) as err:
+        _scored_group("huge_rewards:unreadable", ["1"])
+    assert str(err.value).startswith("reward.function = 'huge_rewards:unreadable' returned Unreadable Unreadable(), "
+                                     "which could not be read as a reward (ArithmeticError: no float here), on the "
+                                     "completion '\\\\boxed{1}'"), str(err.value)
+
+
+def test_rewards_at_the_bound_give_finite_advantages_in_every_normalization(huge_rewards):
+    """The bound is what the float32 advantages hold: rewards of +-MAX_ABS_REWARD (also as ints)
+    are accepted and their advantages are finite (and exact: +-1 for a two-valued group)."""
+    from scalectl.rl.reward.score import MAX_ABS_REWARD
+    from scalectl.rl.train.batch import build_train_batch
+
+    top = f"{MAX_ABS_REWARD:.0f}"
+    group = _scored_group("huge_rewards:as_float", [top, f"-{top}", top, f"-{MAX_ABS_REWARD!r}"])
+    top32 = torch.tensor(MAX_ABS_REWARD, dtype=torch.float32).item()     # 999999986991104.0
+    assert group.rewards.tolist() == [top32, -top32] * 2
+    for norm in ("prompt", "batch"):
+        assert build_train_batch([group], norm, pad_id=0).advantages.tolist() == pytest.approx([1, -1, 1, -1])
+    assert build_train_batch([group], "none", pad_id=0).advantages.tolist() == \
+        [top32, -top32] * 2
+
+
 # --------------------------------------------------------------------------- runs
 
 

@@ -95,7 +95,9 @@ def test_the_setting_is_in_the_hash_only_when_set_and_bad_values_are_refused():
     tiny = load("scalerl", setup="tiny-cpu")
     assert scorer_for(tiny).truncated == -1.0
     assert scorer_for(load("scalerl", setup="tiny-cpu", overrides=["reward.truncated=as_written"])).truncated is None
-    for bad, words in (("wrong", "as_written"), ("inf", "finite")):
+    for bad, words in (("wrong", "as_written"), ("inf", "finite"), ("1e300", "from -1e+15 to 1e+15"),
+                       ("-2e15", "not -2000000000000000.0")):
         with pytest.raises(UserError) as err:
             load("scalerl", setup="simulated", overrides=[f"reward.truncated={bad}"])
         assert "reward.truncated" in str(err.value) and words in str(err.value), str(err.value)
+    assert scorer_for(load("scalerl", setup="simulated", overrides=["reward.truncated=-1e15"])).truncated == -1e15

@@ -409,8 +409,12 @@ class Reward(_Section):
     def _truncated_is_a_finite_number_or_as_written(cls, value):
         if value == "as_written":
             return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise ValueError(f"must be a finite number (the reward) or 'as_written', not {value!r}")
+        from scalectl.rl.reward.score import MAX_ABS_REWARD
+
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                or abs(value) > MAX_ABS_REWARD:
+            raise ValueError(f"must be a finite number from -{MAX_ABS_REWARD:g} to {MAX_ABS_REWARD:g} (the reward; "
+                             f"the advantages are computed in float32) or 'as_written', not {value!r}")
         return value
 
     @model_validator(mode="after")

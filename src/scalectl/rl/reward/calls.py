@@ -88,7 +88,8 @@ def answer(caller: Caller, request: dict) -> dict:
       correct], ...]}`` (:meth:`~scalectl.rl.reward.conventions.Caller.batch`);
 
     or ``{"error": what went wrong}``: an exception, with the line it came from, or a value
-    that is not a reward (:func:`~scalectl.rl.reward.score.as_score`)."""
+    that is not a reward (:func:`~scalectl.rl.reward.score.as_score`), naming the value (also
+    when reading it raised: the worker lives on)."""
     import traceback
 
     if "convention" in request:
@@ -103,7 +104,18 @@ def answer(caller: Caller, request: dict) -> dict:
         score = caller.score(value)
     except (TypeError, ValueError) as exc:
         return {"error": str(exc)}
+    except Exception as exc:  # noqa: BLE001 - a value whose own methods raise: reported, not a dead worker
+        return {"error": f"returned {type(value).__name__} {_repr(value)}, which could not be read as a reward "
+                         f"({type(exc).__name__}: {exc})"}
     return {"reward": score.reward, "correct": score.correct}
+
+
+def _repr(value) -> str:
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - the user's __repr__
+        return "(its repr raised)"
+    return text if len(text) <= 60 else text[:60] + "..."
 
 
 def _raised(exc: Exception, frames) -> str:

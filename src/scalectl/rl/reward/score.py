@@ -3,22 +3,31 @@ the completion counts as correct for the pass rate.
 
 A reward function (``reward.function``, docs/rewards.md) returns
 
-* a finite float (an int, a numpy float): the reward; the completion is correct (for the pass rate
-  mean@k, the retiring of solved prompts and DAPO's length shaping) when it is > 0;
+* a finite float (an int, a numpy float) from ``-MAX_ABS_REWARD`` to ``MAX_ABS_REWARD``: the
+  reward; the completion is correct (for the pass rate mean@k, the retiring of solved prompts
+  and DAPO's length shaping) when it is > 0;
 * or a :class:`Score` (reward and correct given apart: a partial credit of 0.5 that is not
   a solution is ``Score(0.5, False)``).
 
-Anything else (a string, a bool, None, NaN, infinity) is refused by :func:`as_score`, and
-:class:`RewardFunctionError` names the function.
+Anything else (a string, a bool, None, NaN, infinity, a number beyond the bound, an int too
+large for a float) is refused by :func:`as_score`, and :class:`RewardFunctionError` names the
+function.
 """
 
 from __future__ import annotations
 
+import decimal
 import math
 import numbers
 from dataclasses import dataclass
 
 from scalectl.errors import UserError
+
+#: The largest magnitude of a reward.  Rewards go into float32 tensors and the advantages take
+#: squares of their differences summed over a batch: 1e15 keeps those sums finite in float32
+#: (4e30 per completion, up to ~8e7 completions a batch), while 1e30 already overflowed the
+#: group's variance to inf (advantages all 0) and 1e300 became an inf reward (advantages NaN).
+MAX_ABS_REWARD = 1e15
 
 
 @dataclass(frozen=True)
@@ -51,7 +60,8 @@ def as_score(value) -> Score:
     Raises:
         TypeError: a bool, or anything that is neither a number nor a Score (the message
             says what it was and what is expected).
-        ValueError: NaN or an infinite reward.
+        ValueError: a reward that is NaN, infinite, or beyond +-:data:`MAX_ABS_REWARD` (an int
+            too large for a float included); the message shows the value and the range.
     """
     if isinstance(value, Score):
         reward, correct = value.reward, value.correct
@@ -61,13 +71,34 @@ def as_score(value) -> Score:
         raise TypeError(f"returned {type(value).__name__} {_short(repr(value))}: a reward function returns a "
                         "float (correct when > 0) or a scalectl.rl.reward.score.Score(reward, correct)")
     else:
-        reward, correct = value, value > 0
+        reward, correct = value, None
     if isinstance(reward, bool) or not isinstance(reward, numbers.Real):
         raise TypeError(f"returned a Score whose reward is {type(reward).__name__} {_short(repr(reward))}, "
                         "not a float")
-    if not math.isfinite(reward):
-        raise ValueError(f"returned the reward {reward!r}: a reward must be a finite number")
-    return Score(float(reward), bool(correct))
+    try:
+        as_float = float(reward)
+    except OverflowError:            # an int (a Fraction) beyond any float
+        as_float = math.inf if reward > 0 else -math.inf
+    if not math.isfinite(as_float) or abs(as_float) > MAX_ABS_REWARD:
+        raise ValueError(f"returned the reward {_shown(reward)}: a reward must be a finite number from "
+                         f"-{MAX_ABS_REWARD:g} to {MAX_ABS_REWARD:g} (the advantages are computed in float32)")
+    return Score(as_float, bool(as_float > 0) if correct is None else bool(correct))
+
+
+def _shown(reward) -> str:
+    """A reward as the message shows it: a float's repr, an int beyond 1e15 in scientific notation
+    with its digit count (``int 1.000e+400 (401 digits)``), anything else its short repr."""
+    if isinstance(reward, numbers.Integral) and not isinstance(reward, bool):
+        number = int(reward)
+        if abs(number) > MAX_ABS_REWARD:
+            return f"{type(reward).__name__} {decimal.Decimal(number):.3e} ({len(str(abs(number)))} digits)"
+        return repr(number)
+    if isinstance(reward, float):
+        return repr(reward)
+    try:
+        return _short(repr(float(reward)) if math.isfinite(float(reward)) else repr(reward))
+    except (OverflowError, ValueError, TypeError):
+        return _short(repr(reward))
 
 
 def _short(text: str, limit: int = 60) -> str:
