@@ -311,9 +311,9 @@ def test_a_sensitivity_table_of_one_window_shows_no_spread():
     x = np.linspace(0, 5000, 21)
     fit = fit_sigmoid(x, sigmoid(x, 0.6, 2.0, 1000, 0.3), bootstrap=0)
     one = Sensitivity((WindowFit((0.0, 5000.0), fit), WindowFit((2500.0, 5000.0), None, "too few points")))
-    assert "(one window fitted: no spread to show)" in sensitivity_table(one, 200).title
+    assert "(one window fitted: no spread to show)" in sensitivity_table(one).title
     two = Sensitivity((WindowFit((0.0, 5000.0), fit), WindowFit((0.0, 2500.0), fit)))
-    assert "(A spread 0.000 over 2 windows)" in sensitivity_table(two, 200).title
+    assert "(A spread 0.000 over 2 windows)" in sensitivity_table(two).title
 
 
 def test_extrapolate_flags_truncation_above_the_recipes_own_threshold(db_path):

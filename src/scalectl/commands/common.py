@@ -27,6 +27,25 @@ DbOption = Annotated[str | None, typer.Option(
 JsonOption = Annotated[bool, typer.Option("--json", help="Print only JSON on stdout.")]
 
 
+def format_choice(value: str) -> str:
+    """A typer callback for ``--format``: one of :data:`scalectl.present.console.FORMATS`.
+
+    Raises (when called):
+        typer.BadParameter: naming the value and the formats allowed (click: exit status 2).
+    """
+    from scalectl.present.console import FORMATS
+
+    if value not in FORMATS:
+        raise typer.BadParameter(f"{value!r} is not one of: {', '.join(FORMATS)}")
+    return value
+
+
+FormatOption = Annotated[str, typer.Option(
+    "--format", callback=format_choice, metavar="table|csv|json",
+    help="table: fitted to the terminal, every column whole in a pipe or a file; csv: the table's cells "
+         "(stdout holds only the CSV, the lines under the table go to stderr); json: as --json.")]
+
+
 def open_store(db: str | None, *, create: bool = False):
     """Open the store named by ``--db`` / ``$SCALECTL_DB`` / ``./scalectl.db``
     (:meth:`scalectl.store.database.Store.open`): how every command opens it, and what it hands
@@ -117,12 +136,13 @@ def note(message: str) -> None:
     err.print(message, markup=False, soft_wrap=True)
 
 
-def print_flags(name: str, fit, said: Sequence[str] = ()) -> None:
-    """One line per flag of ``fit`` (a :class:`~scalectl.curve.SigmoidFit`), led by the run's name;
-    a flag whose message one of the lines ``said`` already holds is not printed again."""
+def print_flags(name: str, fit, said: Sequence[str] = (), console=None) -> None:
+    """One line per flag of ``fit`` (a :class:`~scalectl.curve.SigmoidFit`), led by the run's name,
+    on ``console`` (default: stdout's); a flag whose message one of the lines ``said`` already
+    holds is not printed again."""
     for f in fit.flags:
         if not any(f.message in line for line in said):
-            out.print(f"[yellow]{name}[/yellow] {f.code}: {f.message}", soft_wrap=True)
+            (console or out).print(f"[yellow]{name}[/yellow] {f.code}: {f.message}", soft_wrap=True)
 
 
 def write_figure(fn, data, path: Path, **kwargs) -> Path:

@@ -11,6 +11,7 @@ from scalectl.commands.common import (
     AxisOption,
     BootstrapOption,
     DbOption,
+    FormatOption,
     JsonOption,
     MarginChoiceOption,
     MethodOption,
@@ -51,6 +52,7 @@ def compare(
         "--loo-plot", help="Write the leave-one-out linearised plot (.png or .svg).")] = None,
     db: DbOption = None,
     json_: JsonOption = False,
+    fmt: FormatOption = "table",
 ) -> None:
     """Rank runs by ceiling A and give each a verdict against the baseline.
 
@@ -61,7 +63,9 @@ def compare(
     A run that cannot be fitted (too few points in its window, a failed fit) is left out of the
     ranking and listed under the table with the reason; the others are compared.  Fewer than two
     runs that can be fitted (of two or more) is an error (exit 2), and so is a --baseline that
-    cannot be fitted."""
+    cannot be fitted.  The table keeps run, A, dA and the verdict at any terminal width; in a pipe
+    or a file it has every column whole (--format csv: its cells as CSV)."""
+    from scalectl.present.console import print_table
     from scalectl.science import compare as cmp
 
     opts = FitOptions(axis, min_compute, method, "auto", bootstrap, 0.95, seed, series)
@@ -102,7 +106,7 @@ def compare(
         axis_name = next(iter(curves.values())).fit.axis
         written.append(str(write_figure(plot_loo, lines, loo_plot, axis=axis_name,
                                         fits={n: c.fit for n, c in curves.items()})))
-    if json_:
+    if json_ or fmt == "json":
         data = result.to_dict()
         data["margin_source"] = used.to_dict()
         data["fits"] = {n: c.fit.to_dict() for n, c in curves.items()}
@@ -110,23 +114,25 @@ def compare(
         data["left_out"] = [{"run": name, "reason": reason} for name, reason in left_out.items()]
         print_json(data)
         return
-    out.print(compare_table(result, curves, margin, out.width))
-    out.print(used.line(), soft_wrap=True, markup=False, highlight=False)
+    print_table(compare_table(result, curves, margin), fmt)
+    say = out if fmt == "table" else err        # under a CSV table, on stderr: stdout holds the CSV
+    say.print(used.line(), soft_wrap=True, markup=False, highlight=False)
     reasons = [row.reason for row in result.rows if row.reason]
     for row in result.rows:
         if row.reason:
-            out.print(f"{row.name}: {row.reason}", soft_wrap=True)
-        print_flags(row.name, curves[row.name].fit, said=reasons)     # a flag a verdict gave as its reason: once
+            say.print(f"{row.name}: {row.reason}", soft_wrap=True)
+        # a flag a verdict gave as its reason: once
+        print_flags(row.name, curves[row.name].fit, said=reasons, console=say)
     for c in result.crossings:
         iv = "" if c.lo is None else f" [{format_compute(c.lo)}, {format_compute(c.hi)}]"
-        out.print(f"crossing: {c.first} (lower ceiling) leads at {format_compute(c.start)}, the compute both "
+        say.print(f"crossing: {c.first} (lower ceiling) leads at {format_compute(c.start)}, the compute both "
                   f"reached; {c.second} overtakes it at {format_compute(c.compute)}{iv} "
                   f"(scalectl forecast {c.first} {c.second} draws it)", soft_wrap=True, markup=False,
                   highlight=False)
     for f in result.flags:
-        out.print(f"[red]{f.code}[/red]: {f.message}", soft_wrap=True)
+        say.print(f"[red]{f.code}[/red]: {f.message}", soft_wrap=True)
     for reason in left_out.values():      # not ranked: each with why it cannot be fitted
-        out.print(f"left out: {reason}", soft_wrap=True, markup=False, highlight=False)
+        say.print(f"left out: {reason}", soft_wrap=True, markup=False, highlight=False)
     for path in written:
         err.print(f"wrote {path}")
 

@@ -63,6 +63,7 @@ def extrapolate(
 ) -> None:
     """Fit the start of a run, predict the rest, and report the error and window sensitivity."""
     from scalectl.curve import FitError
+    from scalectl.present.console import print_table
     from scalectl.science.extrapolate import extrapolate as extrap
     from scalectl.science.extrapolate import window_sensitivity
 
@@ -107,7 +108,7 @@ def extrapolate(
     for line in extrapolation_lines(info["name"], ax, ex):
         out.print(line, soft_wrap=True, markup=False)
     print_flags(info["name"], ex.fit)
-    out.print(sensitivity_table(sens, out.width))
+    print_table(sensitivity_table(sens))
     if written:
         err.print(f"wrote {written}")
 

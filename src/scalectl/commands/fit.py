@@ -11,6 +11,7 @@ from scalectl.commands.common import (
     AxisOption,
     BootstrapOption,
     DbOption,
+    FormatOption,
     JsonOption,
     LevelOption,
     MarginOption,
@@ -51,12 +52,16 @@ def fit(
                        "margin band around the first run's ceiling (.png or .svg).")] = None,
     db: DbOption = None,
     json_: JsonOption = False,
+    fmt: FormatOption = "table",
 ) -> None:
     """Fit R(C) = R0 + (A - R0) / (1 + (C_mid/C)^B) to each run and store the fits.
 
     A run without values on the axis (--axis, else its recipe's) is fitted on the axis it has,
-    with a note.
+    with a note.  In a pipe or a file the table has every column whole (--format csv: its cells
+    as CSV).
     """
+    from scalectl.present.console import print_table
+
     from scalectl.curve import advise, seed_spread, step_rate
 
     opts = FitOptions(axis, min_compute, method, r0, bootstrap, level, seed, series)
@@ -79,7 +84,7 @@ def fit(
         if run.get("recipe_hash"):
             by_hash.setdefault(run["recipe_hash"], []).append(f)
     spreads = {h: seed_spread(fs) for h, fs in by_hash.items() if len(fs) > 1}
-    if json_:
+    if json_ or fmt == "json":
         print_json({
             "fits": [{"run": r["name"], "run_id": r["id"], "key": k, "cached": c, "fit": f.to_dict(),
                       "advice": None if a is None else {"action": a.action, "message": a.message,
@@ -91,15 +96,16 @@ def fit(
         })
         return
     axes = sorted({f.axis for _, f, *_ in results})
-    out.print(fit_table([(run["name"] + (" (stored)" if cached else ""), f)
-                         for run, f, cached, _, _ in results], axes, out.width))
+    print_table(fit_table([(run["name"] + (" (stored)" if cached else ""), f)
+                           for run, f, cached, _, _ in results], axes), fmt)
+    say = out if fmt == "table" else err        # under a CSV table, on stderr: stdout holds the CSV
     for run, f, _, _, advice in results:
-        print_flags(run["name"], f)
+        print_flags(run["name"], f, console=say)
         if advice is not None and advice.action != "none":
-            out.print(f"[cyan]{run['name']}[/cyan] {advice.message}", soft_wrap=True)
+            say.print(f"[cyan]{run['name']}[/cyan] {advice.message}", soft_wrap=True)
     for h, sp in spreads.items():
         a, b = sp["A"], sp["B"]
-        out.print(f"recipe {h}: {a.n} runs, A {a.mean:.3f} +- {a.sd:.3f} (range {a.min:.3f}-"
+        say.print(f"recipe {h}: {a.n} runs, A {a.mean:.3f} +- {a.sd:.3f} (range {a.min:.3f}-"
                   f"{a.max:.3f}), B {b.mean:.2f} +- {b.sd:.2f}")
     if written:
         err.print(f"wrote {written}")

@@ -126,7 +126,7 @@ def forecast(
         from scalectl.present.plot import plot_forecast
 
         written = str(write_figure(plot_forecast, curves, plot, horizon=hz, targets=targets, drift_sd=drift_sd,
-                                   reaches={n: r["reach"] for n, r in results.items()}))
+                                   reaches={n: r["reach"] for n, r in results.items()}, crossings=crossings))
     if json_:
         print_json({
             "axis": ax, "drift_sd": drift_sd, "horizon": hz, "pooled": pool,

@@ -44,7 +44,8 @@ def show(
                   f"{' (fixed lag)' if asy.get('schedule') == 'fixed_lag' else ''}, run folder {info.get('run_dir') or '-'}")
     if info.get("warm_start"):
         out.print(describe_warm_start(info["warm_start"]), soft_wrap=True, highlight=False)
-    from scalectl.display import Column, fitted_table, format_number
+    from scalectl.display import Column, TableData, format_number
+    from scalectl.present.console import print_table
 
     # The gpu_hours field holds device-hours: CPU-hours for a run on CPU.
     device = (recipe.get("hardware") or {}).get("device", "")
@@ -54,9 +55,9 @@ def show(
             Column("mean len", priority=3), Column("reward", priority=2), Column("entropy", priority=0)]
     keys = ("gpu_hours", "flops", "tokens", "pass_rate", "truncation_rate", "mean_length", "train_reward", "entropy")
     digits = {"gpu_hours": 4, "mean_length": 1}
-    out.print(fitted_table(None, cols, [
+    print_table(TableData(None, cols, [
         [str(p["step"]), *(format_number(p[k], digits.get(k, 3), decimals=True) for k in keys)]
-        for p in points], out.width))
+        for p in points]))
     errors = [(p["step"], p["checker_errors"]) for p in points if p.get("checker_errors")]
     if errors:
         out.print(f"[yellow]the answer checker could not judge {sum(n for _, n in errors)} held-out completion(s)"
@@ -66,9 +67,9 @@ def show(
     for name, (meta, pts) in series.items():
         out.print(f"[bold]series {name}[/bold]: {meta['prompts']} prompts of {meta['source']}, "
                   f"mean@{meta['samples_per_prompt']}", soft_wrap=True, highlight=False)
-        out.print(fitted_table(None, cols[:2] + [cols[4], cols[5]], [
+        print_table(TableData(None, cols[:2] + [cols[4], cols[5]], [
             [str(p["step"]), *(format_number(p[k], digits.get(k, 3), decimals=True)
-                               for k in ("gpu_hours", "pass_rate", "truncation_rate"))] for p in pts], out.width))
+                               for k in ("gpu_hours", "pass_rate", "truncation_rate"))] for p in pts]))
 
 
 def describe_warm_start(ws: dict) -> str:

@@ -5,18 +5,19 @@ from __future__ import annotations
 from typing import Annotated
 
 import typer
-from rich.table import Table
 
 from scalectl.commands.bounds import MAX_POLL_S, number
 from scalectl.commands.common import (
     DbOption,
+    FormatOption,
     JsonOption,
+    err,
     open_store,
     out,
     print_json,
     user_errors,
 )
-from scalectl.display import format_number
+from scalectl.display import Column, TableData, format_number
 from scalectl.errors import UserError
 
 
@@ -37,18 +38,21 @@ def _status_rows(db, run: list[str] | None, ids: set[int] | None = None) -> list
         return current_runs(store, wanted)
 
 
-def _status_table(rows: list[dict], db, title: str | None = None) -> Table:
-    table = Table(title=title or f"runs in {db or 'the store'}")
-    for col, kw in (("id", {"justify": "right"}), ("name", {"no_wrap": True}), ("status", {"no_wrap": True}),
-                    ("job", {}), ("job state", {}), ("eval step", {"justify": "right"}),
-                    ("pass rate", {"justify": "right"}), ("trunc.", {"justify": "right"})):
-        table.add_column(col, **kw)
+#: The columns of the status table: name, status and pass rate stay at any width.
+STATUS_COLUMNS = (Column("id", priority=2), Column("name", "left", keep=True), Column("status", "left", keep=True),
+                  Column("job", "left", priority=1), Column("job state", "left", priority=3),
+                  Column("eval step", priority=4), Column("pass rate", keep=True), Column("trunc.", priority=0))
+
+
+def _status_table(rows: list[dict], db, title: str | None = None) -> TableData:
+    """The runs' table (:data:`STATUS_COLUMNS`), each cell whole."""
+    cells = []
     for r in rows:
         job = f"{r.get('launcher') or '-'} {r.get('job_id')}" if r.get("job_id") else (r.get("launcher") or "-")
-        table.add_row(str(r["id"]), r["name"], r["status"], job, r.get("launcher_state") or "-",
+        cells.append([str(r["id"]), r["name"], r["status"], job, r.get("launcher_state") or "-",
                       *(format_number(r.get(k), decimals=True)
-                        for k in ("last_step", "last_pass_rate", "last_truncation_rate")))
-    return table
+                        for k in ("last_step", "last_pass_rate", "last_truncation_rate"))])
+    return TableData(title or f"runs in {db or 'the store'}", STATUS_COLUMNS, cells)
 
 
 def _status_line(r: dict) -> str:
@@ -70,10 +74,10 @@ def _watch(db, run: list[str] | None, interval: float) -> None:
         out.print("no active runs to watch")
         return
 
-    def table(rows: list[dict]) -> Table:
+    def table(rows: list[dict]):
         active = [r for r in rows if r["status"] in ACTIVE]
         return _status_table(rows, db, f"{len(active)} of {len(rows)} run(s) active in {db or 'the store'}, "
-                                       f"every {interval:g} s (Ctrl-C stops watching, not the runs)")
+                                       f"every {interval:g} s (Ctrl-C stops watching, not the runs)").render(out.width)
 
     try:
         with LiveRows(out, table, _status_line, lambda r: (r["id"], (r["status"], r.get("last_step")))) as view:
@@ -91,6 +95,7 @@ def status(
                                             help="Seconds between refreshes with --watch.")] = 2.0,
     db: DbOption = None,
     json_: JsonOption = False,
+    fmt: FormatOption = "table",
 ) -> None:
     """Every run with its job: launcher state, last step, pass rate, truncation rate.
 
@@ -98,21 +103,27 @@ def status(
     (process table, Slurm) and corrected in the store: a job cancelled with
     scancel shows as cancelled, one that died without a result as failed
     (with the tail of its log).  With --watch, a live table of the active runs
-    (on a terminal) or a plain line per change (elsewhere) until they end.
+    (on a terminal) or a plain line per change (elsewhere) until they end.  At a narrow terminal
+    the least useful columns are dropped (named under the table); in a pipe or a file every
+    column is printed whole (--format csv: as CSV).
     """
+    from scalectl.present.console import print_table
+
+    json_ = json_ or fmt == "json"
     if watch:
-        if json_:
-            raise UserError("--watch shows a live table; it does not combine with --json")
+        if json_ or fmt == "csv":
+            raise UserError("--watch shows a live table; it does not combine with --json or --format csv|json")
         _watch(db, run, interval)
         return
     rows = _status_rows(db, run)
     if json_:
         print_json([{k: v for k, v in r.items() if k != "recipe"} for r in rows])
         return
-    out.print(_status_table(rows, db))
+    print_table(_status_table(rows, db), fmt)
+    say = out if fmt == "table" else err        # under a CSV table, on stderr: stdout holds the CSV
     for r in rows:
         if r.get("error"):
-            out.print(f"{r['name']}: {_first_line(r['error'].split('; log tail')[0], 200)}", markup=False)
+            say.print(f"{r['name']}: {_first_line(r['error'].split('; log tail')[0], 200)}", markup=False)
 
 
 def register(app: typer.Typer) -> None:

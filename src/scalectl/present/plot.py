@@ -231,22 +231,25 @@ def extrapolation_figure(ex: Extrapolation, *, name: str = "run",
 
 def plot_forecast(runs: Mapping[str, RunCurve], path: str | Path, *, horizon: float,
                   targets: Sequence[float] = (), drift_sd: float = 0.01,
-                  reaches: Mapping[str, Sequence] | None = None, title: str | None = None) -> Path:
+                  reaches: Mapping[str, Sequence] | None = None, crossings: Sequence = (),
+                  title: str | None = None) -> Path:
     """Write :func:`forecast_figure` to ``path`` (.png or .svg) and return the path."""
     return style.save(forecast_figure(runs, horizon=horizon, targets=targets, drift_sd=drift_sd,
-                                      reaches=reaches, title=title), path)
+                                      reaches=reaches, crossings=crossings, title=title), path)
 
 
 def forecast_figure(runs: Mapping[str, RunCurve], *, horizon: float, targets: Sequence[float] = (),
                     drift_sd: float = 0.01, reaches: Mapping[str, Sequence] | None = None,
-                    title: str | None = None) -> Figure:
+                    crossings: Sequence = (), title: str | None = None) -> Figure:
     """Curves drawn beyond their data: per run, in its own colour, the points, the fitted curve
     (solid over the points, dashed from the last point to ``horizon``, compute in the fit's
     units) with its prediction band past the last point (:meth:`SigmoidFit.band` with
     ``drift_sd``), the last measured point ringed, and the identified ceiling A as a thin dashed
     line.  ``targets``: pass rates drawn as grey horizontal lines; ``reaches`` (name ->
     :class:`~scalectl.science.forecast.Reach` per target) marks where each curve reaches one,
-    with its interval as a horizontal bar.
+    with its interval as a horizontal bar.  ``crossings``
+    (:class:`~scalectl.science.forecast.Crossing`): each crossing of two curves as a black cross,
+    its interval as a thin black bar.
 
     Raises:
         ValueError: an empty mapping, no point with compute > 0, or ``horizon`` not beyond
@@ -300,6 +303,12 @@ def forecast_figure(runs: Mapping[str, RunCurve], *, horizon: float, targets: Se
         labels.append(_label(name, fit))
     for t in targets:
         ax.axhline(t, color="grey", lw=1, ls="-.", alpha=0.8)
+    crossed = [c for c in crossings if c.compute is not None and c.first in runs]
+    for c in crossed:
+        y = float(runs[c.first].fit.predict(c.compute))
+        if c.lo is not None:
+            ax.plot([max(c.lo, left), min(c.hi, horizon)], [y, y], color="black", lw=1, zorder=5)
+        ax.plot([c.compute], [y], marker="x", ms=9, mew=2, color="black", zorder=6)
     handles += [Line2D([], [], color="black", lw=2, ls="--"), Patch(color="grey", alpha=0.3),
                 Line2D([], [], ls="none", marker="o", ms=9, mfc="none", mec="black")]
     band_level = next(iter(runs.values())).fit.level
@@ -309,6 +318,9 @@ def forecast_figure(runs: Mapping[str, RunCurve], *, horizon: float, targets: Se
     if targets:
         handles.append(Line2D([], [], color="grey", lw=1, ls="-.", marker="|", ms=10, mew=2))
         labels.append("target pass rate; where each curve reaches it, with its interval")
+    if crossed:
+        handles.append(Line2D([], [], color="black", lw=1, marker="x", ms=8, mew=2))
+        labels.append("where two curves cross, with its interval")
     style.set_title(ax, title or f"Forecast to {style.compute_text(horizon, axis)}: "
                     "fitted curves drawn past their points", loc="left")
     style.legend_below(fig, ax, handles, labels)

@@ -1,8 +1,9 @@
-"""The tables of ``scalectl fit``, ``compare`` and ``extrapolate`` (rich), sized to the terminal.
+"""The tables of ``scalectl fit``, ``compare`` and ``extrapolate``, as
+:class:`~scalectl.display.TableData` that :func:`scalectl.present.console.print_table` draws.
 
-Run names and the ceiling A with its interval always show; the other columns
-are dropped, least useful first, when the terminal is too narrow (see
-:func:`scalectl.display.fit_columns`).
+Run names, the ceiling A with its interval and what a verdict rests on (dA in ``compare``)
+always show; at a narrow terminal the other columns are dropped, least useful first (see
+:func:`scalectl.display.fit_columns`).  Off a terminal every column is printed whole.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any, Sequence
 from scalectl.display import (
     AXIS_UNITS,
     Column,
-    fitted_table,
+    TableData,
     format_compute,
     format_estimate,
     format_number,
@@ -35,7 +36,7 @@ def _flags(fit: Any) -> str:
     return ", ".join(dict.fromkeys(fit.flag_codes)) or "-"
 
 
-def fit_table(named_fits: Sequence[tuple[str, Any]], axes: Sequence[str], width: int):
+def fit_table(named_fits: Sequence[tuple[str, Any]], axes: Sequence[str]) -> TableData:
     """One row per (name, :class:`~scalectl.curve.SigmoidFit`); ``axes`` the distinct axes."""
     cols = [Column("run", "left", keep=True), Column("axis", "left", priority=6),
             Column("window", priority=1), Column("points", priority=2),
@@ -51,14 +52,16 @@ def fit_table(named_fits: Sequence[tuple[str, Any]], axes: Sequence[str], width:
         rows.append([name, *([] if one_axis else [f.axis]), _window(f.window), str(f.n_points),
                      estimate_text(f, "A"), estimate_text(f, "B"), estimate_text(f, "C_mid"), r0, f"{f.rmse:.4f}", _flags(f)])
     title = TITLE + (f", compute in {axes[0]}" if one_axis else "")
-    return fitted_table(title, cols, rows, width)
+    return TableData(title, cols, rows)
 
 
-def compare_table(result: Any, curves: dict, margin: float, width: int):
-    """Runs of a :class:`~scalectl.science.compare.Comparison` ranked by A, with dA and the verdict."""
+def compare_table(result: Any, curves: dict, margin: float) -> TableData:
+    """Runs of a :class:`~scalectl.science.compare.Comparison` ranked by A, with dA (the
+    difference of ceilings to the baseline, with its interval: what the verdict rests on) and
+    the verdict."""
     cols = [Column("#", priority=0), Column("run", "left", keep=True),
             Column("hardware", "left", priority=1), Column("A", keep=True),
-            Column("B", priority=2), Column("C_mid", priority=3), Column("dA", priority=4),
+            Column("B", priority=2), Column("C_mid", priority=3), Column("dA", keep=True),
             Column("verdict", "left", keep=True)]
     rows = []
     for i, row in enumerate(result.rows, 1):
@@ -67,11 +70,10 @@ def compare_table(result: Any, curves: dict, margin: float, width: int):
         d = "-" if row.verdict == "baseline" else f"{row.delta_A:+.3f} [{lo:+.3f}, {hi:+.3f}]"
         rows.append([str(i), row.name, curves[row.name].hardware or "-", estimate_text(f, "A"),
                      f"{f.B:.2f}", format_number(f.C_mid), d, row.verdict])
-    return fitted_table(f"runs ranked by ceiling A (baseline {result.baseline}, margin {margin:.3g})",
-                        cols, rows, width)
+    return TableData(f"runs ranked by ceiling A (baseline {result.baseline}, margin {margin:.3g})", cols, rows)
 
 
-def sensitivity_table(sens: Any, width: int):
+def sensitivity_table(sens: Any) -> TableData:
     """Fits of one run over several windows (:class:`~scalectl.science.extrapolate.Sensitivity`)."""
     cols = [Column("window", keep=True), Column("points", priority=1), Column("A", keep=True),
             Column("B", priority=2), Column("C_mid", priority=3), Column("flags", "left", priority=4)]
@@ -86,7 +88,7 @@ def sensitivity_table(sens: Any, width: int):
     fitted = sum(r.fit is not None for r in sens.rows)
     spread = (f"A spread {sens.A_spread:.3f} over {fitted} windows" if fitted > 1 else
               f"{'one window' if fitted else 'no window'} fitted: no spread to show")
-    return fitted_table(f"sensitivity of the fit to its window ({spread})", cols, rows, width)
+    return TableData(f"sensitivity of the fit to its window ({spread})", cols, rows)
 
 
 def fit_line(name: str, fit: Any) -> str:
