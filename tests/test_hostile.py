@@ -317,6 +317,27 @@ CASES = [
          ("p.csv: row 1: step = '1.7' must be a whole number",)),
     Case("import-compute-inf", imported("compute,pass_rate\n0,0.3\ninf,0.4\n"),
          ("p.csv: row 2: gpu_hours = 'inf' is not a finite number",)),
+    # integers beyond a float (10**400) or beyond Python's own int reading (5000 digits), in each file kind
+    Case("import-compute-int-beyond-float-jsonl",
+         imported('{"step": 0, "gpu_hours": 1, "pass_rate": 0.3}\n{"step": 1, "gpu_hours": 1%s, "pass_rate": 0.4}\n'
+                  % ("0" * 400), "p.jsonl"),
+         ("p.jsonl: row 2: gpu_hours = 1.000e+400 (401 digits) is too large for a float (at most 1.8e+308)",)),
+    Case("import-flops-int-beyond-float-csv", imported("step,flops,pass_rate\n0,1,0.3\n1,7%s,0.4\n" % ("0" * 400)),
+         ("p.csv: row 2: flops = '7.000e+400 (401 digits)' is too large for a float (at most 1.8e+308)",)),
+    Case("import-compute-column-named", imported("step,compute,pass_rate\n0,1,0.3\n1,2%s,0.4\n" % ("0" * 320)),
+         ("p.csv: row 2: gpu_hours = '2.000e+320 (321 digits)' is too large for a float (at most 1.8e+308) "
+          "(column 'compute')",)),
+    Case("import-reward-negative-int-beyond-float", imported(
+        '{"step": 0, "gpu_hours": 1, "pass_rate": 0.3, "eval/train_reward": -3%s}\n' % ("0" * 310), "p.jsonl"),
+         ("p.jsonl: row 1: train_reward = -3.000e+310 (311 digits) is too large for a float (at most 1.8e+308) "
+          "(column 'eval/train_reward')",)),
+    Case("import-flops-5000-digits-jsonl",
+         imported('{"step": 0, "flops": 9%s, "pass_rate": 0.3}\n' % ("0" * 5000), "p.jsonl"),
+         ("p.jsonl: row 1: flops = 9.000e+5000 (5001 digits) is too large for a float (at most 1.8e+308)",)),
+    Case("import-tokens-5000-digits-csv", imported("tokens,pass_rate\n5%s,0.3\n" % ("0" * 5000)),
+         ("p.csv: row 1: tokens = '5.000e+5000 (5001 digits)' is too large (at most 9223372036854775807)",)),
+    Case("import-step-5000-digits-jsonl", imported('{"step": 4%s, "pass_rate": 0.3}\n' % ("0" * 5000), "p.jsonl"),
+         ("p.jsonl: row 1: step = 4.000e+5000 (5001 digits) is too large (at most 9223372036854775807)",)),
     Case("import-compute-down", imported("step,compute,pass_rate\n0,10,0.3\n1,5,0.4\n"),
          ("p.csv: row 2: gpu_hours = 5.0 at step 1 is below 10.0 at step 0 (row 1)",)),
     Case("import-compute-negative", imported("compute,pass_rate\n-1,0.3\n"), ("p.csv: row 1: gpu_hours = '-1' must be",)),

@@ -7,8 +7,9 @@ source came from.
 * a ``.csv`` file: a header and rows of text cells (scalectl's own columns, a W&B export of
   a run's history with ``_step``, ``_runtime``, ``_timestamp`` and one column per logged key,
   a verl or TRL log); a byte-order mark (Excel's "CSV UTF-8") is dropped;
-* a ``.jsonl`` / ``.ndjson`` file: one JSON object per line, JSON numbers as cells; a key given
-  twice in one object is refused, as a CSV column given twice is;
+* a ``.jsonl`` / ``.ndjson`` file: one JSON object per line, JSON numbers as cells (an integer
+  of more digits than Python reads as an int, as a :class:`LongInt`); a key given twice in one
+  object is refused, as a CSV column given twice is;
 * a TensorBoard event folder (``events.out.tfevents.*`` files, as ``torch.utils.tensorboard``
   and scalectl's own ``tensorboard`` backend write them), or one event file: a row per
   step holding every scalar tag logged at it, ``_step`` and ``_runtime`` (seconds since
@@ -130,6 +131,29 @@ def _csv_rows(path: Path, text: str) -> tuple[list[tuple[str, dict]], list[str]]
     return rows, header
 
 
+class LongInt:
+    """A JSON integer of more digits than Python reads as an int (4300, ``sys.set_int_max_str_digits``),
+    kept as its text so that the check of its cell can name it (it is too large for any field).
+
+    Attributes:
+        digits: the integer as written (``-`` and digits).
+    """
+
+    def __init__(self, digits: str):
+        self.digits = digits
+
+    def __repr__(self) -> str:
+        return f"LongInt({self.digits[:20]}...)"
+
+
+def _json_int(text: str):
+    """``parse_int`` of :func:`json.loads`: the int, or a :class:`LongInt` beyond Python's reading."""
+    try:
+        return int(text)
+    except ValueError:
+        return LongInt(text)
+
+
 class _DuplicateKey(ValueError):
     """A JSON object names one key twice (``key``; json itself would keep the last value)."""
 
@@ -160,7 +184,7 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[str, dict]]:
         if not line.strip():
             continue
         try:
-            row = json.loads(line, object_pairs_hook=_unique_keys)
+            row = json.loads(line, object_pairs_hook=_unique_keys, parse_int=_json_int)
         except json.JSONDecodeError as exc:
             raise UserError(f"{path}: row {i}: invalid JSON ({exc.msg})") from None
         except _DuplicateKey as exc:

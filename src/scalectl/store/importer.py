@@ -27,7 +27,8 @@ any, the points keep the compute they have (steps, FLOPs, tokens) and ``fit`` us
 Every value is checked: numbers only (JSON ``true`` is not 1), finite, not
 negative, whole numbers where the store keeps integers (``step``, ``tokens``,
 ``samples``, ``samples_per_prompt``, ``retired_prompts``, at most 2**63 - 1, SQLite's
-integer), rates in [0, 1]; every CSV row has exactly the header's cells; compute
+integer), others within a float (an integer such as 10**400 is refused, naming its row and
+column), rates in [0, 1]; every CSV row has exactly the header's cells; compute
 (GPU-hours, FLOPs, tokens) never goes down as the step goes up.  The whole
 source is checked before anything is written, and written in one transaction:
 nothing is ever half-imported.
@@ -37,11 +38,13 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 from pathlib import Path
 from typing import Sequence
 
 from scalectl.errors import UserError
-from scalectl.store.import_sources import MAX_IMPORT_BYTES, RUNTIME_COLUMN, STEP_COLUMN, Table, read_table  # noqa: F401
+from scalectl.store.import_sources import (MAX_IMPORT_BYTES, RUNTIME_COLUMN, STEP_COLUMN, LongInt, Table,  # noqa: F401
+                                           read_table)
 
 COMPUTE_COLUMNS = ("gpu_hours", "flops", "tokens", "step")
 #: Compute columns that must not decrease along the steps.
@@ -139,38 +142,76 @@ def _listed(names: list[str], at_most: int = 12) -> str:
 
 
 def _shown(value) -> str:
+    """A cell as messages show it: JSON's words for null and booleans, an integer of more than
+    20 digits in scientific notation with its digit count (``1.000e+400 (401 digits)``, quoted
+    when it is CSV text), else its repr, cut at 60 characters."""
+    if isinstance(value, LongInt):
+        text = value.digits
+    elif isinstance(value, int) and not isinstance(value, bool):
+        text = str(value)
+    elif isinstance(value, str) and value.strip().lstrip("+-").isdigit():
+        text = value.strip()
+    else:
+        text = None
+    if text is not None:
+        sign, digits = ("-" if text.startswith("-") else ""), text.lstrip("+-").lstrip("0") or "0"
+        if len(digits) > 20:
+            shown = f"{sign}{digits[0]}.{digits[1:4]:0<3}e+{len(digits) - 1} ({len(digits)} digits)"
+            return repr(shown) if isinstance(value, str) else shown
     text = "null" if value is None else json.dumps(value) if isinstance(value, bool) else repr(value)
-    return text if len(text) <= 60 else text[:55] + "...'"
+    if len(text) <= 60:
+        return text
+    return text[:55] + ("...'" if isinstance(value, str) else "...")
 
 
-def _number(where: str, key: str, value, whole: bool, text_cells: bool):
-    """A cell as a finite number (an int for ``whole`` columns), or a UserError naming it.
-    CSV cells are text; typed cells (JSON, trackers) must be numbers (not strings, not true/false)."""
+def _number(where: str, key: str, value, whole: bool, text_cells: bool, column: str | None = None):
+    """A cell as a finite number (an int for ``whole`` columns), or a UserError naming it (and
+    ``column``, when it is not named ``key``).
+    CSV cells are text; typed cells (JSON, trackers) must be numbers (not strings, not true/false).
+    Integers beyond a float (10**400) are refused in float columns, beyond SQLite's integer in
+    whole ones."""
     where = f"{where}: {key} = {_shown(value)}"
+    named = f" (column {column!r})" if column is not None and column != key else ""
+
+    def refused(why: str) -> UserError:
+        return UserError(f"{where} {why}{named}")
+
+    too_large = f"is too large (at most {SQLITE_INT_MAX})" if whole else \
+        f"is too large for a float (at most {sys.float_info.max:.2g})"
+    if isinstance(value, LongInt):
+        raise refused(too_large)
     if isinstance(value, bool) or not isinstance(value, (int, float, str)) or \
             (isinstance(value, str) and not text_cells):
-        raise UserError(f"{where} is not a number")
+        raise refused("is not a number")
     if isinstance(value, str):
         text = value.strip()
+        digits = text.lstrip("+-").isdigit()
         try:
-            number = int(text) if whole and text.lstrip("+-").isdigit() else float(text)
+            number = int(text) if whole and digits else float(text)
         except ValueError:
-            raise UserError(f"{where} is not a number") from None
+            if digits:                   # beyond Python's reading of int text (4300 digits)
+                raise refused(too_large) from None
+            raise refused("is not a number") from None
+        if isinstance(number, float) and math.isinf(number) and text.lstrip("+-").lower() not in ("inf", "infinity"):
+            raise refused(too_large)     # a literal beyond a float: float() gives inf
     else:
         number = value
     if isinstance(number, float) and not math.isfinite(number):
-        raise UserError(f"{where} is not a finite number")
+        raise refused("is not a finite number")
     if number < 0 and key not in SIGNED_COLUMNS:
-        raise UserError(f"{where} must be a number >= 0")
+        raise refused("must be a number >= 0")
     if whole:
         if isinstance(number, float):
             if not number.is_integer():
-                raise UserError(f"{where} must be a whole number")
+                raise refused("must be a whole number")
             number = int(number)
         if number > SQLITE_INT_MAX:
-            raise UserError(f"{where} is too large (at most {SQLITE_INT_MAX})")
+            raise refused(too_large)
     else:
-        number = float(number)
+        try:
+            number = float(number)
+        except OverflowError:            # an int beyond a float
+            raise refused(too_large) from None
     return number
 
 
@@ -183,7 +224,7 @@ def _check_row(where: str, row: dict, fields: dict[str, str], index: int, text_c
         value = row.get(column)
         if value is None or (isinstance(value, str) and not value.strip()):
             continue                              # an empty cell / null: no value
-        point[field] = _number(f"{where}", field, value, field in INT_COLUMNS, text_cells)
+        point[field] = _number(f"{where}", field, value, field in INT_COLUMNS, text_cells, column)
     if "pass_rate" not in point:
         return None
     if need_compute and not any(k in point for k in COMPUTE_COLUMNS):
