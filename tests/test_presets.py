@@ -10,6 +10,7 @@ import pytest
 
 from conftest import ROOT, run_cli
 from scalectl import presets
+from scalectl.errors import UserError
 from scalectl.recipe.load import load
 
 RECIPES = ["dapo", "grpo", "magistral", "minimax", "scalerl"]
@@ -142,3 +143,39 @@ def test_validate_alone_names_the_hash_and_values_a_run_has(tmp_path):
     with_setup = json.loads(run_cli("validate", "scalerl", "--setup", "tiny-cpu", "--json", cwd=tmp_path,
                                     check=True).stdout)[0]
     assert with_setup["hash"] == listed["scalerl"] and "run_hash" not in with_setup
+
+
+def test_an_ablation_file_in_a_subfolder_names_presets_bare(tmp_path, monkeypatch):
+    """`base = "scalerl"` (and `setup`, a variant's `recipe`) in data/abl.toml means the preset,
+    as from the current folder; a file of that name beside the ablation file still wins."""
+    from scalectl.ablation.planner import plan, read_ablation
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "data").mkdir()
+    text = ('name = "sub"\nkind = "variants"\nbase = "scalerl"\nsetup = "tiny-cpu"\n'
+            '[[variants]]\nname = "base"\n[[variants]]\nname = "magistral"\nrecipe = "magistral"\n')
+    (tmp_path / "data" / "abl.toml").write_text(text)
+    spec = read_ablation("data/abl.toml")
+    assert spec.base == presets.root() / "recipes" / "scalerl.toml"
+    assert spec.setup == presets.root() / "setups" / "tiny-cpu.toml"
+    assert spec.variants[1].recipe == presets.root() / "recipes" / "magistral.toml"
+    variants = plan(spec).variants
+    tiny = ROOT / "setups" / "tiny-cpu.toml"
+    assert [v.recipe.content_hash for v in variants] == [
+        load(ROOT / "recipes" / "scalerl.toml", tiny).content_hash,
+        load(ROOT / "recipes" / "magistral.toml", tiny, ["name='magistral'"]).content_hash]
+    # the same file one folder up gives the same plan
+    (tmp_path / "abl.toml").write_text(text)
+    assert [v.recipe.content_hash for v in plan(read_ablation("abl.toml")).variants] == [
+        v.recipe.content_hash for v in variants]
+    # a file beside the ablation file wins over the preset of its name
+    packaged = presets.root() / "recipes" / "scalerl.toml"
+    (tmp_path / "data" / "scalerl").write_text(f'extends = "{packaged}"\n[precision]\nlm_head = "bf16"\n')
+    spec = read_ablation("data/abl.toml")
+    assert spec.base == Path("data/scalerl")
+    assert plan(spec).variants[0].recipe.precision.lm_head == "bf16"
+    (tmp_path / "data" / "abl.toml").write_text(text.replace('base = "scalerl"', 'base = "scalerll"'))
+    with pytest.raises(UserError, match=r"data/abl\.toml: base = 'scalerll': no such file beside the ablation "
+                                        r"file \(data/scalerll\), and not the name of a recipe preset \(recipes: "
+                                        r"dapo, grpo, magistral, minimax, scalerl\)"):
+        read_ablation("data/abl.toml")

@@ -351,12 +351,20 @@ def read_ablation(path: str | Path) -> AblationSpec:
     if kind not in KINDS:
         raise UserError(f"{path}: kind = {kind!r} is not one of: {', '.join(KINDS)}")
 
-    def rel(value, key):
+    def rel(value, key, kind="recipes"):
+        # a path relative to the file; a bare name with no such file beside it is a preset name
         if value is None:
             return None
         if not isinstance(value, str):
             raise UserError(f"{path}: {key} = {value!r} must be a path (string)")
-        return Path(os.path.normpath(path.parent / value))
+        beside = Path(os.path.normpath(path.parent / value))
+        if beside.exists() or not presets.is_bare(value):
+            return beside
+        try:
+            return presets.resolve(value, kind)
+        except UserError:
+            raise UserError(f"{path}: {key} = {value!r}: no such file beside the ablation file ({beside}), and not "
+                            f"the name of a {kind[:-1]} preset ({kind}: {', '.join(presets.names(kind))})") from None
 
     def strings(value, key):
         if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
@@ -405,7 +413,7 @@ def read_ablation(path: str | Path) -> AblationSpec:
     default_baseline = variants[0].name if kind == "variants" else BASE
     return AblationSpec(
         name=check_part(data.get("name", path.stem), f"{path}: ablation name"), kind=kind, base=base,
-        setup=rel(data.get("setup"), "setup"), variants=tuple(variants),
+        setup=rel(data.get("setup"), "setup", "setups"), variants=tuple(variants),
         forward=tuple((k, tuple(v)) for k, v in forward.items()),
         baseline=data.get("baseline", default_baseline), repeats=repeats,
         overrides=strings(data.get("set", []), "set"), margin=margin,

@@ -85,12 +85,13 @@ def packaged(kind: str, name: str) -> Path:
     _check_kind(kind)
     stem = name[:-5] if name.endswith(".toml") else name
     path = root() / kind / f"{stem}.toml"
-    if not _is_bare(name) or not path.is_file():
+    if not is_bare(name) or not path.is_file():
         raise UserError(f"{name!r} is not a {kind[:-1]} preset; {kind} presets: {', '.join(names(kind))}")
     return path
 
 
-def _is_bare(arg: str) -> bool:
+def is_bare(arg: str) -> bool:
+    """Whether ``arg`` can be a preset name: no folder in it (``scalerl``, ``scalerl.toml``)."""
     return bool(arg) and "/" not in arg and "\\" not in arg and arg not in (".", "..")
 
 
@@ -109,9 +110,9 @@ def resolve(arg: str | Path, kind: str) -> Path:
     _check_kind(kind)
     path = Path(arg)
     text = str(arg)
-    if path.is_file() or (not _is_bare(text) and path.exists()):
+    if path.is_file() or (not is_bare(text) and path.exists()):
         return path            # a folder or device given as a path: the reader says what it is
-    if _is_bare(text):
+    if is_bare(text):
         stem = text[:-5] if text.endswith(".toml") else text
         local = Path(kind) / f"{stem}.toml"
         if local.is_file():
@@ -126,7 +127,7 @@ def resolve(arg: str | Path, kind: str) -> Path:
 def find(name: str) -> Path | None:
     """The packaged preset called ``name`` of any kind (recipes first), or None;
     used for ``extends = "scalerl"`` in a file outside the presets' folders."""
-    if not _is_bare(name):
+    if not is_bare(name):
         return None
     stem = name[:-5] if name.endswith(".toml") else name
     for kind in KINDS[:2]:
