@@ -197,6 +197,88 @@ def test_tensorboard_folder_imports_and_fits(tmp_path, db_path, runner):
     assert fits["tb"]["A"] == pytest.approx(0.6, abs=1e-4) and fits["tb"]["B"] == pytest.approx(1.5, abs=1e-2)
 
 
+def _store_files(db: Path) -> dict[str, bytes]:
+    """The bytes of the store and the files beside it (its -wal and -shm)."""
+    return {p.name: p.read_bytes() for p in sorted(db.parent.iterdir()) if p.name.startswith(db.name)}
+
+
+def _store_with_a_run(tmp_path: Path, db: Path, runner) -> dict[str, bytes]:
+    """``db`` holding run ``keep`` (closed), and its files' bytes."""
+    (tmp_path / "keep.csv").write_text("step,pass_rate\n0,0.2\n1,0.3\n")
+    _import(runner, str(tmp_path / "keep.csv"), "--name", "keep", "--db", str(db))
+    return _store_files(db)
+
+
+def _refused(runner, db: Path, *args: str) -> str:
+    """stderr of an import that must be refused (exit 2, no traceback)."""
+    from scalectl.cli import app
+
+    result = runner.invoke(app, ["import", *args, "--db", str(db)])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit), (result.output, result.exception)
+    return " ".join(result.stderr.split())
+
+
+def test_tensorboard_step_logged_twice_with_different_values_is_refused(tmp_path, db_path, runner):
+    """A run restarted in its own folder logs steps 4 and 6 again (a second event file, written by
+    SummaryWriter as a resumed run writes it): a column read holding two values at one step is
+    refused naming the step, the tag and both values, as the CSV reader refuses a step given
+    twice, and nothing is stored; repeating the same value, or two values of a column left out,
+    imports."""
+    from torch.utils.tensorboard import SummaryWriter
+
+    before = _store_with_a_run(tmp_path, db_path, runner)
+    first = SummaryWriter(str(tmp_path / "tb"))
+    for step in (2, 4, 6):
+        first.add_scalar("eval/pass_rate", step / 10, step)
+        first.add_scalar("train/loss", 1 / step, step)
+    first.close()
+    again = SummaryWriter(str(tmp_path / "tb"), filename_suffix=".resumed")
+    for step in (4, 6):
+        again.add_scalar("eval/pass_rate", 0.25 if step == 4 else 0.6, step)   # step 6 as before
+        again.add_scalar("train/loss", 2 / step, step)
+    again.close()
+    assert len(list((tmp_path / "tb").glob("events.out.tfevents.*"))) == 2
+    said = _refused(runner, db_path, str(tmp_path / "tb"), "--name", "tb")
+    assert f"error: {tmp_path / 'tb'}: step 4: 'eval/pass_rate' appears more than once at this step, with " \
+           "different values (0.4000000059604645, then 0.25): a point holds one value per step" in said, said
+    assert _store_files(db_path) == before
+    mapped = _refused(runner, db_path, str(tmp_path / "tb"), "--name", "tb", "--map", "train/loss=train_reward")
+    assert "step 4: 'eval/pass_rate' appears more than once" in mapped          # the first in step order
+    # step 4 given once more, at the value it had: the repeats hold one value each but train/loss's
+    fixed = SummaryWriter(str(tmp_path / "tb"), filename_suffix=".fixed")
+    fixed.add_scalar("eval/pass_rate", 0.4, 4)
+    fixed.close()
+    (next((tmp_path / "tb").glob("*.resumed"))).unlink()
+    done = _import(runner, str(tmp_path / "tb"), "--name", "tb", "--db", str(db_path))
+    assert done["points"] == 3 and "train/loss" in done["notes"][0]
+    with Store.open(db_path) as store:
+        assert [p["pass_rate"] for p in store.points(store.get_run("tb")["id"])] == \
+            pytest.approx([0.2, 0.4, 0.6], abs=3e-8)
+    fixed = SummaryWriter(str(tmp_path / "tb"), filename_suffix=".loss")
+    fixed.add_scalar("train/loss", 7.0, 2)
+    fixed.close()
+    assert _import(runner, str(tmp_path / "tb"), "--name", "tb-left-out", "--db", str(db_path))["points"] == 3
+    said = _refused(runner, db_path, str(tmp_path / "tb"), "--name", "tb-loss", "--map", "train/loss=train_reward")
+    assert "step 2: 'train/loss' appears more than once at this step, with different values (0.5, then 7.0)" in said
+
+
+def test_mlflow_step_logged_twice_with_different_values_is_refused(tmp_path, db_path, runner, monkeypatch):
+    """An MLflow run (a mlruns folder written by mlflow) whose metric holds two values at one step:
+    refused as the CSV reader refuses a step given twice, nothing stored."""
+    import mlflow
+
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")     # MLflow 3 keeps the folder store behind this
+    before = _store_with_a_run(tmp_path, db_path, runner)
+    client = mlflow.tracking.MlflowClient(tracking_uri=(tmp_path / "mlruns").as_uri())
+    run = client.create_run(client.create_experiment("study"), run_name="twice")
+    for step, rate in ((2, 0.3), (4, 0.5), (4, 0.45), (6, 0.6)):
+        client.log_metric(run.info.run_id, "eval/pass_rate", rate, step=step)
+    said = _refused(runner, db_path, str(tmp_path / "mlruns"), "--name", "ml")
+    assert f"MLflow run twice ({run.info.run_id}) of {tmp_path / 'mlruns'}: step 4: 'eval/pass_rate' appears more " \
+           "than once at this step, with different values (0.5, then 0.45): a point holds one value per step" in said
+    assert _store_files(db_path) == before
+
+
 def test_wandb_export_with_sparse_rows_imports_on_runtime_x_devices(tmp_path, db_path, runner):
     """W&B's CSV export of a run: _step, _runtime, _timestamp, a key per column, and rows of
     training steps without the evaluation's keys.  GPU-hours = runtime x 8 devices."""

@@ -13,10 +13,13 @@ source came from.
 * a TensorBoard event folder (``events.out.tfevents.*`` files, as ``torch.utils.tensorboard``
   and scalectl's own ``tensorboard`` backend write them), or one event file: a row per
   step holding every scalar tag logged at it, ``_step`` and ``_runtime`` (seconds since
-  the first event), read with TensorBoard's own ``EventAccumulator``;
+  the first event), read with TensorBoard's own ``EventAccumulator`` (a tag logged twice at
+  one step with different values, as a run restarted in its folder logs it, is kept in
+  :attr:`Table.repeats`);
 * an MLflow run of a tracking store (a tracking URI such as ``sqlite:///mlflow.db``, or a
   ``mlruns`` folder): a row per step holding every metric's value at it, ``_step`` and
-  ``_runtime`` (seconds since the run started), read with ``mlflow.tracking.MlflowClient``.
+  ``_runtime`` (seconds since the run started), read with ``mlflow.tracking.MlflowClient`` (a
+  metric logged twice at one step with different values: :attr:`Table.repeats`).
 
 TensorBoard and MLflow are optional extras (``scalectl[tensorboard]``, ``scalectl[mlflow]``),
 imported only when such a source is read.
@@ -27,7 +30,8 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from scalectl.errors import UserError
@@ -61,6 +65,10 @@ class Table:
     kind: str
     text_cells: bool
     what: str
+    #: A tracker's run: ``(label, column) -> values`` where one step holds a tag (metric) logged
+    #: with different values, in step order (the row keeps the last); the importer refuses those
+    #: of the columns it reads.  Empty for files (a step given twice is two rows there).
+    repeats: dict = field(default_factory=dict)
 
 
 def is_tracking_uri(source: str) -> bool:
@@ -201,20 +209,32 @@ def _jsonl_rows(path: Path, text: str) -> list[tuple[str, dict]]:
 # --------------------------------------------------------------------------- trackers
 
 
-def _by_step(events: dict[str, list[tuple[int, float, float]]], start: float | None) -> list[tuple[str, dict]]:
+def _by_step(events: dict[str, list[tuple[int, float, float]]], start: float | None
+             ) -> tuple[list[tuple[str, dict]], dict[tuple[str, str], list[float]]]:
     """Rows of ``tag -> [(step, seconds, value)]``: one per step, ``_step`` and ``_runtime``
-    (seconds since ``start``, default the first event) beside the tags logged at it."""
+    (seconds since ``start``, default the first event) beside the tags logged at it; and the
+    repeats, ``(label, tag) -> [values]`` where a tag holds different values at one step (in the
+    order logged; the row keeps the last), in step order.  A value logged again unchanged is no
+    repeat."""
     rows: dict[int, dict] = {}
     times: dict[int, float] = {}
+    repeats: dict[tuple[int, str], list[float]] = {}
     for tag, series in events.items():
-        for step, seconds, value in series:
-            rows.setdefault(step, {})[tag] = value
+        for step, seconds, value in sorted(series, key=lambda e: e[1]):
+            row = rows.setdefault(step, {})
+            if tag in row and not (row[tag] == value or (math.isnan(row[tag]) and math.isnan(value))):
+                held = repeats.setdefault((step, tag), [row[tag]])
+                if value not in held:
+                    held.append(value)
+            row[tag] = value
             times[step] = max(times.get(step, seconds), seconds)
     if not rows:
-        return []
+        return [], {}
     origin = min(times.values()) if start is None else start
-    return [(f"step {step}", {STEP_COLUMN: step, RUNTIME_COLUMN: max(times[step] - origin, 0.0), **rows[step]})
-            for step in sorted(rows)]
+    table = [(f"step {step}", {STEP_COLUMN: step, RUNTIME_COLUMN: max(times[step] - origin, 0.0), **rows[step]})
+             for step in sorted(rows)]
+    return table, {(f"step {step}", tag): values for (step, tag), values in sorted(repeats.items(),
+                                                                                   key=lambda kv: kv[0][0])}
 
 
 def _event_files(folder: Path) -> list[Path]:
@@ -262,10 +282,10 @@ def tensorboard_table(path: Path) -> Table:
                 values.append((e.step, e.wall_time, float(array.reshape(()))))
         if values:
             events.setdefault(tag, values)
-    rows = _by_step(events, None)
+    rows, repeats = _by_step(events, None)
     if not rows:
         raise UserError(f"{path}: the TensorBoard event files hold no scalars")
-    return Table(rows, [STEP_COLUMN, RUNTIME_COLUMN, *events], "tensorboard", False, str(path))
+    return Table(rows, [STEP_COLUMN, RUNTIME_COLUMN, *events], "tensorboard", False, str(path), repeats)
 
 
 def _mlflow_run(client, uri: str, run: str | None):
@@ -317,7 +337,7 @@ def mlflow_table(uri: str, run: str | None) -> Table:
         raise UserError(f"{uri}: cannot read the MLflow store ({type(exc).__name__}: {exc})") from None
     what = f"MLflow run {found.info.run_name} ({found.info.run_id}) of {uri}"
     start = found.info.start_time / 1000 if found.info.start_time else None
-    rows = _by_step(history, start)
+    rows, repeats = _by_step(history, start)
     if not rows:
         raise UserError(f"{what}: no metrics logged")
-    return Table(rows, [STEP_COLUMN, RUNTIME_COLUMN, *history], "mlflow", False, what)
+    return Table(rows, [STEP_COLUMN, RUNTIME_COLUMN, *history], "mlflow", False, what, repeats)

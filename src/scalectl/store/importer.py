@@ -315,7 +315,8 @@ def read_points(source: str | Path, *, maps: Sequence[str] = (), tag: str | None
 
     Raises:
         UserError: an unreadable source (see ``read_table``), a bad option, no row with a pass
-            rate, or a bad cell (with its row: the line of a JSONL file, the data row of a CSV,
+            rate, a step given twice (two rows of a file; a tracker's tag or metric read here
+            logged twice at one step with different values), or a bad cell (with its row: the line of a JSONL file, the data row of a CSV,
             the step of a tracker's run) naming the column, the value and what is allowed.
     """
     fields_map = parse_maps(maps, tag)
@@ -327,6 +328,11 @@ def read_points(source: str | Path, *, maps: Sequence[str] = (), tag: str | None
     if "pass_rate" not in fields.values():
         raise UserError(f"{what}: no pass_rate column (columns: {_listed(table.columns, 30)}); name it with "
                         "--tag COLUMN or --map COLUMN=pass_rate")
+    for (label, column), values in table.repeats.items():
+        if column in fields:
+            raise UserError(f"{what}: {label}: {column!r} appears more than once at this step, with different values "
+                            f"({', then '.join(map(repr, values))}): a point holds one value per step (a run "
+                            "restarted in its folder logs its steps again: import the events of one attempt)")
     kept, labels, sparse = [], [], 0
     for index, (label, row) in enumerate(table.rows):
         point = _check_row(f"{what}: {label}", row, fields, index, table.text_cells, hours_per_step is None)
