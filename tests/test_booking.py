@@ -12,8 +12,8 @@ from datetime import datetime, timedelta, timezone
 import pytest
 
 from conftest import ROOT, run_cli
-from scalectl.job.booking import ESTIMATE_UTILISATION, book, estimated_rate, measured_rate
-from scalectl.launch.slurm import MAX_TIMEOUTS, booking_lines, time_limit_jobs
+from scalectl.job.booking import ESTIMATE_UTILISATION, book, estimated_rate, measured_rate, reserve
+from scalectl.launch.slurm import MAX_TIMEOUTS, booking_lines, reservation, time_limit_jobs
 from scalectl.recipe.load import load
 
 PAPER = (ROOT / "recipes/scalerl.toml", ROOT / "setups/paper-8b.toml")
@@ -88,6 +88,35 @@ def test_the_paper_budget_at_the_estimated_rate():
     assert len(lines) == 1 and lines[0].startswith("warning: time limit") and "more than the rule allows" in lines[0]
 
 
+def test_what_to_book_holds_every_gpu_for_the_steps_the_evaluations_and_the_requeues():
+    """The bottom line's numbers: 80 GPUs (10 nodes x 8) held for the steps, the 37 evaluations
+    and 3 requeues that each train up to 100 steps again; each part rounded to 0.1 h, the wall-clock
+    their sum and the GPU-hours 80 x that wall-clock, within rounding of the unrounded arithmetic."""
+    recipe = load(*PAPER, [])
+    seconds = 8 * 8e9 * 768 * 16_384 / (80 * 989e12 * ESTIMATE_UTILISATION)
+    eval_seconds = 2 * 8e9 * 1000 * 16 * 16_384 / (80 * 989e12 * ESTIMATE_UTILISATION)
+    steps = math.floor(16_000 / (80 * seconds / 3600))
+    evals = len(range(100, steps + 1, 100)) + 2
+    b = book(recipe, 8_000_000_000, estimated_rate(recipe, 8_000_000_000))
+    res = reservation(recipe, b)
+    assert (res.devices, res.jobs, res.job_hours) == (80, 4, 72.0) and not res.measured
+    assert res.step_hours == round(steps * seconds / 3600, 1) == 199.9
+    assert res.eval_hours == round(evals * eval_seconds / 3600, 1) == 10.9
+    assert res.redo_hours == round(100 * seconds / 3600, 1) == 5.7
+    assert res.wall_hours == pytest.approx(199.9 + 10.9 + 3 * 5.7) and res.device_hours == pytest.approx(80 * 227.9)
+    exact = 80 * (steps * seconds + evals * eval_seconds + 3 * 100 * seconds) / 3600
+    assert abs(res.device_hours - exact) <= 80 * 0.25
+    # 4 jobs of 72 h hold the wall-clock with its requeues; 3 do not
+    assert 3 * 72 < res.wall_hours <= 4 * 72
+    # more than the devices' step GPU-hours the budget counts: evaluations and requeues come on top
+    assert res.device_hours > 16_000 + 80 * (10.9 + 17.1) - 80
+    # without a time limit (local): one job, nothing trained again
+    local = reserve(b, 80)
+    assert (local.jobs, local.redo_hours, local.wall_hours) == (1, 0.0, pytest.approx(199.9 + 10.9))
+    with pytest.raises(ValueError, match="jobs = 0 and devices = 80 must be >= 1"):
+        reserve(b, 80, jobs=0)
+
+
 def _stamp(seconds: float) -> str:
     return (datetime(2026, 1, 1, tzinfo=timezone.utc) + timedelta(seconds=seconds)).isoformat(timespec="seconds")
 
@@ -116,8 +145,15 @@ def test_a_stored_run_of_the_recipe_on_the_hardware_gives_the_measured_rate(tmp_
     proc = run_cli("run", str(PAPER[0]), "--setup", str(PAPER[1]), "--dry-run", db=db, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     assert "rate: 216 s and 4 GPU-hours per step, measured on 1 stored run(s) of this recipe on H100-80GB" in proc.stderr
-    assert "budget: budget.gpu_hours = 16000 buys 4,000 steps, 16000 GPU-hours, 41 evaluations" in proc.stderr
+    assert ("budget: budget.gpu_hours = 16000 buys 4,000 steps, 16,000 GPU-hours of generation and training "
+            "(the run's compute axis;") in proc.stderr and ", 41 evaluations" in proc.stderr
     assert "wall-clock: about 240 h\n" in proc.stderr
+    # 4,000 x 216 s = 240 h; 72-h jobs, each requeue training 100 x 216 s = 6 h again: 4 jobs (3 hold 204 h)
+    assert time_limit_jobs(240 * 3600.0, 72 * 3600.0, 6 * 3600.0) == 4
+    assert ("to book: 20,640 GPU-hours = 80 GPUs x 258.0 h wall-clock (240.0 h of steps + 18.0 h trained again "
+            "after 3 requeue(s), up to 6.0 h each), 4 job(s) of at most 72.0 h; at the rate measured on stored runs "
+            "(evaluations and checkpoints in its wall-clock)") in proc.stderr
+    assert "estimated" not in proc.stderr.split("to book: ")[1]
 
 
 def test_the_paper_dry_run_books_a_cluster(tmp_path):
@@ -132,15 +168,25 @@ def test_the_paper_dry_run_books_a_cluster(tmp_path):
     assert f"budget: budget.gpu_hours = 16000 buys {b.steps:,} steps" in err
     assert "wall-clock: about 211 h = 200 h of steps + 37 evaluations x 18 min" in err
     assert "time limit: launcher.slurm.time_min = 4320 (72 h) per job: about 211 h need 4 jobs" in err
+    # the bottom line, last of the booking: 80 x (199.9 + 10.9 + 3 x 5.7) = 80 x 227.9 = 18,232
+    assert 80 * 227.9 == pytest.approx(18_232) and 199.9 + 10.9 + 3 * 5.7 == pytest.approx(227.9)
+    bottom = next(ln for ln in err.splitlines() if ln.startswith("to book: "))
+    assert bottom.startswith("to book: 18,232 GPU-hours = 80 GPUs x 227.9 h wall-clock (199.9 h of steps + 10.9 h "
+                             "of evaluations + 17.1 h trained again after 3 requeue(s), up to 5.7 h each), 4 job(s) "
+                             "of at most 72.0 h; at an estimated rate, not a measured one (5% of the devices' peak")
     assert "checkpoint disk: 112.0 GB per checkpoint" in err and "336.0 GB in the run folder" in err
     assert "warning: the sbatch script has no --partition" in err and "no --account" in err
     assert (f"warning: model.path = 'checkpoints/8b-sft': no such folder on this machine (from {tmp_path}; "
             "`scalectl validate` refuses it)") in err
     assert "warning: data.source = 'data/polaris-53k.parquet': no such file on this machine" in err
+    # each missing path warned about once
+    assert err.count("'checkpoints/8b-sft': no such folder") == 1 and err.count("'data/polaris-53k.parquet': no such") == 1
     assert not (tmp_path / "s.db").exists()
     data = json.loads(run_cli("run", "scalerl", "--setup", "paper-8b", "--dry-run", "--json", db=tmp_path / "s.db",
                               cwd=tmp_path, check=True).stdout)
     assert data["booking"]["steps"] == b.steps and data["booking"]["disk_bytes"] == 336e9
+    assert data["booking"]["reservation"]["device_hours"] == pytest.approx(18_232)
+    assert data["booking"]["reservation"]["jobs"] == 4 and data["booking"]["reservation"]["measured"] is False
     assert sum(w.startswith("warning: model.path") for w in data["warnings"]) == 1
 
 

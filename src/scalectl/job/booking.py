@@ -16,6 +16,12 @@ and the checkpoint disk, for the dry run (``scalectl run --dry-run``).
   count generation and training only), the smaller when both are set.
 * **The wall-clock.** steps x seconds per step, plus the evaluations (one every
   ``eval.every_steps`` and one at the end) when the rate does not already hold them.
+* **What to book** (:func:`reserve`, the dry run's bottom line): the devices held for the
+  whole wall-clock, evaluations included, plus what each requeue of a Slurm job trains again
+  (up to ``checkpoint.every_steps`` steps since the last checkpoint, the worst case, which the
+  number of jobs also assumes): GPU-hours = devices x (steps + evaluations + requeues x redo).
+  The GPU-hours a budget buys count generation and training only (the run's compute axis), so
+  the booking is larger than ``budget.gpu_hours``.
 * **The disk.** A checkpoint holds the weights and the AdamW states (not the gradients):
   parameters x (w + K) bytes (:data:`scalectl.job.layout.ADAM_BYTES`: bf16 2 + 12, fp32
   4 + 8); ``checkpoint.keep`` are kept and one more is written before the oldest goes
@@ -154,6 +160,42 @@ def estimated_rate(recipe, params: int | None) -> StepRate | None:
 
 
 @dataclass(frozen=True)
+class Reservation:
+    """What to book for a run: its devices for its whole wall-clock, in ``jobs`` jobs.
+
+    Hours are rounded to 0.1 h before they are added, so that the printed parts add up to the
+    printed total and GPU-hours = devices x wall-clock holds for the printed numbers.
+
+    Attributes:
+        devices: devices held (GPUs of the allocation; CPUs of a CPU run).
+        jobs: jobs the wall-clock takes (1 without a time limit); requeues = jobs - 1.
+        job_hours: the time limit of one job in hours (None: no limit).
+        step_hours: wall-clock hours of the optimiser steps.
+        eval_hours: wall-clock hours of the evaluations (0 when the rate holds them: measured).
+        redo_hours: hours one requeue trains again at most (``checkpoint.every_steps`` steps).
+        wall_hours: step_hours + eval_hours + (jobs - 1) x redo_hours.
+        device_hours: devices x wall_hours: what to book.
+        measured: the rate was measured on stored runs (False: estimated).
+        estimate: how the rate was estimated, for people ('' when measured).
+    """
+
+    devices: int
+    jobs: int
+    job_hours: float | None
+    step_hours: float
+    eval_hours: float
+    redo_hours: float
+    wall_hours: float
+    device_hours: float
+    measured: bool
+    estimate: str
+
+    @property
+    def requeues(self) -> int:
+        return self.jobs - 1
+
+
+@dataclass(frozen=True)
 class Booking:
     """What the budget books at a rate.
 
@@ -165,6 +207,7 @@ class Booking:
         redo_seconds: wall-clock of the steps a requeue trains again (``checkpoint.every_steps``).
         checkpoint_bytes: one checkpoint; disk_bytes: the most on disk at once.
         rate: the :class:`StepRate`.
+        reservation: what to book (:func:`reserve`), set once the launcher's jobs are known.
     """
 
     steps: int | None
@@ -175,6 +218,7 @@ class Booking:
     checkpoint_bytes: float | None
     disk_bytes: float | None
     rate: StepRate | None
+    reservation: Reservation | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -206,7 +250,7 @@ def book(recipe, params: int | None, rate: StepRate | None) -> Booking:
 
 def booking_lines(recipe, params: int | None, booking: Booking) -> list[str]:
     """The dry run's lines about the budget: the rate and where it comes from, the steps, the
-    wall-clock, the checkpoint disk."""
+    wall-clock, the checkpoint disk (the bottom line, what to book, is :func:`reservation_line`)."""
     r, lines = booking.rate, []
     if r is None:
         why = ("no parameter count" if params is None else
@@ -217,7 +261,8 @@ def booking_lines(recipe, params: int | None, booking: Booking) -> list[str]:
         lines.append(f"rate: {r.seconds_per_step:.3g} s and {r.gpu_hours_per_step:.3g} GPU-hours per step, "
                      f"{r.source}")
     if booking.steps is not None:
-        spent = f", {format_number(booking.gpu_hours)} GPU-hours" if booking.gpu_hours is not None else ""
+        spent = (f", {booking.gpu_hours:,.0f} GPU-hours of generation and training (the run's compute axis; "
+                 "evaluations and requeues come on top: 'to book' below)" if booking.gpu_hours is not None else "")
         b = recipe.budget
         given = (f"{booking.steps:,} steps (budget.steps)" if b.gpu_hours is None or booking.steps == b.steps
                  else f"budget.gpu_hours = {b.gpu_hours:g} buys {booking.steps:,} steps")
@@ -234,3 +279,61 @@ def booking_lines(recipe, params: int | None, booking: Booking) -> list[str]:
                      f"{recipe.checkpoint.keep} kept + 1 while the next is saved: {bytes_text(booking.disk_bytes)} "
                      "in the run folder")
     return lines
+
+
+def _tenths(seconds: float) -> float:
+    return round(seconds / 3600.0, 1)
+
+
+def reserve(booking: Booking, devices: int, jobs: int = 1, job_seconds: float | None = None
+            ) -> Reservation | None:
+    """What to book for ``booking`` (module docstring): ``devices`` held for the wall-clock of its
+    steps and evaluations and, for each of the ``jobs - 1`` requeues, ``booking.redo_seconds``
+    trained again.  None when the wall-clock is not known (no rate, or no step budget).
+
+    Args:
+        booking: the run's :class:`Booking`.
+        devices: devices the run holds (a Slurm job: its nodes x GPUs per node).
+        jobs: jobs the run takes (:func:`scalectl.launch.slurm.time_limit_jobs`), >= 1.
+        job_seconds: the time limit of one job (None: none).
+
+    Raises:
+        ValueError: ``jobs`` < 1 or ``devices`` < 1.
+    """
+    if jobs < 1 or devices < 1:
+        raise ValueError(f"jobs = {jobs} and devices = {devices} must be >= 1")
+    r = booking.rate
+    if booking.wall_seconds is None or r is None or booking.steps is None:
+        return None
+    step_h = _tenths(booking.steps * r.seconds_per_step)
+    eval_h = _tenths(booking.evaluations * (r.eval_seconds or 0.0))
+    redo_h = _tenths(booking.redo_seconds) if jobs > 1 else 0.0
+    wall = round(step_h + eval_h + (jobs - 1) * redo_h, 1)
+    estimate = "" if r.measured else f"{ESTIMATE_UTILISATION:.0%} of the devices' peak FLOP/s"
+    return Reservation(devices, jobs, None if job_seconds is None else job_seconds / 3600.0, step_h, eval_h,
+                       redo_h, wall, round(devices * wall, 1), r.measured, estimate)
+
+
+def _hours(h: float) -> str:
+    return f"{h:,.1f} h"
+
+
+def reservation_line(recipe, res: Reservation) -> str:
+    """The dry run's bottom line: the device-hours to book, the wall-clock and the jobs, each
+    part of the sum named, and whether the rate behind them is measured or estimated."""
+    unit = "CPU" if recipe.hardware.device == "cpu" else "GPU"
+    parts = [f"{_hours(res.step_hours)} of steps"]
+    if res.eval_hours:
+        parts.append(f"{_hours(res.eval_hours)} of evaluations")
+    if res.requeues:
+        parts.append(f"{_hours(res.requeues * res.redo_hours)} trained again after {res.requeues} "
+                     f"requeue(s), up to {_hours(res.redo_hours)} each")
+    jobs = (f"{res.jobs} job(s) of at most {_hours(res.job_hours)}" if res.job_hours is not None
+            else f"{res.jobs} job")
+    rate = ("at the rate measured on stored runs (evaluations and checkpoints in its wall-clock)" if res.measured
+            else f"at an estimated rate, not a measured one ({res.estimate}, a deliberately low assumption; "
+                 "a stored run of this recipe on this hardware replaces it)")
+    hours = f"{res.device_hours:,.0f}" if res.device_hours >= 100 else f"{res.device_hours:.1f}"
+    return (f"to book: {hours} {unit}-hours = {res.devices} {unit}s x {_hours(res.wall_hours)} "
+            f"wall-clock ({' + '.join(parts)}), {jobs}; {rate}")
+

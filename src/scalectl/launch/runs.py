@@ -23,7 +23,7 @@ of training it again: :func:`find_existing` picks the best one.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Sequence
 
@@ -510,14 +510,16 @@ def _source_problems(recipe, origins: dict[str, str], label: str, kind: str, des
     """What :func:`scalectl.recipe.load.check_sources` finds wrong with ``model.path`` and
     ``data.source``, each led by the file (or ``--set``) that set the key.  A path that is not
     on this machine is only warned about in a dry run or for a launcher that runs elsewhere
-    (Slurm: the job looks for it where it runs); anything else is a problem."""
+    (Slurm: the job looks for it where it runs); anything else is a problem.  The dry run
+    (``describe``) warns about it once, among its booking (:func:`_booking`), not here."""
     from scalectl.recipe.load import check_sources
 
     problems = []
     for key, message in check_sources(recipe):
         where = origins.get(key, label)
         if "no such " in message and (describe or kind != "local"):
-            log(f"warning: {where}: {message} here (the job looks for it where it runs)")
+            if not describe:
+                log(f"warning: {where}: {message} here (the job looks for it where it runs)")
         else:
             problems.append(f"{where}: {message}")
     return problems
@@ -557,7 +559,7 @@ def _booking(recipe, kind: str, layout, stores: Stores | None):
     """The dry run's booking (:func:`scalectl.job.booking.book`) and its lines: the budget at the
     measured or estimated rate, the Slurm time limits and options, and the file checks of
     ``validate`` as warnings."""
-    from scalectl.job.booking import book, booking_lines, estimated_rate, measured_rate
+    from scalectl.job.booking import book, booking_lines, estimated_rate, measured_rate, reservation_line, reserve
     from scalectl.recipe.load import check_sources
 
     params = layout.memory.params if layout.memory is not None else None
@@ -573,11 +575,18 @@ def _booking(recipe, kind: str, layout, stores: Stores | None):
     lines = booking_lines(recipe, params, booking)
     if kind == "slurm":
         from scalectl.launch.slurm import booking_lines as slurm_lines
+        from scalectl.launch.slurm import reservation
 
         lines += slurm_lines(recipe, booking.wall_seconds, booking.redo_seconds)
+        booked = reservation(recipe, booking)
+    else:
+        booked = reserve(booking, recipe.hardware.devices)
     here = Path.cwd()
     lines += [f"warning: {msg} on this machine (from {here}; `scalectl validate` refuses it): the job fails at "
               "start unless the machines it runs on hold it there" for _key, msg in check_sources(recipe)]
+    if booked is not None:              # the bottom line: what to book, all of it
+        booking = replace(booking, reservation=booked)
+        lines.append(reservation_line(recipe, booked))
     return booking, lines
 
 

@@ -725,6 +725,25 @@ def time_limit_jobs(wall_seconds: float, limit_seconds: float, redo_seconds: flo
     return max(1, -int(-(wall_seconds - redo_seconds) // (limit_seconds - redo_seconds)))
 
 
+def reservation(recipe, booking):
+    """What to book for a Slurm run (:func:`scalectl.job.booking.reserve`): the allocation's GPUs
+    (nodes x ``gpus_per_node``; the recipe's devices when it asks for none) for the jobs its
+    wall-clock takes at ``launcher.slurm.time_min`` (:func:`time_limit_jobs`), each requeue
+    training again up to ``booking.redo_seconds``.  None when the wall-clock is not known or no
+    number of jobs finishes it."""
+    from scalectl.job.booking import reserve
+
+    s = recipe.launcher.slurm
+    limit = s.time_min * 60.0
+    if booking.wall_seconds is None:
+        return None
+    jobs = time_limit_jobs(booking.wall_seconds, limit, booking.redo_seconds)
+    if jobs is None:
+        return None
+    devices = s.nodes * s.gpus_per_node if s.gpus_per_node else recipe.hardware.devices
+    return reserve(booking, devices, jobs, limit)
+
+
 def booking_lines(recipe, wall_seconds: float | None, redo_seconds: float) -> list[str]:
     """What the dry run says about the Slurm booking: the jobs the wall-clock needs at
     ``launcher.slurm.time_min`` and whether they fit the ``timed_out`` rule (:data:`MAX_TIMEOUTS`),
