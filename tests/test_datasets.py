@@ -319,14 +319,19 @@ def test_load_prompt_sets_from_a_recipe_drops_long_prompts():
     train, held = load_prompt_sets(recipe, log=lines.append)
     # the tiny tokenizer: one token per UTF-8 byte, "\boxed{" one token, plus BOS
     texts = [render_prompt(r.messages) for r in to_records(GSM8K)]
-    short = sum(len(t.encode()) - 6 * t.count("\\boxed{") + 1 <= 300 for t in texts)
-    assert 100 < short < 1319
+    tokens = [len(t.encode()) - 6 * t.count("\\boxed{") + 1 for t in texts]
+    short, longest = sum(n <= 300 for n in tokens), max(tokens)
+    assert 100 < short < 1319 and longest > 300
     assert (len(train), len(held)) == (200, 100)
-    assert lines == [f"prompt set {GSM8K}: 1319 rows, 0 duplicates (0 near-duplicates), {1319 - short} longer than 300 tokens; "
+    # the longest prompt named, and the limit that keeps every prompt
+    assert lines == [f"prompt set {GSM8K}: 1319 rows, 0 duplicates (0 near-duplicates), {1319 - short} longer than 300 tokens "
+                     f"(the longest {longest:,} tokens: --set length.max_prompt_tokens={longest} keeps them); "
                      f"200 training, 100 held-out prompts"]
     tok = build_tokenizer()
     assert all(len(tok.encode(p.prompt, add_special_tokens=False)) + 1 <= 300 for p in train + held)
-    with pytest.raises(UserError, match="no usable prompt"):
+    with pytest.raises(UserError, match=(rf"no usable prompt \(1319 rows, 0 duplicates, 1319 longer than "
+                                         rf"length.max_prompt_tokens = 20\); --set length.max_prompt_tokens={longest} "
+                                         rf"keeps them all \(the longest prompt has {longest} tokens\)")):
         load_prompt_sets(recipe.model_copy(update={"length": recipe.length.model_copy(
             update={"max_prompt_tokens": 20})}))
 

@@ -131,6 +131,47 @@ def test_evaluate_refuses_what_it_cannot_evaluate(trained):
     assert no_series.exit_code == 2 and "run 'base' has no evaluation series 'aime'" in no_series.stderr
 
 
+def test_evaluate_set_changes_the_prompt_length_and_the_columns_read(trained, tmp_path):
+    """Prompts longer than the run's length.max_prompt_tokens (96): refused, naming the value that
+    keeps them all; `evaluate --set length.max_prompt_tokens=N` (parsed as `run --set`) evaluates
+    every one of them, and --set data.prompt_key / data.answer_key read a set's own columns.  The
+    model is not the evaluation's to change."""
+    from scalectl.rl.data.files import BOXED_INSTRUCTION
+
+    db, _, _, _ = trained
+    words = "Add the two numbers below and give the sum as a whole number, nothing else. " * 2
+    rows = [{"q": f"{words}{a}+{b}=", "a": str(a + b)} for a, b in ((1, 2), (13, 4), (125, 6), (7, 1))]
+    data = tmp_path / "long.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # the tiny tokenizer: BOS, a token per byte, "\\boxed{" one token (the instruction holds it once)
+    longest = max(1 + len(f"{r['q']} {BOXED_INSTRUCTION}".encode()) - len("\\boxed{") + 1 for r in rows)
+    assert longest > 96
+    columns = ["--set", "data.prompt_key=q", "--set", "data.answer_key=a"]
+    refused = _cli(db, "evaluate", "base", "--data", str(data), *columns)
+    assert refused.exit_code == 2
+    assert (f"no usable prompt (4 rows, 0 duplicates, 4 longer than length.max_prompt_tokens = 96); --set "
+            f"length.max_prompt_tokens={longest} keeps them all") in " ".join(refused.stderr.split())
+    done = _cli(db, "evaluate", "base", "--data", str(data), *columns, "--set", f"length.max_prompt_tokens={longest}",
+                "--json")
+    assert done.exit_code == 0, done.output
+    found = json.loads(done.stdout)
+    assert (found["series"], found["prompts"], [p["step"] for p in found["points"]]) == ("long", 4, [4])
+    assert len(found["points"][0]["correct_counts"]) == 4
+    # one prompt token short of the longest: that prompt is dropped, the other three stay
+    three = _cli(db, "evaluate", "base", "--data", str(data), *columns, "--set",
+                 f"length.max_prompt_tokens={longest - 1}", "--series", "three", "--json")
+    assert three.exit_code == 0, three.output
+    kept = sum(1 + len(f"{r['q']} {BOXED_INSTRUCTION}".encode()) - len("\\boxed{") + 1 <= longest - 1 for r in rows)
+    assert json.loads(three.stdout)["prompts"] == kept == 3
+    model = _cli(db, "evaluate", "base", "--set", "model.path=elsewhere")
+    assert model.exit_code == 2 and ("--set model.path: evaluate keeps the run's model and weights; only the keys of "
+                                     "length.*, eval.*, reward.* and data.prompt_key") in " ".join(model.stderr.split())
+    bad = _cli(db, "evaluate", "base", "--set", "length.max_prompt_tokens")
+    assert bad.exit_code == 2 and "--set 'length.max_prompt_tokens': expected KEY=VALUE" in bad.stderr
+    invalid = _cli(db, "evaluate", "base", "--set", "length.max_prompt_tokens=0")
+    assert invalid.exit_code == 2 and "max_prompt_tokens" in invalid.stderr and ">= 1" in invalid.stderr
+
+
 def test_export_loads_with_transformers_and_gives_the_checkpoints_log_probs(trained, tmp_path):
     """The exported folder, loaded by plain transformers, against the trainer restored from the same
     DeepSpeed checkpoint (the path a resumed run takes): the same log-probs of a sequence."""

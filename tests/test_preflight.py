@@ -76,9 +76,43 @@ def test_a_chat_template_the_tokenizer_does_not_have(tmp_path, models):
 
 
 def test_the_builtin_model_with_a_prompt_file(tmp_path):
+    """Refused, saying what a CPU user with prompts of their own does instead: a small real
+    checkpoint in model.path, and the run's own length limits to raise (128 and 4 here)."""
     sets = [*SMALL, f"data.source={GSM8K}"]
     _refused_before_the_run(tmp_path, sets, "model.path = 'builtin:tiny' is warm-started on data.source = "
                                             f"'synthetic:arithmetic' only, not '{GSM8K}'")
+    _refused_before_the_run(tmp_path, sets, "give model.path a small real checkpoint folder (save_pretrained layout "
+                                            "with its tokenizer")
+    _refused_before_the_run(tmp_path, sets, "length.max_prompt_tokens = 128 now (longer prompts are dropped; "
+                                            "`scalectl validate --setup ...` counts them) and length.max_new_tokens = 4")
+
+
+def test_validate_counts_the_prompts_the_length_limit_drops_in_the_whole_set(models):
+    """The first 32 rows of GSM8K test fit a limit set at their longest; the whole set does not:
+    validate reads every row as the run does and says how many prompts go, the longest, and the
+    split sizes, before any run."""
+    from scalectl.rl.data.files import BOXED_INSTRUCTION
+
+    questions = [json.loads(line)["question"] for line in GSM8K.read_text().splitlines()]
+    # the tiny tokenizer: BOS, a token per byte, "\\boxed{" one token (the instruction holds it once)
+    lengths = [1 + len(f"{q.rstrip()} {BOXED_INSTRUCTION}".encode()) - len("\\boxed{") + 1 for q in questions]
+    limit = max(lengths[:32])
+    dropped, longest = sum(n > limit for n in lengths), max(lengths)
+    assert 0 < dropped < 1319 - 54 and longest > limit
+    checked = _validate(*SMALL, f"model.path={models['own']}", f"data.source={GSM8K}",
+                        f"length.max_prompt_tokens={limit}")
+    assert checked.exit_code == 0, checked.output
+    said = " ".join(checked.stderr.split())
+    assert (f"warning: {GRPO}: prompt set {GSM8K}: 1319 rows, 0 duplicates (0 near-duplicates), {dropped} longer than "
+            f"{limit} tokens (the longest {longest:,} tokens: --set length.max_prompt_tokens={longest} keeps them); "
+            f"50 training, 4 held-out prompts: the run drops the prompts longer than length.max_prompt_tokens = "
+            f"{limit}") in said
+    assert "of the first 32 prompts" not in said                    # all 32 first rows fit: only the whole set tells
+    whole = _validate(*SMALL, f"model.path={models['own']}", f"data.source={GSM8K}",
+                      f"length.max_prompt_tokens={longest}")
+    assert whole.exit_code == 0 and "warning" not in whole.stderr
+    assert (f"{GRPO}: prompt set {GSM8K}: 1319 rows, 0 duplicates (0 near-duplicates), 0 longer than {longest} "
+            "tokens; 50 training, 4 held-out prompts") in " ".join(whole.stderr.split())
 
 
 def test_prompts_all_longer_than_the_limit(tmp_path, models):
@@ -100,22 +134,33 @@ def test_a_set_too_small_for_its_held_out_prompts(tmp_path, models):
                                             f"100 prompts; data.source = '{data}' has 10 rows")
 
 
-def test_a_warm_start_target_inherited_for_a_model_of_ones_own_is_warned_about(tmp_path, models):
-    """A setup that extends tiny-cpu (which sets model.warm_start_target) and names its own model:
-    the target does nothing there, and validate and the dry run say so, naming where it was set."""
+def test_keys_without_effect_are_warned_about_where_the_user_set_them(tmp_path, models):
+    """A setup of one's own that extends tiny-cpu (which sets model.warm_start_target and
+    data.difficulty for its tiny model and generated prompts) and names its own model and prompt
+    file: the keys tiny-cpu set are not the user's, and nothing is said about them; a key the
+    setup itself or a --set gives, which does nothing there, is warned about, naming where it was set."""
     setup = tmp_path / "mine.toml"
     setup.write_text(f'extends = "tiny-cpu"\n\n[model]\npath = "{models["own"]}"\n')
-    checked = _validate(*SMALL, setup=str(setup))
-    assert checked.exit_code == 0, checked.output
-    said = " ".join(checked.stderr.split())
-    assert ("model.warm_start_target = 0.43 (from " in said and "tiny-cpu.toml) has no effect for model.path = "
-            f"'{models['own']}'" in said and "warm-start your own by a supervised stage first" in said)
+    data = [f"data.source={GSM8K}", "length.max_prompt_tokens=2000"]
+    inherited = _validate(*SMALL, *data, setup=str(setup))
+    assert inherited.exit_code == 0, inherited.output
+    assert "warm_start_target" not in inherited.stderr and "data.difficulty" not in inherited.stderr
+    assert "warning" not in inherited.stderr
     logged: list[str] = []
-    runs.dry_run(GRPO, setup=setup, overrides=SMALL, runs_dir=tmp_path / "runs", log=logged.append)
-    assert any(line.startswith("warning: model.warm_start_target = 0.43") for line in logged)
+    runs.dry_run(GRPO, setup=setup, overrides=[*SMALL, *data], runs_dir=tmp_path / "runs", log=logged.append)
+    assert not any("warm_start_target" in line or "data.difficulty" in line for line in logged)
     assert any(line.startswith(f"tokenizer of {models['own']}: Qwen2Tokenizer, 261 ids") for line in logged)
-    quiet = _validate(*SMALL, f"model.path={models['own']}", setup=str(setup))
-    assert "warm_start_target" in quiet.stderr                         # --set model.path: the setup's target still idle
+    # the default setup (no --setup file of the user's) with --set model.path and data.source: not the user's either
+    default = _validate(*SMALL, *data, f"model.path={models['own']}")
+    assert default.exit_code == 0 and "warning" not in default.stderr
+    # set by the user's own setup, and by --set: warned about, each naming where
+    setup.write_text(f'extends = "tiny-cpu"\n\n[model]\npath = "{models["own"]}"\nwarm_start_target = 0.5\n')
+    own = _validate(*SMALL, *data, "data.difficulty=5", setup=str(setup))
+    said = " ".join(own.stderr.split())
+    assert (f"model.warm_start_target = 0.5 (from {setup}) has no effect for model.path = '{models['own']}'" in said
+            and "warm-start your own by a supervised stage first" in said)
+    assert ("data.difficulty = 5 (from --set data.difficulty) has no effect" in said
+            and "it sets the level of synthetic:arithmetic, not of a prompt file" in said)
     builtin = _validate(*SMALL)
     assert builtin.exit_code == 0 and "warning" not in builtin.stderr   # builtin:tiny takes it
 
@@ -226,4 +271,5 @@ def test_a_held_out_split_the_length_limit_empties_says_what_was_dropped(models)
     assert str(refused.value) == (
         f"data.source = '{GSM8K}': eval.prompts = 100 held-out prompts need a prompt set of more than 100 prompts; "
         f"this one has {kept} (1319 rows, 0 duplicates, {1319 - kept} longer than length.max_prompt_tokens = {limit} "
-        "dropped)")
+        f"dropped); --set length.max_prompt_tokens={lengths[-1]} keeps them all (the longest prompt has {lengths[-1]} "
+        "tokens)")

@@ -30,19 +30,27 @@ def evaluate(
         "--samples", min=1, help="Completions per prompt, k (default: the run's eval.samples_per_prompt).")] = None,
     series: Annotated[str | None, typer.Option(
         "--series", help="Name of the series stored (default: the data file's stem, or held-out).")] = None,
+    set_: Annotated[list[str], typer.Option(
+        "--set", help="Override KEY=VALUE of the run's recipe for this evaluation (repeatable): length.*, "
+                      "eval.*, reward.*, and data.prompt_key, answer_key, split, subset of --data; e.g. "
+                      "length.max_prompt_tokens=1024 for longer prompts.")] = [],
     db: DbOption = None,
     json_: JsonOption = False,
 ) -> None:
     """Evaluate checkpoints of a run with its own protocol (its engine, evaluation temperature and
     seed, mean@k, its reward) and store the points as a named evaluation series beside the run's
-    own (`scalectl show`, `fit --series`, `compare --series`)."""
+    own (`scalectl show`, `fit --series`, `compare --series`).  --set changes the protocol for this
+    evaluation as `run --set` changes a recipe (the same KEY=VALUE parsing): the lengths (a set whose
+    prompts are longer than the run's length.max_prompt_tokens needs a larger one), the evaluation,
+    the reward and how the columns of --data are read; never the model."""
     from scalectl.errors import UserError
     from scalectl.job.checkpoints import evaluate_run
 
     if step is not None and all_:
         raise UserError("give --step N or --all, not both")
     info, found = evaluate_run(functools.partial(open_store, db), run, step=step, every=all_, data=data,
-                               samples=samples, series=series, log=lambda m: err.print(m, markup=False))
+                               samples=samples, series=series, overrides=tuple(set_),
+                               log=lambda m: err.print(m, markup=False))
     if json_:
         print_json({"run": info["name"], "series": found.name, "source": found.source, "prompts": found.prompts,
                     "points": [p.to_dict() for p in found.points]})

@@ -28,7 +28,9 @@ def validate(
     checkpoint folder, a data file, a known builtin:, synthetic: or hf: source).  With --setup,
     also what a run would meet at start: the tokenizer of a checkpoint folder (its files, its
     EOS, a chat template when asked), the first rows of a prompt file (prompt and answer
-    columns, tokens, lengths), and keys that have no effect for the model or data (warned about).
+    columns, tokens, lengths), then every row as the run reads it (the duplicates and the prompts
+    longer than length.max_prompt_tokens it drops, the longest prompt, the split sizes), and keys
+    that have no effect for the model or data (warned about).
     Without --setup each recipe is checked alone, while `scalectl run` merges the
     default setup under it: give that setup to see the hash a run will have.  A key
     the recipe sets wins over the setup's, --set over both; each value that replaced
@@ -54,7 +56,8 @@ def validate(
             origins: dict[str, str] = {}
             overridden: list = []
             recipe = load(path, setup, set_, check_files=True, notes=notes, overridden=overridden, origins=origins)
-            inputs = check_inputs(recipe, origins) if setup is not None else None   # alone: no run trains it
+            # alone: no run trains it; with a setup, every row of a prompt file read as the run reads it
+            inputs = check_inputs(recipe, origins, whole_set=True) if setup is not None else None
             reward = _reward_convention(recipe)
         except UserError as exc:
             problems.append(str(exc))
@@ -64,6 +67,7 @@ def validate(
             continue
         results.append({"file": str(path), "hash": recipe.content_hash, "recipe": recipe.to_dict(),
                         "taken": notes, "warnings": inputs.warnings if inputs is not None else [],
+                        "prompt_set": inputs.prompt_set if inputs is not None else None,
                         "overridden": [o.to_dict() for o in overridden],
                         "overridden_lines": [str(o) for o in overridden],
                         "reward_convention": reward,
@@ -90,6 +94,8 @@ def validate(
             data = {k: v for k, v in r["recipe"].items()}
             out.print(tomli_w.dumps(_drop_none(data)), markup=False)
     for r in results:
+        if r["prompt_set"] and not any(r["prompt_set"] in w for w in r["warnings"]):
+            err.print(f"{r['file']}: {r['prompt_set']}", markup=False, soft_wrap=True)
         for warning in r["warnings"]:
             err.print(f"warning: {r['file']}: {warning}", markup=False, soft_wrap=True)
     if problems:

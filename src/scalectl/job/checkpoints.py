@@ -13,7 +13,8 @@ evaluation seed and its reward, through :class:`scalectl.rl.evaluation.during_tr
 as the run evaluates itself.  On its own held-out prompts a checkpoint thus gives the point the run
 stored at that step; on another set (``data``: a ``.jsonl``/``.json``/``.parquet`` file or
 ``hf:NAME``), every prompt of it, rendered and filtered as the run renders its own (chat template,
-answer instruction, ``length.max_prompt_tokens``).  Each point carries the compute of its
+answer instruction, ``length.max_prompt_tokens``).  ``overrides`` (``evaluate --set``) change the
+lengths, the evaluation, the reward and how a set's columns are read, never the model.  Each point carries the compute of its
 checkpoint (GPU-hours, FLOPs, tokens), so a series lies on the run's own axes.
 
 :func:`export_checkpoint` writes the weights with ``save_pretrained`` beside the tokenizer and the
@@ -134,10 +135,12 @@ class Series:
     points: list
 
 
-def prompt_set(recipe, data: str | None, tokenizer, log: Callable[[str], None]) -> tuple[list, str]:
+def prompt_set(recipe, data: str | None, tokenizer, log: Callable[[str], None],
+               data_keys: dict | None = None) -> tuple[list, str]:
     """The prompts a series evaluates: the run's held-out split, or every prompt of ``data``
     rendered and filtered as the run's own (:func:`scalectl.rl.data.splits.load_prompt_sets`
-    of the recipe with ``data.source = data``).  Returns (problems, what they are).
+    of the recipe with ``data.source = data`` and the ``data_keys`` given: ``prompt_key``,
+    ``answer_key``, ``split``, ``subset``).  Returns (problems, what they are).
 
     Raises:
         UserError: a set that cannot be read, or that keeps fewer than 2 prompts.
@@ -148,7 +151,7 @@ def prompt_set(recipe, data: str | None, tokenizer, log: Callable[[str], None]) 
     if data is None:
         return load_prompt_sets(recipe, tokenizer, log=log)[1], f"the held-out split of {recipe.data.source}"
     raw = recipe.to_dict()
-    raw["data"] = {"source": str(data), "seed": 0}
+    raw["data"] = {**(data_keys or {}), "source": str(data), "seed": 0}
     raw["eval"] = {**raw["eval"], "prompts": 1}           # one held-out prompt: the rest is every other one
     other = Recipe.model_validate(raw)
     train, held_out = load_prompt_sets(other, tokenizer, log=log)
@@ -157,7 +160,7 @@ def prompt_set(recipe, data: str | None, tokenizer, log: Callable[[str], None]) 
 
 
 def evaluate_checkpoints(recipe, run_dir: str | Path, checkpoints: dict[int, Path], *, data: str | None = None,
-                         samples: int | None = None, series: str | None = None,
+                         samples: int | None = None, series: str | None = None, overrides: tuple[str, ...] = (),
                          log: Callable[[str], None] = lambda m: None) -> Series:
     """Evaluate checkpoints of a run with its own protocol (the module docstring).
 
@@ -167,15 +170,23 @@ def evaluate_checkpoints(recipe, run_dir: str | Path, checkpoints: dict[int, Pat
         data: another prompt set (a file or ``hf:NAME``); None: the run's held-out prompts.
         samples: completions per prompt (k); None: ``eval.samples_per_prompt``.
         series: the series' name; None: the file's stem, or ``held-out``.
+        overrides: ``KEY=VALUE`` changes of the protocol (``evaluate --set``: the lengths, the
+            evaluation, the reward, how ``data``'s columns are read;
+            :func:`scalectl.recipe.load.evaluated_recipe`).
 
     Returns:
         The :class:`Series`, a point per checkpoint in step order.
+
+    Raises:
+        UserError: an override that may not change or does not validate; see :func:`prompt_set`.
     """
+    from scalectl.recipe.load import evaluated_recipe
     from scalectl.recipe.schema import Recipe
     from scalectl.rl.evaluation.during_training import Evaluations
     from scalectl.rl.processes.threads import set_cpu_threads
     from scalectl.rl.rollout import make_engine
 
+    recipe, data_keys = evaluated_recipe(recipe, overrides)
     if samples is not None:
         raw = recipe.to_dict()
         raw["eval"] = {**raw["eval"], "samples_per_prompt": samples}
@@ -186,7 +197,7 @@ def evaluate_checkpoints(recipe, run_dir: str | Path, checkpoints: dict[int, Pat
     for step, path in checkpoints.items():
         model, tokenizer = load_policy_at(recipe, path)
         if problems is None:
-            problems, source = prompt_set(recipe, data, tokenizer, log)
+            problems, source = prompt_set(recipe, data, tokenizer, log, data_keys)
         evals = Evaluations(recipe, make_engine(recipe, model, tokenizer), problems)
         ((point, seconds),) = evals.start(checkpoint_compute(path), wait=True)
         log(f"step {step}: pass rate {point.pass_rate:.4f} on {len(problems)} prompts x "
@@ -233,7 +244,7 @@ def run_checkpoints(store, ref, step: int | None = None, every: bool = False) ->
 
 
 def evaluate_run(stores, ref, *, step: int | None = None, every: bool = False, data: str | None = None,
-                 samples: int | None = None, series: str | None = None,
+                 samples: int | None = None, series: str | None = None, overrides: tuple[str, ...] = (),
                  log: Callable[[str], None] = lambda m: None) -> tuple[dict, Series]:
     """``scalectl evaluate``: evaluate checkpoints of a stored run (:func:`evaluate_checkpoints`)
     and store the points as its evaluation series (``series_points``; a step evaluated again
@@ -242,6 +253,7 @@ def evaluate_run(stores, ref, *, step: int | None = None, every: bool = False, d
     Args:
         stores: opens the store (``stores(create=False)``, as :mod:`scalectl.launch.runs`).
         step, every: which checkpoints (default: the latest).
+        overrides: ``evaluate --set`` (:func:`evaluate_checkpoints`), checked before any checkpoint loads.
 
     Returns:
         (the run's row, the :class:`Series` stored).
@@ -249,11 +261,14 @@ def evaluate_run(stores, ref, *, step: int | None = None, every: bool = False, d
     Raises:
         UserError: see :func:`run_checkpoints`, :func:`prompt_set`.
     """
+    from scalectl.recipe.load import evaluated_recipe
+
     with stores(create=False) as store:
         info, recipe, checkpoints = run_checkpoints(store, ref, step, every)
+    evaluated_recipe(recipe, overrides)             # a key that may not change: refused before any work
     log(f"run {info['name']}: evaluating step(s) {', '.join(map(str, checkpoints))}")
     found = evaluate_checkpoints(recipe, info["run_dir"], checkpoints, data=data, samples=samples, series=series,
-                                 log=log)
+                                 overrides=tuple(overrides), log=log)
     with stores(create=False) as store:
         store.add_series_points(info["id"], found.name, found.source, found.prompts, found.points)
     return info, found

@@ -12,13 +12,15 @@ stored (:func:`check_inputs`):
   (``data.prompt_key``, ``data.answer_key`` or a known layout), renders (with the chat
   template when asked) and encodes to tokens the model has rows for; how many of them are longer than
   ``length.max_prompt_tokens`` (all of them: refused, some: a warning); a set of fewer rows than
-  ``eval.prompts`` held-out prompts need;
+  ``eval.prompts`` held-out prompts need; for ``scalectl validate``, every row as the run reads it:
+  the duplicates and the prompts too long it drops, the longest prompt, the split sizes;
 * the split sizes of ``synthetic:arithmetic``: ``data.train_size`` within what
   ``data.difficulty`` can generate besides the held-out reserve, ``eval.prompts`` within that
   reserve (:func:`scalectl.rl.data.arithmetic.check_sizes`);
 * keys that have no effect for this model or data (``model.warm_start_target`` of a model
   that is not built in, ``data.difficulty`` of a prompt file, ...; :data:`NO_EFFECT`), when a
-  file or ``--set`` sets them: a warning each.
+  file of the user's or ``--set`` sets them (not a packaged preset: the default setup sets both
+  for its own model and data): a warning each.
 
 ``builtin:tiny`` with a prompt file is refused by :func:`scalectl.recipe.load.check_sources`,
 which :func:`scalectl.recipe.load.load` runs with ``check_files``.  Only what the tokenizer
@@ -73,6 +75,8 @@ class Inputs:
     lines: list[str] = field(default_factory=list)
     #: The model's embedding rows (``config.json`` ``vocab_size``), when known.
     embedding_rows: int | None = None
+    #: The whole prompt set as the run reads it (``whole_set``): what it keeps and drops.
+    prompt_set: str | None = None
 
     def raise_problems(self) -> None:
         """Raises UserError with every problem, one per line, when there is any."""
@@ -80,13 +84,28 @@ class Inputs:
             raise UserError("the run would fail at start:\n  " + "\n  ".join(self.problems))
 
 
+def _packaged(origin: str) -> bool:
+    """Whether ``origin`` (where a key was set) is a preset shipped with scalectl (its file, or the
+    checkout's link to it): a key the user did not set."""
+    from scalectl import presets
+
+    if origin.startswith("--set"):
+        return False
+    try:
+        return Path(origin).resolve().is_relative_to(presets.root().resolve())
+    except OSError:
+        return False
+
+
 def no_effect_warnings(recipe, origins: dict[str, str]) -> list[str]:
-    """A warning for each key of :data:`NO_EFFECT` that a layer sets (``origins``: where each key
-    was set, :func:`scalectl.recipe.load.load`) and that has no effect for ``recipe``."""
+    """A warning for each key of :data:`NO_EFFECT` that the user sets (``origins``: where each key
+    was set, :func:`scalectl.recipe.load.load`: a ``--set`` or a file of theirs, not a packaged
+    preset such as the default setup, which sets ``data.difficulty`` and ``model.warm_start_target``
+    for its own model and data) and that has no effect for ``recipe``."""
     out = []
     data = recipe.to_dict()
     for key, idle, why in NO_EFFECT:
-        if key in origins and idle(recipe):
+        if key in origins and not _packaged(origins[key]) and idle(recipe):
             section, name = key.split(".")
             out.append(f"{key} = {data[section][name]!r} (from {origins[key]}) has no effect for model.path = "
                        f"{recipe.model.path!r} and data.source = {recipe.data.source!r}: {why}")
@@ -175,9 +194,29 @@ def first_rows(source: str, n: int = FIRST_ROWS) -> tuple[list[dict], int | None
     return rows, total
 
 
-def check_rows(recipe, tokenizer, found: Inputs) -> None:
+def count_prompts(recipe, tokenizer, found: Inputs) -> None:
+    """Read the whole prompt file as the run reads it (:func:`scalectl.rl.data.splits.load_prompt_sets`):
+    the rows, duplicates and prompts longer than ``length.max_prompt_tokens`` dropped, the split
+    sizes, into ``found.prompt_set``; prompts dropped for their length a warning, a set the run
+    could not split a problem."""
+    from scalectl.rl.data.splits import load_prompt_sets
+
+    said: list[str] = []
+    try:
+        load_prompt_sets(recipe, tokenizer, log=said.append)
+    except UserError as exc:
+        found.problems.append(str(exc))
+        return
+    found.prompt_set = said[-1] if said else None
+    if found.prompt_set and " 0 longer than " not in found.prompt_set:
+        found.warnings.append(f"{found.prompt_set}: the run drops the prompts longer than length.max_prompt_tokens "
+                              f"= {recipe.length.max_prompt_tokens}")
+
+
+def check_rows(recipe, tokenizer, found: Inputs, whole_set: bool = False) -> None:
     """The first rows of a prompt file (:func:`first_rows`): prompt and answer columns, rendering,
-    tokens, lengths, and the set's size against ``eval.prompts`` (problems into ``found``)."""
+    tokens, lengths, and the set's size against ``eval.prompts`` (problems into ``found``); with
+    ``whole_set``, then every row (:func:`count_prompts`)."""
     from scalectl.rl.data.files import render_prompt, to_record
     from scalectl.rl.policy.model import encode_prompts
 
@@ -216,20 +255,24 @@ def check_rows(recipe, tokenizer, found: Inputs) -> None:
         found.problems.append(f"data.source = {source!r}: each of its first {len(lengths)} prompts is longer than "
                               f"length.max_prompt_tokens = {limit} as the tokenizer encodes them (shortest "
                               f"{min(lengths)} tokens): the run would drop them all; raise length.max_prompt_tokens")
-    elif long:
+    elif long and not whole_set:          # the whole set's count says it for every row
         found.warnings.append(f"{long} of the first {len(lengths)} prompts of {source} are longer than "
                               f"length.max_prompt_tokens = {limit} tokens: the run drops such prompts")
     found.lines.append(f"data {source}: first {len(rows)} of {total if total is not None else 'its'} rows have a "
                        f"prompt and an answer; prompts {min(lengths)}-{max(lengths)} tokens, {long} longer than {limit}")
+    if whole_set and not found.problems:
+        count_prompts(recipe, tokenizer, found)
 
 
-def check_inputs(recipe, origins: dict[str, str] | None = None) -> Inputs:
+def check_inputs(recipe, origins: dict[str, str] | None = None, whole_set: bool = False) -> Inputs:
     """Check the model's tokenizer and the first rows of the prompt set (the module docstring).
 
     Args:
         recipe: a :class:`scalectl.recipe.schema.Recipe` loaded with ``check_files``.
         origins: where each key was set (:func:`scalectl.recipe.load.load`), for the warnings about
             keys without effect; None: no such warnings.
+        whole_set: also read every row of a prompt file as the run does (``scalectl validate``):
+            how many prompts the length limit drops (:func:`count_prompts`).
 
     Returns:
         :class:`Inputs`; ``raise_problems()`` refuses the run.
@@ -248,7 +291,7 @@ def check_inputs(recipe, origins: dict[str, str] | None = None) -> Inputs:
         return found            # a simulated curve reads nothing; builtin:tiny takes synthetic prompts only
     tokenizer = check_tokenizer(recipe, found)
     if Path(source).suffix.lower() in (".jsonl", ".json", ".parquet") and Path(source).expanduser().is_file():
-        check_rows(recipe, tokenizer, found)
+        check_rows(recipe, tokenizer, found, whole_set)
     elif source.startswith("hf:"):
         found.lines.append(f"data {source}: read when the run starts (not checked before)")
     return found

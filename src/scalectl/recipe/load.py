@@ -480,9 +480,7 @@ def check_sources(recipe: Recipe) -> list[tuple[str, str]]:
             problems.append(("model.path", f"model.path = {model!r} is not one of: "
                              f"{', '.join(BUILTIN_MODELS)}, a checkpoint folder"))
         elif source not in SYNTHETIC_SOURCES:
-            problems.append(("model.path", f"model.path = {model!r} is warm-started on "
-                             f"data.source = 'synthetic:arithmetic' only, not {source!r}; "
-                             "give a checkpoint folder in model.path"))
+            problems.append(("model.path", builtin_with_data(recipe)))
     else:
         folder = Path(model).expanduser()
         if not folder.is_dir():
@@ -507,6 +505,23 @@ def check_sources(recipe: Recipe) -> list[tuple[str, str]]:
     problems += function_problems(recipe.reward.function, recipe.reward.format, think_tags=recipe.model.think_tags,
                                   model_path=model, convention=recipe.reward.convention)      # the reward function imports here, and fits the model
     return problems
+
+
+#: Where the docs say how to train and evaluate on prompts of one's own.
+OWN_MODEL_DOCS = 'docs/real-data.md, "Your own model"'
+
+
+def builtin_with_data(recipe: Recipe) -> str:
+    """Why ``builtin:tiny`` does not take ``recipe``'s prompt set, and what to do instead: a small
+    real checkpoint, and the length keys to raise for real prompts and answers."""
+    ln = recipe.length
+    return (f"model.path = {recipe.model.path!r} is warm-started on data.source = 'synthetic:arithmetic' only, "
+            f"not {recipe.data.source!r}: it answers nothing else. For prompts of your own (on a CPU too), give "
+            "model.path a small real checkpoint folder (save_pretrained layout with its tokenizer: a model of "
+            "0.5B parameters or less, e.g. Qwen2.5-0.5B-Instruct, runs on a CPU), and raise the lengths to fit "
+            f"your prompts and answers: length.max_prompt_tokens = {ln.max_prompt_tokens} now (longer prompts "
+            "are dropped; `scalectl validate --setup ...` counts them) and length.max_new_tokens = "
+            f"{ln.max_new_tokens} (with length.interrupt_min/interrupt_max below it); see {OWN_MODEL_DOCS}")
 
 
 def find_default_setup(recipe: str | Path) -> Path:
@@ -535,6 +550,38 @@ PLACEMENT_KEYS = ("launcher.slurm.generator_nodelist", "launcher.slurm.trainer_n
                   "launcher.slurm.additional_parameters.exclude")
 #: Every key ``run --resume`` may change.
 RESUME_KEYS = BUDGET_KEYS + PLACEMENT_KEYS
+
+
+#: What ``evaluate --set KEY=VALUE`` may change: how prompts are read, filtered and scored and how
+#: completions are sampled, never the model or its weights (keys of these sections, and these keys).
+EVALUATE_SECTIONS = ("length", "eval", "reward")
+#: Keys of ``data`` that ``evaluate --set`` may change: how the columns of a ``--data`` set are read.
+EVALUATE_DATA_KEYS = ("data.prompt_key", "data.answer_key", "data.split", "data.subset")
+
+
+def evaluated_recipe(recipe: Recipe, overrides: list[str] | tuple[str, ...]) -> tuple[Recipe, dict[str, Any]]:
+    """``recipe`` (a stored run's) with the ``--set`` overrides given to ``scalectl evaluate``,
+    parsed as ``run`` parses them (:func:`parse_override`).
+
+    Returns:
+        (the recipe, the ``data`` keys set: name -> value, for a ``--data`` set).
+
+    Raises:
+        UserError: a key outside :data:`EVALUATE_SECTIONS` and :data:`EVALUATE_DATA_KEYS` (naming
+            them), or a value the Recipe refuses.
+    """
+    data, origin, data_keys = recipe.to_dict(), {}, {}
+    for text in overrides:
+        key, value = parse_override(text)
+        if key.split(".")[0] not in EVALUATE_SECTIONS and key not in EVALUATE_DATA_KEYS:
+            raise UserError(f"--set {key}: evaluate keeps the run's model and weights; only the keys of "
+                            f"{', '.join(s + '.*' for s in EVALUATE_SECTIONS)} and {', '.join(EVALUATE_DATA_KEYS)} "
+                            "may change")
+        if key in EVALUATE_DATA_KEYS:
+            data_keys[key.split(".", 1)[1]] = value
+        data = _merge(data, _nest(key, value))
+        origin[key] = f"--set {key}"
+    return validate(data, origin, "the run's recipe"), data_keys
 
 
 def resumed_recipe(recipe: Recipe, overrides: list[str] | tuple[str, ...]) -> Recipe:

@@ -363,7 +363,8 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
         and every process of a run holds the problems);
         ``info`` counts ``rows``, ``duplicates`` (all dropped as a copy of an earlier
         prompt), ``near_duplicates`` (those among them whose rendered text differs from
-        it), ``too_long``, ``train``, ``held_out``.
+        it), ``too_long``, ``longest`` (tokens of the longest prompt left after the duplicates; None
+        without a tokenizer), ``train``, ``held_out``.
 
     Raises:
         UserError: see :func:`read_rows`, :func:`to_record`, :func:`render_prompt`,
@@ -379,22 +380,26 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
     duplicates = len(records) - len(keep)
     kept_text = {keys[i]: texts[i] for i in keep}
     near_duplicates = sum(text != kept_text[key] for key, text in zip(keys, texts))
-    too_long = 0
+    too_long, longest = 0, None
     if tokenizer is not None and max_prompt_tokens is not None and keep:
         from scalectl.rl.policy.model import encode_prompts
 
         lengths = [len(ids) for ids in encode_prompts(tokenizer, [texts[i] for i in keep])]
         kept = [i for i, n in zip(keep, lengths) if n <= max_prompt_tokens]
-        too_long = len(keep) - len(kept)
+        too_long, longest = len(keep) - len(kept), max(lengths)
         keep = kept
+    # what to do about prompts too long: the value that keeps them all
+    raise_it = ("" if not too_long else f"; --set length.max_prompt_tokens={longest} keeps them all (the longest "
+                f"prompt has {longest} tokens)")
     if not keep:
-        raise UserError(f"data.source = {source!r}: no usable prompt ({len(records)} rows, "
-                        f"{duplicates} duplicates, {too_long} longer than length.max_prompt_tokens)")
+        raise UserError(f"data.source = {source!r}: no usable prompt ({len(records)} rows, {duplicates} duplicates, "
+                        f"{too_long} longer than length.max_prompt_tokens = {max_prompt_tokens}){raise_it}")
     try:
         train_pos, held_pos = split_indices(len(keep), held_out, seed)
     except UserError as exc:          # say what the rows lost on the way: duplicates, prompts too long
         raise UserError(f"data.source = {source!r}: {exc} ({len(records)} rows, {duplicates} duplicates, "
-                        f"{too_long} longer than length.max_prompt_tokens = {max_prompt_tokens} dropped)") from None
+                        f"{too_long} longer than length.max_prompt_tokens = {max_prompt_tokens} dropped)"
+                        f"{raise_it}") from None
     if train_size is not None:
         train_pos = train_pos[:train_size]
 
@@ -405,5 +410,5 @@ def load_problems(source: str, *, held_out: int, seed: int = 0, train_size: int 
 
     train, held = problems(train_pos), problems(held_pos)
     info = {"rows": len(records), "duplicates": duplicates, "near_duplicates": near_duplicates, "too_long": too_long,
-            "train": len(train), "held_out": len(held)}
+            "longest": longest, "train": len(train), "held_out": len(held)}
     return train, held, info

@@ -144,8 +144,15 @@ def load_prompt_sets(recipe, tokenizer=None, *, log=None) -> tuple[list, list]:
         think_tags=recipe.model.think_tags, answer_format=recipe.reward.format,
         instruction=recipe.reward.instruction, keep_fields=recipe.reward.function != BUILTIN_REWARD)
     if log is not None:
-        log(f"prompt set {source}: {info['rows']} rows, {info['duplicates']} duplicates "
-            f"({info['near_duplicates']} near-duplicates), "
-            f"{info['too_long']} longer than {recipe.length.max_prompt_tokens} tokens; "
-            f"{info['train']} training, {info['held_out']} held-out prompts")
+        log(prompt_set_line(source, info, recipe.length.max_prompt_tokens))
     return train, held_out
+
+
+def prompt_set_line(source: str, info: dict, max_prompt_tokens: int) -> str:
+    """What reading a prompt set kept and dropped (``info`` of
+    :func:`scalectl.rl.data.files.load_problems`), as the run log and ``scalectl validate`` say it."""
+    longest = (f" (the longest {info['longest']:,} tokens: --set length.max_prompt_tokens={info['longest']} keeps "
+               "them)" if info["too_long"] and info.get("longest") else "")
+    return (f"prompt set {source}: {info['rows']} rows, {info['duplicates']} duplicates "
+            f"({info['near_duplicates']} near-duplicates), {info['too_long']} longer than {max_prompt_tokens} "
+            f"tokens{longest}; {info['train']} training, {info['held_out']} held-out prompts")
