@@ -67,14 +67,15 @@ def test_off_a_terminal_progress_is_plain_lines_at_a_steady_rate():
     rep.eval(0, {"pass_rate": 0.25, "truncation_rate": 0.1, "mean_length": 12.0, "flops": 1e9, "eval_seconds": 1.0})
     for step in range(1, 11):                                   # 2 s per step
         clock.now += 2.0
-        rep.step(step, {"reward": 0.5})
+        rep.step(step, {"reward": -0.32, "pass_rate": 0.34})
     rep.stop()
     lines = buf.getvalue().splitlines()
     steps = [line for line in lines if line.startswith("step ")]
     # a line once 5 s have passed since the last one (steps 3, 6, 9: 6 s each), and at the last step
     assert [s.split()[1] for s in steps] == ["3/10", "6/10", "9/10", "10/10"]
-    assert steps[0] == ("step 3/10 (30%)  pass rate 0.250  trunc 0.10  reward +0.50  2.00 s/step  "
-                        "elapsed 0:00:06  ETA 0:00:14")
+    # the training rollouts' 0/1 pass rate beside their mean reward (+-1 each: 2 x 0.34 - 1 = -0.32)
+    assert steps[0] == ("step 3/10 (30%)  pass rate 0.250  trunc 0.10  train pass rate 0.340  mean reward -0.32  "
+                        "2.00 s/step  elapsed 0:00:06  ETA 0:00:14")
     assert steps[-1].endswith("elapsed 0:00:20  ETA 0:00:00")    # whole, not cut at 40 columns
     assert "━" not in buf.getvalue()
 
@@ -139,7 +140,8 @@ def test_the_eta_leaves_out_the_first_step_and_accounts_for_evaluations():
             rep.eval(step, point)
         etas[step] = rep.steps.eta(step, 60)
     lines = [line for line in buf.getvalue().splitlines() if line.startswith("step ")]
-    assert lines[0] == "step 1/60 (2%)  pass rate 0.300  trunc 0.00  reward +0.00  first step 145.00 s  elapsed 0:02:25  ETA -"
+    assert lines[0] == ("step 1/60 (2%)  pass rate 0.300  trunc 0.00  mean reward +0.00  first step 145.00 s  "
+                        "elapsed 0:02:25  ETA -")
     assert etas[1] is None
     assert rep.steps.per_step() == pytest.approx(0.75)
     assert rep.steps.eval_every() == 10 and rep.steps.per_eval() == pytest.approx(5.0)

@@ -110,7 +110,10 @@ class StepClock:
 
 
 class RichReporter:
-    """Progress (step, pass rate, truncation, reward, ETA) on stderr.
+    """Progress (step, held-out pass rate and truncation, the training rollouts' pass rate and mean
+    reward, ETA) on stderr.  The held-out numbers are the last evaluation's; ``train pass rate`` is
+    the share of the step's completions judged correct (0..1), ``mean reward`` the mean of their
+    rewards on the reward's own scale (the built-in checker's +-1: -0.32 at a train pass rate of 0.34).
 
     On a terminal: a rich progress bar.  Otherwise: one plain line at most every
     ``interval`` seconds (and at the last step), never cut to a terminal width,
@@ -147,7 +150,11 @@ class RichReporter:
             parts.append(f"pass rate {self.last_eval['pass_rate']:.3f}")
             parts.append(f"trunc {self.last_eval['truncation_rate']:.2f}")
         if metrics:
-            parts.append(f"reward {metrics['reward']:+.2f}")
+            # the training rollouts' share correct (a 0/1 accuracy, as verl logs it), then the mean of
+            # their rewards, which is on the reward's own scale (the built-in checker's: +-1)
+            if metrics.get("pass_rate") is not None:
+                parts.append(f"train pass rate {metrics['pass_rate']:.3f}")
+            parts.append(f"mean reward {metrics['reward']:+.2f}")
         return "  ".join(parts)
 
     def _eta(self, step) -> str:
