@@ -187,6 +187,26 @@ def test_loo_lines_share_A_and_have_slope_B():
     assert lines[0].B > lines[1].B
 
 
+def test_loo_lines_keep_each_runs_own_A_when_the_ceilings_differ_beyond_the_margin():
+    """Ceilings 0.61 and 0.53 (0.08 apart, beyond a margin of 0.02): one shared A of 0.57 would
+    refit each run as another curve (B far from its own); with the margin each line keeps its
+    run's own A, and so its own B.  Within the margin (0.1) A is shared as before."""
+    runs = {"a": run(0.61, 1.92, sd=0.0), "b": run(0.53, 1.5, c_mid=4000, sd=0.0)}
+    own = {n: r.fit for n, r in runs.items()}
+    assert own["a"].A - own["b"].A == pytest.approx(0.08, abs=0.005)
+    apart = loo_lines(runs, margin=0.02)
+    assert [ln.A for ln in apart] == pytest.approx([own["a"].A, own["b"].A])
+    assert [ln.B for ln in apart] == pytest.approx([own["a"].B, own["b"].B], rel=0.02)
+    for ln in apart:
+        assert np.polyfit(ln.log_c, ln.log_f, 1)[0] == pytest.approx(ln.B, rel=0.05)
+    shared = loo_lines(runs)                                       # no margin: one A, as the paper draws them
+    mean = (own["a"].A + own["b"].A) / 2
+    assert all(ln.A == pytest.approx(mean) for ln in shared)
+    assert abs(shared[1].B - own["b"].B) > 0.1                     # what sharing did to the lower run's slope
+    within = loo_lines(runs, margin=0.1)
+    assert all(ln.A == pytest.approx(mean) for ln in within)
+
+
 def test_a_run_that_collapses_after_its_peak_is_undecided_whatever_its_ceiling():
     """A run rising to 0.65 then falling to 0.45 over its last fifth is flagged late_decline;
     compare calls it undecided against a steady baseline (and the baseline's comparison with it

@@ -10,6 +10,7 @@ import pytest
 from scalectl.science.compare import RunCurve, loo_lines
 from scalectl.curve import fit_sigmoid, sigmoid
 from scalectl.science.extrapolate import extrapolate
+from scalectl.display import format_estimate
 from scalectl.present import style
 from scalectl.present.plot import (
     curves_figure,
@@ -237,6 +238,42 @@ def test_y_limits_come_from_the_data_not_from_an_interval_to_one(runs):
     assert y0 >= min(data.min() - 0.06 * span, 0.25)
     arrows = [ln for ln in strip.lines if ln.get_marker() == "^"]
     assert arrows and all(ln.get_ydata()[0] == pytest.approx(y1) for ln in arrows)
+    # its estimate (0.55) is inside the axes, only the interval runs on: nothing written above them
+    assert short.fit.A < y1 and not [t for t in ax.texts if "lies above the axes" in t.get_text()]
+
+
+def test_an_identified_ceilings_interval_is_inside_the_axes():
+    """A run to 3 x C_mid, its ceiling identified: the y limits hold its whole interval (the bar
+    in the strip is drawn whole, no arrow), not only the estimate; nothing is written above."""
+    x = np.concatenate([[0.0], np.linspace(0.1, 3.0, 16) * 2542])
+    y = sigmoid(x, 0.61, 1.9, 2542, 0.3) + np.random.default_rng(3).normal(0, 0.01, x.size)
+    cur = RunCurve(x, y, fit_sigmoid(x, y, min_compute=0.0, seed=3, bootstrap=200))
+    from scalectl.present.plot import identified
+
+    lo, hi = cur.fit.interval("A")
+    assert identified(cur.fit) and hi > max(y.max(), cur.fit.A) + 0.03       # the interval reaches past the data
+    for baseline in ("r", None):
+        fig = curves_figure({"r": cur}, baseline=baseline)
+        _readable(fig, "GPU-hours")
+        ax, strip = fig.axes
+        y0, y1 = ax.get_ylim()
+        assert y0 <= lo and hi <= y1
+        assert not [ln for ln in strip.lines if ln.get_marker() in ("^", "v")]
+        assert not [t for t in ax.texts if "lies above the axes" in t.get_text()]
+
+
+def test_a_short_runs_ceiling_above_the_axes_is_written_there():
+    """`scalectl run`'s figure of a short run: its ceiling (not identified) lies above the y
+    limits; the figure says where, with the interval, in the run's colour."""
+    short = _short(0.9, 1.2, 2542, 5, reach=0.7)
+    fig = curves_figure({"short": short}, baseline="short", margin=0.02)
+    ax = fig.axes[0]
+    assert short.fit.A > ax.get_ylim()[1]
+    (text,) = [t for t in ax.texts if "lies above the axes" in t.get_text()]
+    assert text.get_text() == (f"short: ceiling A {format_estimate(short.fit.A, short.fit.interval('A'))} lies above "
+                               "the axes (not identified: extend the run)")
+    assert text.get_color() == style.color(0)
+    assert style.text_outside(fig) == []
 
 
 def test_the_step_zero_point_is_drawn_at_the_left_edge(runs):
@@ -332,3 +369,42 @@ def test_a_margin_band_off_the_axes_says_where_it_is(runs):
     fig = curves_figure(runs, baseline="scalerl", margin=0.02)  # an identified ceiling: in view
     texts = [t.get_text() for t in fig.legends[0].get_texts()]
     assert "scalerl ceiling +-0.02" in texts
+
+
+def test_the_extrapolation_figure_names_the_cut_the_command_prints():
+    """Points every 5 GPU-hours to 390, half of them fitted: the cut is the point at 195, and the
+    figure's title and cut line say 195 as `scalectl extrapolate` does (not a rounded 200)."""
+    from scalectl.present.tables import extrapolation_lines
+
+    x = np.arange(0.0, 391.0, 5.0)
+    y = sigmoid(x, 0.6, 1.8, 120.0, 0.3) + np.random.default_rng(4).normal(0, 0.005, x.size)
+    ex = extrapolate(x, y, fraction=0.5, min_compute=0.0, bootstrap=100)
+    assert ex.cut == 195.0
+    line = extrapolation_lines("r", "gpu_hours", ex)[0]
+    assert line.startswith("r: fitted on gpu_hours <= 195 (")
+    fig = extrapolation_figure(ex, name="r")
+    assert fig.axes[0].get_title().startswith("r: fitted on compute <= 195 GPU-hours, held-out error")
+    labels = [t.get_text() for t in fig.legends[0].get_texts()]
+    assert "cut at 195 GPU-hours" in labels and not any("200" in t for t in labels)
+
+
+def test_the_loo_figure_says_when_each_run_keeps_its_own_ceiling(runs):
+    """scalerl (A 0.61) and unstable (A about 0.53): their ceilings differ by more than the margin,
+    so the lines keep their own A and the figure says so, with the spread; within the margin the
+    title names the one shared A."""
+    two = {k: runs[k] for k in ("scalerl", "unstable")}
+    a = sorted(c.fit.A for c in two.values())
+    assert a[1] - a[0] > 0.02
+    fig = loo_figure(loo_lines(two, margin=0.02), fits={n: c.fit for n, c in two.items()}, margin=0.02)
+    _readable(fig, "GPU-hours")
+    title = " ".join(fig.axes[0].get_title().split())
+    assert (f"their ceilings differ by {a[1] - a[0]:.3f}, {a[0]:.3f} to {a[1]:.3f}, more than the margin 0.02: "
+            "one shared A would change their B") in title
+    texts = [t.get_text() for t in fig.legends[0].get_texts()]
+    for name, cur in two.items():
+        assert any(t.startswith(f"{name}: B ") and t.endswith(f"with its own A {cur.fit.A:.3f}") for t in texts)
+    assert "each run's own A" in fig.axes[0].get_ylabel()
+    close = {k: runs[k] for k in ("scalerl", "minimax")}
+    shared = loo_lines(close, margin=0.02)
+    fig = loo_figure(shared, fits={n: c.fit for n, c in close.items()}, margin=0.02)
+    assert f"one shared ceiling A = {shared[0].A:.3f}" in " ".join(fig.axes[0].get_title().split())

@@ -202,7 +202,7 @@ def _judge(result: AblationResult) -> None:
         result.comparison = cmp.compare(fitted, baseline=baseline, margin=margin)
     if len(fitted) >= 2:
         try:
-            result.loo = cmp.loo_lines(fitted)
+            result.loo = cmp.loo_lines(fitted, margin=margin)    # ceilings apart: each its own A
         except (FitError, ValueError) as exc:
             result.loo_error = str(exc)
     for v in variants:

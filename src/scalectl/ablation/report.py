@@ -44,7 +44,7 @@ def draw_figures(result: AblationResult, out_dir: str | Path) -> dict[str, Path]
                                      title=f"{result.name}: pass rate against compute, fitted sigmoids, ceilings A")
     if result.loo and any(ln.log_c.size for ln in result.loo):
         figs["loo"] = plot_loo(result.loo, out_dir / "loo.png", axis=next(iter(fitted.values())).fit.axis,
-                               fits={n: c.fit for n, c in fitted.items()})
+                               fits={n: c.fit for n, c in fitted.items()}, margin=result.margin)
     trunc = {v.name: v.truncation for v in result.variants if v.truncation}
     if trunc and any(np.isfinite(t).any() for runs in trunc.values() for _, t in runs):
         figs["truncation"] = plot_truncation(trunc, out_dir / "truncation.png",

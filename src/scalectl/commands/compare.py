@@ -102,10 +102,10 @@ def compare(
     if loo_plot is not None:
         from scalectl.present.plot import plot_loo
 
-        lines = cmp.loo_lines(curves)
+        lines = cmp.loo_lines(curves, margin=margin)     # ceilings apart beyond it: each its own A
         axis_name = next(iter(curves.values())).fit.axis
         written.append(str(write_figure(plot_loo, lines, loo_plot, axis=axis_name,
-                                        fits={n: c.fit for n, c in curves.items()})))
+                                        fits={n: c.fit for n, c in curves.items()}, margin=margin)))
     if json_ or fmt == "json":
         data = result.to_dict()
         data["margin_source"] = used.to_dict()

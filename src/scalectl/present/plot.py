@@ -20,7 +20,7 @@ from matplotlib.patches import Patch
 
 from scalectl.curve import SigmoidFit
 from scalectl.defaults import MARGIN, TRUNCATION_THRESHOLD
-from scalectl.display import format_estimate, format_number
+from scalectl.display import format_compute, format_estimate, format_number
 from scalectl.present import style
 from scalectl.science.compare import LooLine, RunCurve
 from scalectl.science.extrapolate import Extrapolation
@@ -71,9 +71,10 @@ def curves_figure(runs: Mapping[str, RunCurve], *, baseline: str | None = None,
     bound) and, in a strip right of the axes, the interval of A as a bar (one slot per
     run, so that intervals never blur into one another).  A grey band of +-``margin``
     around the baseline's ceiling.  The y limits hold the points, the curves and the
-    identified ceilings (:func:`identified`); an interval or a ceiling past them runs to
-    the edge and ends in an arrow.  The legend (below the axes) gives A with its
-    interval, B, C_mid and each fit's flag codes.
+    identified ceilings with their intervals (:func:`identified`); the interval of a ceiling
+    that is not identified runs to the edge and ends in an arrow, and such a ceiling above the
+    axes is written at their top left with its interval.  The legend (below the axes) gives A
+    with its interval, B, C_mid and each fit's flag codes.
 
     Raises:
         ValueError: an empty mapping, an unknown baseline, or no point with compute > 0.
@@ -94,7 +95,8 @@ def curves_figure(runs: Mapping[str, RunCurve], *, baseline: str | None = None,
     grid = np.geomspace(ax.get_xlim()[0], end, 400)
     curves = {n: c.fit.predict(grid) for n, c in runs.items()}
     shown = [*np.concatenate(list(ys.values())), *np.concatenate(list(curves.values()))]
-    shown += [c.fit.A for c in runs.values() if identified(c.fit)]
+    # an identified ceiling with its whole interval: the interval bars are then drawn whole
+    shown += [v for c in runs.values() if identified(c.fit) for v in (c.fit.A, *(c.fit.interval("A") or ()))]
     if baseline is not None and identified(runs[baseline].fit):
         shown += [runs[baseline].fit.A - margin, runs[baseline].fit.A + margin]
     style.pass_rate_axis(ax, style.pass_rate_limits(shown))
@@ -122,6 +124,7 @@ def curves_figure(runs: Mapping[str, RunCurve], *, baseline: str | None = None,
         handles.append(_run_handle(c))
         labels.append(_label(name, fit))
     strip.set_xlabel(f"A, {next(iter(runs.values())).fit.level:.0%}\ninterval", fontsize=8)
+    _ceilings_above(ax, runs)
     handles, labels = _curve_notes(ax, runs, xs, baseline, margin, handles, labels)
     style.set_title(ax, title or "Pass rate against compute: points, fitted sigmoids, ceilings A"
                     + _warnings(runs), loc="left")
@@ -147,6 +150,23 @@ def _curve_notes(ax, runs, xs, baseline, margin, handles, labels):
         handles.append(Line2D([], [], ls="", marker="D", ms=5, mfc="white", color="grey"))
         labels.append("diamonds at the left edge: compute 0 (step 0)")
     return handles, labels
+
+
+def _ceilings_above(ax, runs: Mapping[str, RunCurve]) -> None:
+    """Write, at the top left inside the axes, each ceiling that lies above them (one the data do
+    not identify, which the y limits leave out) with its interval, in its run's colour: the
+    figure shows where it is instead of an arrow alone."""
+    y1 = ax.get_ylim()[1]
+    lines = []
+    for i, (name, cur) in enumerate(runs.items()):
+        fit = cur.fit
+        if fit.A > y1:
+            why = "on its bound" if a_on_bound(fit) else "not identified: extend the run"
+            lines.append((f"{name}: ceiling A {format_estimate(fit.A, fit.interval('A'))} lies above the axes ({why})",
+                          style.color(i)))
+    for k, (text, c) in enumerate(lines):
+        ax.annotate(text, (0.01, 0.98), xycoords="axes fraction", xytext=(0, -11 * k), textcoords="offset points",
+                    ha="left", va="top", fontsize=7.5, color=c, zorder=7)
 
 
 def _off_axes(ax, a: float, margin: float) -> str:
@@ -219,11 +239,13 @@ def extrapolation_figure(ex: Extrapolation, *, name: str = "run",
     if band is not None:
         ax.fill_between(after, band[0], band[1], color=c, alpha=0.15, lw=0,
                         label=f"{fit.level:.0%} prediction band")
-    ax.axvline(ex.cut, color="grey", ls=":", lw=1, label=f"cut at {style.compute_text(ex.cut, fit.axis)}")
+    # the cut as `scalectl extrapolate` prints it (format_compute): the same number, not a rounder one
+    cut = f"{format_compute(ex.cut)} {style.AXIS_UNITS.get(fit.axis, fit.axis)}"
+    ax.axvline(ex.cut, color="grey", ls=":", lw=1, label=f"cut at {cut}")
     if not a_on_bound(fit):
         ax.axhline(fit.A, color=c, ls="--", lw=0.8, alpha=0.6)
     inside = "" if ex.share_in_band is None else f", {ex.share_in_band:.0%} inside band"
-    style.set_title(ax, title or f"{name}: fitted up to {style.compute_text(ex.cut, fit.axis)}, held-out error "
+    style.set_title(ax, title or f"{name}: fitted on compute <= {cut}, held-out error "
                                  f"mean {ex.mean_abs_error:.3f} / max {ex.max_abs_error:.3f}{inside}")
     style.legend_below(fig, ax)
     return fig
@@ -328,21 +350,25 @@ def forecast_figure(runs: Mapping[str, RunCurve], *, horizon: float, targets: Se
 
 
 def plot_loo(lines: Sequence[LooLine], path: str | Path, *, axis: str = "gpu_hours",
-             fits: Mapping[str, SigmoidFit] | None = None, title: str | None = None) -> Path:
+             fits: Mapping[str, SigmoidFit] | None = None, title: str | None = None,
+             margin: float | None = None) -> Path:
     """Write :func:`loo_figure` to ``path`` and return the path."""
-    return style.save(loo_figure(lines, axis=axis, fits=fits, title=title), path)
+    return style.save(loo_figure(lines, axis=axis, fits=fits, title=title, margin=margin), path)
 
 
 def loo_figure(lines: Sequence[LooLine], *, axis: str = "gpu_hours",
-               fits: Mapping[str, SigmoidFit] | None = None, title: str | None = None) -> Figure:
-    """Leave-one-out lines: each run refitted with one shared ceiling A, linearised.
+               fits: Mapping[str, SigmoidFit] | None = None, title: str | None = None,
+               margin: float | None = None) -> Figure:
+    """Leave-one-out lines: each run refitted with its ceiling A fixed, linearised.
 
     With A and R0 fixed the sigmoid is (R - R0) / (A - R) = (C / C_mid)^B, a straight line
     of slope B on log-log axes that crosses 1 at C = C_mid (Khatri et al. 2025, section 4).
     Both axes are logarithmic in their own units: compute in the run's units, the ratio
-    as a plain number.  Points from :func:`scalectl.science.compare.loo_lines`.  The
-    legend gives each run's B and C_mid with A shared, and, from ``fits`` (name -> the
-    run's own fit), its own A and B: the two differ when the ceilings differ.
+    as a plain number.  Points from :func:`scalectl.science.compare.loo_lines`: one shared A,
+    or (where the runs' ceilings differ by more than ``margin``) each run's own A, which the
+    title then says with the spread of the ceilings.  The legend gives each run's B and C_mid
+    with its A, and, from ``fits`` (name -> the run's own fit), its own A and B: the two differ
+    when a shared A is not the run's ceiling.
 
     Raises:
         ValueError: no line, or no point with compute > 0.
@@ -355,12 +381,14 @@ def loo_figure(lines: Sequence[LooLine], *, axis: str = "gpu_hours",
     odds = [np.exp(ln.log_f - ln.B * np.log(ln.C_mid)) for ln in lines]
     lo, hi = style.positive_range(cs)
     style.compute_axis(ax, axis, lo, hi)
+    shared = len({ln.A for ln in lines}) == 1
     for i, (ln, c, o) in enumerate(zip(lines, cs, odds)):
         col = style.color(i)
         ax.scatter(c, o, s=14, color=col, alpha=0.85, lw=0, zorder=3)
-        label = f"{ln.name}: B {ln.B:.2f}, C_mid {format_number(ln.C_mid, 3)} with A shared"
+        label = f"{ln.name}: B {ln.B:.2f}, C_mid {format_number(ln.C_mid, 3)} " + (
+            "with A shared" if shared else f"with its own A {ln.A:.3f}")
         own = (fits or {}).get(ln.name)
-        if own is not None:
+        if own is not None and shared:
             label += f" (own fit: A {own.A:.3f}, B {own.B:.2f})"
         if c.size:
             xs = np.geomspace(c.min(), c.max(), 50)
@@ -369,9 +397,17 @@ def loo_figure(lines: Sequence[LooLine], *, axis: str = "gpu_hours",
     o_lo, o_hi = style.positive_range(odds)
     style.log_ticks(ax.yaxis, o_lo, o_hi)
     ax.axhline(1.0, color="grey", lw=0.8, ls=":", label="ratio 1: compute = C_mid")
-    style.set_ylabel(ax, "(R - R0) / (A - R), A shared")
-    style.set_title(ax, title or f"Runs refitted with one shared ceiling A = {lines[0].A:.3f}: slope = B\n"
-                          "(with A shared, B differs from a run's own fit when its ceiling differs)")
+    style.set_ylabel(ax, "(R - R0) / (A - R), A shared" if shared else "(R - R0) / (A - R), each run's own A")
+    if shared:
+        default = (f"Runs refitted with one shared ceiling A = {lines[0].A:.3f}: slope = B\n"
+                   "(with A shared, B differs from a run's own fit when its ceiling differs)")
+    else:
+        a = [ln.A for ln in lines]
+        beyond = "the margin" if margin is None else f"the margin {margin:g}"
+        default = (f"Runs linearised each with its own ceiling A: slope = B\n(their ceilings differ by "
+                   f"{max(a) - min(a):.3f}, {min(a):.3f} to {max(a):.3f}, more than {beyond}: one shared A "
+                   "would change their B)")
+    style.set_title(ax, title or default)
     style.legend_below(fig, ax, max_cols=1)
     return fig
 

@@ -351,7 +351,8 @@ def linearise(compute: Any, pass_rate: Any, A: float, B: float, C_mid: float, R0
 
 @dataclass(frozen=True)
 class LooLine:
-    """One run's linearised points with the ceiling shared: log C (n,), log F (n,), slope B."""
+    """One run's linearised points with its ceiling ``A`` fixed (shared by the lines of
+    :func:`loo_lines`, or the run's own): log C (n,), log F (n,), slope B."""
 
     name: str
     log_c: np.ndarray
@@ -362,23 +363,30 @@ class LooLine:
     R0: float
 
 
-def loo_lines(runs: Mapping[str, RunCurve], A: float | None = None) -> list[LooLine]:
+def loo_lines(runs: Mapping[str, RunCurve], A: float | None = None, margin: float | None = None) -> list[LooLine]:
     """Refit each run with one shared ceiling ``A`` (default: mean of their A) and linearise.
+
+    With ``margin`` and no ``A``: when the runs' own ceilings differ by more than the margin
+    (largest minus smallest A), one shared A would bend each run's slope B away from its own
+    (a run whose ceiling is 0.08 below the shared one is fitted as a different curve), so
+    each run is linearised with its own A instead (the lines' ``A`` then differ).
 
     Points in each fit window whose pass rate is not strictly between R0 and A
     are dropped (the transform is undefined there).
     """
     if not runs:
         raise ValueError("loo_lines needs at least one run")
-    A = float(np.mean([c.fit.A for c in runs.values()])) if A is None else float(A)
+    own = [c.fit.A for c in runs.values()]
+    apart = A is None and margin is not None and max(own) - min(own) > margin
+    A = float(np.mean(own)) if A is None else float(A)
     out = []
     for name, cur in runs.items():
-        f = refit_fixed_A(cur, A)
+        f = refit_fixed_A(cur, cur.fit.A if apart else A)
         x = np.asarray(cur.compute, dtype=float)
         y = np.asarray(cur.pass_rate, dtype=float)
         w = (x >= f.window[0]) & (x > 0)
-        lf = linearise(x[w], y[w], A, f.B, f.C_mid, f.R0)
+        lf = linearise(x[w], y[w], f.A, f.B, f.C_mid, f.R0)
         ok = np.isfinite(lf)
-        out.append(LooLine(name, np.log(x[w][ok]), lf[ok], A, f.B, f.C_mid, f.R0))
+        out.append(LooLine(name, np.log(x[w][ok]), lf[ok], f.A, f.B, f.C_mid, f.R0))
     return out
 
