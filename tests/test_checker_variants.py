@@ -95,6 +95,22 @@ PAIRS = [
     ("2=-2", "2=-1", False),
     # a Greek assignment names nothing
     ("\\theta_a=\\arcsin(1.3\\sin\\theta_w)", "\\arcsin{1.3\\sin{\\theta_w}}", True),
+    # a derivative written as a fraction: sympy read d x / d t as 0 (x does not depend on t), so
+    # any multiple of the other side solved alike; it is a quantity of its own
+    ("\\frac{dx}{dt}=-(kx-a)", "\\frac{dx}{dt}=kx-a", False),
+    ("\\frac{dx}{dt}=2(kx-a)", "\\frac{dx}{dt}=kx-a", False),
+    ("\\frac{dy}{dx}=4x", "\\frac{dy}{dx}=2x", False),
+    ("\\frac{dy}{dx}=y", "\\frac{dy}{dx}=3y", False),
+    ("\\frac{\\partial u}{\\partial t}=2ku", "\\frac{\\partial u}{\\partial t}=ku", False),
+    ("\\frac{d}{dt}x=-kx", "\\frac{dx}{dt}=kx", False),
+    ("\\frac{dy}{dx}", "0", False),
+    ("\\frac{dx}{dt}=-a+kx", "\\frac{dx}{dt}=kx-a", True),
+    ("\\frac{dx}{dt}-kx+a=0", "\\frac{dx}{dt}=kx-a", True),
+    ("2\\frac{dx}{dt}=2kx-2a", "\\frac{dx}{dt}=kx-a", True),        # the same equation
+    ("\\frac{\\mathrm{d}x}{\\mathrm{d}t}=kx-a", "\\frac{dx}{dt}=kx-a", True),
+    ("\\frac{d}{dt}x=kx", "\\frac{dx}{dt}=kx", True),
+    ("\\frac{dy}{dx}=x+x", "\\frac{dy}{dx}=2x", True),
+    ("\\frac{\\partial u}{\\partial t}=uk", "\\frac{\\partial u}{\\partial t}=ku", True),
 ]
 
 

@@ -15,6 +15,11 @@ tolerance only takes away; it never makes math-verify's "unequal" equal.
 that differ after that point would be equal.  A side whose parse is such a fallback
 (:func:`partial_parse`) is not compared: the verdict is False with the reason as its
 ``error``, counted in the run's metrics like every other internal error.
+
+**Derivatives.** ``\\frac{dx}{dt}`` parses as sympy's ``Derivative(x, t)`` of a symbol x,
+which sympy evaluates to 0; it is compared as an unknown of its own instead
+(:func:`opaque_derivatives`), so that ``\\frac{dx}{dt} = 2(kx - a)`` is not
+``\\frac{dx}{dt} = kx - a``.
 """
 
 from __future__ import annotations
@@ -144,6 +149,27 @@ def _text(parsed) -> str:
     return parsed[-1] if isinstance(parsed[-1], str) else ""
 
 
+def opaque_derivatives(expr):
+    """``expr`` with every derivative of an expression in letters other than its variables
+    (``\\frac{dx}{dt}``, ``\\frac{\\partial u}{\\partial t}``: ``Derivative(x, t)``) as a
+    symbol of its own, named by the derivative.
+
+    sympy takes x for a constant in t and evaluates that derivative to 0, so math-verify
+    read ``\\frac{dx}{dt} = kx - a`` as ``0 = kx - a`` and any multiple of the right-hand side
+    solved alike (``= 2(kx - a)`` was the gold).  As a symbol, the derivative is an unknown
+    like any other: ``= -a + kx`` is the gold, ``= 2(kx - a)`` is not.  A derivative sympy can
+    take (``\\frac{d}{dx} x^2``, nothing but its variable in it) is left as it is."""
+    from sympy import Basic, Derivative, Symbol
+
+    if not isinstance(expr, Basic):
+        return expr
+
+    def unknown(d) -> bool:
+        return isinstance(d, Derivative) and bool(d.expr.free_symbols - set(d.variables))
+
+    return expr.replace(unknown, lambda d: Symbol(str(d)))
+
+
 def partial_parse(text: str, parsed) -> str | None:
     """Why math-verify's ``parsed`` (its ``parse`` of ``text``) is a fallback that dropped part
     of ``text``, or None when it is a reading of the whole: nothing parsed; only a string,
@@ -168,13 +194,14 @@ def partial_parse(text: str, parsed) -> str | None:
 
 def verify_here(gold: str, answer: str) -> Verdict:
     """math-verify on two answer strings (without ``\\boxed{}``), in this process and
-    unbounded in time, then :func:`numbers_agree` on their first parses when it says
+    unbounded in time, their derivatives of unknown functions as symbols
+    (:func:`opaque_derivatives`), then :func:`numbers_agree` on their first parses when it says
     equal.  A partial parse of either side, or any exception inside math-verify or sympy,
     gives ``Verdict(False, reason)``; never raises (but KeyboardInterrupt)."""
     try:
         from math_verify import verify
 
-        gold_p, answer_p = _parse(gold), _parse(answer)
+        gold_p, answer_p = ([opaque_derivatives(e) for e in _parse(text)] for text in (gold, answer))
         for text, parsed in ((gold, gold_p), (answer, answer_p)):
             reason = partial_parse(text, parsed)
             if reason:
