@@ -111,6 +111,28 @@ PAIRS = [
     ("\\frac{d}{dt}x=kx", "\\frac{dx}{dt}=kx", True),
     ("\\frac{dy}{dx}=x+x", "\\frac{dy}{dx}=2x", True),
     ("\\frac{\\partial u}{\\partial t}=uk", "\\frac{\\partial u}{\\partial t}=ku", True),
+    # a number times a tuple: math-verify dropped the factor (read a set, or one element); the
+    # factor is distributed over the elements, and refused where it cannot be
+    ("2\\left((\\frac{1}{4}, \\frac{1}{27})\\right)", "(\\frac{1}{4}, \\frac{1}{27})", False),
+    ("2(\\frac{1}{4},\\frac{1}{27})", "(\\frac{1}{4},\\frac{1}{27})", False),
+    ("(\\frac{1}{4},\\frac{1}{27})\\cdot 2", "(\\frac{1}{4},\\frac{1}{27})", False),
+    ("3(\\frac{1}{4}, 2)", "(\\frac{1}{4}, 2)", False),
+    ("\\frac{1}{2}(1,3)", "(1,3)", False),
+    ("2[1,3]", "[1,3]", False),
+    ("2\\{1,2\\}", "\\{1,2\\}", False),
+    ("2(1,3)+(0,1)", "(2,7)", False),
+    ("2\\left((\\frac{1}{4}, \\frac{1}{27})\\right)", "(\\frac{1}{2}, \\frac{2}{27})", True),
+    ("2(\\frac{1}{4},\\frac{1}{27})", "(\\frac{1}{2},\\frac{2}{27})", True),
+    ("(\\frac{1}{4},\\frac{1}{27}) \\times 2", "(\\frac{1}{2},\\frac{2}{27})", True),
+    ("\\frac{1}{2}(1,3)", "(\\frac{1}{2},\\frac{3}{2})", True),
+    ("-2(1,3,5)", "(-2,-6,-10)", True),
+    ("\\left((\\frac{1}{4}, \\frac{1}{27})\\right)", "(\\frac{1}{4}, \\frac{1}{27})", True),
+    ("\\max(1,2)", "2", True),                                      # a function of a tuple, not a product
+    ("\\sqrt{2}(1,2)", "(\\sqrt{2}, 2\\sqrt{2})", True),
+    ("\\sqrt{2}(1,2)", "(\\sqrt{2}, \\sqrt{2})", False),
+    ("2(1,x+1)", "(2,2x+2)", True),
+    ("2(1,x+1)", "(2,x+2)", False),
+    ("(-\\infty, 1) \\cup (2, \\infty)", "(2,\\infty)\\cup(-\\infty,1)", True),
 ]
 
 
@@ -159,6 +181,19 @@ def test_a_partial_parse_is_an_error_not_a_verdict():
     s = score("\\boxed{\\frac{2}{3}E_{1}}", "\\frac{1}{3}E_{1}+\\frac{2}{3}E_{2}")
     assert (s.reward, s.correct, s.error) == (-1.0, False, verdict.error)
     assert score("\\boxed{4}", "4").error is None
+
+
+@pytest.mark.parametrize("answer, gold", [
+    ("2[1,3]", "[1,3]"), ("2\\{1,2\\}", "\\{1,2\\}"), ("2(1,3)+(0,1)", "(2,7)"), ("(1,2)\\cdot 3+1", "(4,7)"),
+    ("(1,2)", "2((1,2),(3,4))"),
+])
+def test_a_factor_that_cannot_be_distributed_is_a_partial_read_error(answer, gold):
+    """A number times an interval or a set, or a scaled tuple inside a larger answer: the
+    factor is not read (math-verify drops it), so the comparison is refused with an error a
+    run counts."""
+    verdict = judge(answer, gold, timeout=5.0)
+    assert verdict.correct is False
+    assert verdict.error is not None and "a factor beside a tuple, interval or set" in verdict.error, verdict
 
 
 def test_a_run_counts_the_checker_errors_of_its_rollouts():

@@ -21,7 +21,10 @@ Two answers are compared (:func:`answers_match`) in steps, each of which may dec
    ``50\\%`` for 0.5) is wrong, and a gold with one is compared by its number (``5`` or
    ``5\\%`` for ``5\\%``, not ``0.05``).  The same string is equal.  A minus before a
    parenthesised tuple, interval or equation (``-((1, 2))``, ``-(x = 1)``: math-verify
-   drops that minus) is wrong unless the gold has it;
+   drops that minus) is wrong unless the gold has it.  A number times a tuple
+   (``2\\left((\\frac{1}{4}, \\frac{1}{27})\\right)``, ``(1, 3) \\cdot 2``), whose factor
+   math-verify drops, is the tuple of the products (:func:`scaled_groups`); a number beside
+   an interval, a set or a tuple inside a longer answer is not compared (an error);
    **units** (:func:`~scalectl.rl.reward.numbers.trailing_unit`): a unit marked as one at
    the end of an answer (``9.6 \\text{ nm}``, ``30^\\circ``) that the gold does not name
    is ignored, unless it is a multiplier (``\\text{ thousand}``, ``\\text{k}``: wrong); a
@@ -39,8 +42,9 @@ Two answers are compared (:func:`answers_match`) in steps, each of which may dec
    > 1 s) scores False without being parsed;
 5. math-verify, ``verify(parse(gold), parse(answer))``, the checker of record for the rest,
    in a checker process bounded by ``timeout`` seconds (:mod:`scalectl.rl.reward.workers`),
-   e-notation rewritten as ``\\times 10^{}`` for it, and numbers it calls equal held to
-   the same relative tolerance (:mod:`scalectl.rl.reward.mathverify`).
+   e-notation rewritten as ``\\times 10^{}`` for it, numbers it calls equal held to
+   the same relative tolerance, and a derivative such as ``\\frac{dx}{dt}`` (which sympy
+   evaluates to 0) compared as an unknown of its own (:mod:`scalectl.rl.reward.mathverify`).
 
 A checker that accepts wrong answers is a reward-hacking surface, so what stays ambiguous
 is rejected.  An exception inside math-verify or sympy, a partial parse and a timeout score
@@ -51,6 +55,7 @@ Never raises on a completion.
 from __future__ import annotations
 
 import re
+from fractions import Fraction
 
 from scalectl.rl.reward.formats import final_answer, last_boxed  # noqa: F401 - last_boxed: a public name here
 from scalectl.rl.reward.gold import Gold, graded_text
@@ -90,6 +95,132 @@ _DIGIT_SPACE = re.compile(r"(?<=\d)\s+(?=\d)")
 _PRIME_POWER = re.compile(r"\^\s*\{\s*((?:\\prime\s*)+)\}|\^\s*\\prime(?![A-Za-z])")
 _NEGATED_GROUP = re.compile(r"-\s*(\(|\[|\\\{)(.*)(\)|\]|\\\})")
 
+
+
+#: a number as a factor: digits, a decimal, \frac{..}{..}, \sqrt{..}, \pi, one after another (``2\pi``)
+_FACTOR = (r"(?:\d+(?:\.\d*)?|\.\d+|\\frac\{[^{}]*\}\{[^{}]*\}|\\sqrt(?:\[[^\]]*\])?\{[^{}]*\}"
+           r"|\\pi(?![A-Za-z]))+")
+_PRODUCT = r"(?:\\cdot|\\times|\\ast|\*|×|·)?"
+_FACTOR_BEFORE = re.compile(rf"(?<![_^\\A-Za-z\d.])(?P<factor>{_FACTOR})\s*{_PRODUCT}\s*$")
+_FACTOR_AFTER = re.compile(rf"^\s*{_PRODUCT}\s*(?P<factor>{_FACTOR})(?![A-Za-z])")
+_OPENERS, _CLOSERS = ("\\{", "(", "["), ("\\}", ")", "]")
+_SIMPLE_NUMBER = re.compile(r"[-+]?(?:\d+(?:\.\d*)?|\.\d+)")
+
+
+def _bracket_groups(text: str) -> list[tuple[int, int, int]]:
+    """``(start, end, depth)`` of every bracketed group of ``text`` (``(..)``, ``[..]``,
+    ``\\{..\\}``, mixed as an interval's ``[0, 1)``; ``end`` past its closer), at any depth;
+    TeX braces count for the depth but make no group."""
+    groups, stack, depth, i = [], [], 0, 0
+    while i < len(text):
+        token = next((t for t in _OPENERS + _CLOSERS + ("{", "}") if text.startswith(t, i)), text[i])
+        if token in _OPENERS:
+            stack.append((i, depth))
+            depth += 1
+        elif token in _CLOSERS and stack:
+            start, d = stack.pop()
+            depth = d
+            groups.append((start, i + len(token), d))
+        elif token == "{":
+            depth += 1
+        elif token == "}":
+            depth -= 1
+        i += len(token)
+    return sorted(groups)
+
+
+def _top_level_items(text: str) -> list[str]:
+    """``text`` split at its commas outside every bracket and brace."""
+    items, depth, start, i = [], 0, 0, 0
+    while i < len(text):
+        token = next((t for t in _OPENERS + _CLOSERS if text.startswith(t, i)), text[i])
+        if token in _OPENERS or token == "{":
+            depth += 1
+        elif token in _CLOSERS or token == "}":
+            depth -= 1
+        elif token == "," and depth == 0:
+            items.append(text[start:i])
+            start = i + 1
+        i += len(token)
+    return items + [text[start:]]
+
+
+def _inside(group: str) -> str:
+    """The content of a bracketed ``group``, without parentheses that only wrap one more
+    group (``((1, 2))`` -> ``1, 2``)."""
+    opener = next(t for t in _OPENERS if group.startswith(t))
+    closer = next(t for t in _CLOSERS if group.endswith(t))
+    inner = group[len(opener):-len(closer)]
+    while inner.startswith("(") and inner.endswith(")") and _bracket_groups(inner)[:1] == [(0, len(inner), 0)]:
+        inner = inner[1:-1]
+    return inner
+
+
+_RATIONAL = re.compile(r"(?P<sign>[-+]?)(?:(?P<number>\d+(?:\.\d*)?|\.\d+)|\\frac\{(?P<num>[-+]?\d+)\}\{(?P<den>[-+]?\d+)\})")
+
+
+def _rational(text: str) -> Fraction | None:
+    """The value of an integer, a decimal or ``\\frac{p}{q}`` of integers (signed), else None."""
+    m = _RATIONAL.fullmatch(text)
+    if m is None or (m["den"] is not None and int(m["den"]) == 0):
+        return None
+    value = Fraction(m["number"]) if m["number"] is not None else Fraction(int(m["num"]), int(m["den"]))
+    return -value if m["sign"] == "-" else value
+
+
+def _written(value: Fraction) -> str:
+    """A rational as an answer writes it: ``-3``, ``\\frac{1}{2}``, ``-\\frac{2}{27}``."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    sign = "-" if value < 0 else ""
+    return f"{sign}\\frac{{{abs(value.numerator)}}}{{{value.denominator}}}"
+
+
+def scaled_groups(text: str) -> tuple[str, str | None]:
+    """``text`` with a number times a tuple distributed over its elements, or why a factor
+    beside a tuple, interval or set cannot be read.
+
+    math-verify drops such a factor (``2\\left((\\frac{1}{4}, \\frac{1}{27})\\right)`` read as
+    the set {1/4, 1/27}, ``3(\\frac{1}{4}, 2)`` as 2), which made a multiple of the gold
+    equal to it.  An answer that is only a number times one tuple, the number before it or
+    after it (``\\cdot``, ``\\times`` or nothing between), is rewritten as the tuple of
+    products: exactly where all are integers, decimals or fractions of integers
+    (``2(\\frac{1}{4}, 3)`` -> ``(\\frac{1}{2},6)``), else written out
+    (``\\pi(1, x)`` -> ``(\\pi\\cdot1,\\pi\\cdot(x))``).  A number beside any other group with
+    a comma (an interval ``[1, 3]``, a set, a tuple inside a longer answer, a tuple of tuples)
+    gives the reason, and the answer is not compared.  A letter or a command before the group (``f(1, 2)``,
+    ``\\max(1, 2)``) is no factor.
+
+    Returns:
+        (text, None): rewritten, or unchanged when no number touches such a group;
+        (text, reason): a factor that cannot be read.
+    """
+    for start, end, _ in _bracket_groups(text):
+        group = text[start:end]
+        items = _top_level_items(_inside(group))
+        if len(items) < 2:
+            continue
+        before, after = _FACTOR_BEFORE.search(text[:start]), _FACTOR_AFTER.search(text[end:])
+        if before is None and after is None:
+            continue
+        factor = (before or after)["factor"]
+        head = text[:before.start()] if before else text[:start]
+        tail = text[end + after.end():] if after else text[end:]
+        sign = head if head in ("", "-", "+") else None
+        scalars = not any(len(_top_level_items(_inside(item[a:b]))) > 1
+                          for item in items for a, b, _ in _bracket_groups(item))
+        if sign is not None and not tail and (before is None) != (after is None) and group.startswith("(") \
+                and group.endswith(")") and (after is None or not sign) and scalars:
+            exact = [_rational(x) for x in (sign + factor, *items)]
+            if None not in exact:           # numbers: the products, exactly (math-verify is slow on them)
+                parts = [_written(exact[0] * x) for x in exact[1:]]
+            else:
+                parts = [f"{sign}{factor}\\cdot" + (item if _SIMPLE_NUMBER.fullmatch(item) else f"({item})")
+                         for item in items]
+            return "(" + ",".join(parts) + ")", None
+        return text, (f"a factor beside a tuple, interval or set in {text!r} ({factor!r} and {group!r}): "
+                      "math-verify drops it, so the answer is not compared")
+    return text, None
 
 
 def too_costly(answer: str) -> bool:
@@ -219,6 +350,9 @@ def judge(answer: str, gold: str, *, timeout: float = CHECK_TIMEOUT_S) -> Verdic
         return Verdict(True)
     if _INTEGER.fullmatch(answer) and _INTEGER.fullmatch(gold):
         return Verdict(int(answer) == int(gold))        # the common case, at once (025 is 25)
+    (answer, answer_factor), (gold, gold_factor) = scaled_groups(answer), scaled_groups(gold)
+    if answer_factor or gold_factor:
+        return Verdict(False, answer_factor or gold_factor)
     answer, gold = without_e_notation(answer), without_e_notation(gold)
     verdict = compare_literals(answer, gold)
     if verdict is not None:
