@@ -38,6 +38,12 @@ ANSWER_FORMATS = ("boxed", "gsm8k", "last_line")
 
 _NAME = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*(\.[A-Za-z_]\w*)*")
 
+#: The largest magnitude of a reward (a function's, ``reward.truncated``).  Rewards go into
+#: float32 tensors and the advantages take squares of their differences summed over a batch:
+#: 1e15 keeps those sums finite in float32 (4e30 per completion, up to ~8e7 completions a
+#: batch), while 1e30 already overflowed a group's variance to inf (advantages all 0) and
+#: 1e300 became an inf reward (advantages NaN).
+MAX_ABS_REWARD = 1e15
 #: The calling conventions of reward functions (``reward.convention``): scalectl's own, verl's
 #: ``custom_reward_function`` (its NaiveRewardManager's call) and TRL's GRPOTrainer reward
 #: functions (``GRPOTrainer._calculate_rewards``).

@@ -40,7 +40,7 @@ from scalectl.defaults import TRUNCATION_THRESHOLD
 from scalectl.recipe.launcher_choices import DEFAULT_LAUNCHER, LAUNCHER_NAMES
 from scalectl.recipe.loss_choices import COMPANIONS, DEFAULT_LOSS, LOSS_CHOICES, LOSS_NAMES, companion_defaults
 from scalectl.recipe.async_modes import ASYNC_MODE_NAMES, PIPELINE_SCHEDULES
-from scalectl.recipe.reward_function import ANSWER_FORMATS, BUILTIN_REWARD, CONVENTIONS, check_name
+from scalectl.recipe.reward_function import ANSWER_FORMATS, BUILTIN_REWARD, CONVENTIONS, MAX_ABS_REWARD, check_name
 
 # --------------------------------------------------------------------------- bounds
 # Every number has finite bounds that fit where the value goes; values are strict
@@ -409,8 +409,6 @@ class Reward(_Section):
     def _truncated_is_a_finite_number_or_as_written(cls, value):
         if value == "as_written":
             return value
-        from scalectl.rl.reward.score import MAX_ABS_REWARD
-
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                 or abs(value) > MAX_ABS_REWARD:
             raise ValueError(f"must be a finite number from -{MAX_ABS_REWARD:g} to {MAX_ABS_REWARD:g} (the reward; "

@@ -316,8 +316,9 @@ def read_points(source: str | Path, *, maps: Sequence[str] = (), tag: str | None
     Raises:
         UserError: an unreadable source (see ``read_table``), a bad option, no row with a pass
             rate, a step given twice (two rows of a file; a tracker's tag or metric read here
-            logged twice at one step with different values), or a bad cell (with its row: the line of a JSONL file, the data row of a CSV,
-            the step of a tracker's run) naming the column, the value and what is allowed.
+            logged twice at one step with different values), or a bad cell (with its row: the
+            line of a JSONL file, the data row of a CSV, the step of a tracker's run) naming the
+            field, its column, the value and what is allowed.
     """
     fields_map = parse_maps(maps, tag)
     table = read_table(source, run=run)

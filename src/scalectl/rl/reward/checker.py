@@ -156,7 +156,8 @@ def _inside(group: str) -> str:
     return inner
 
 
-_RATIONAL = re.compile(r"(?P<sign>[-+]?)(?:(?P<number>\d+(?:\.\d*)?|\.\d+)|\\frac\{(?P<num>[-+]?\d+)\}\{(?P<den>[-+]?\d+)\})")
+_RATIONAL = re.compile(r"(?P<sign>[-+]?)(?:(?P<number>\d+(?:\.\d*)?|\.\d+)"
+                       r"|\\frac\{(?P<num>[-+]?\d+)\}\{(?P<den>[-+]?\d+)\})")
 
 
 def _rational(text: str) -> Fraction | None:

@@ -22,12 +22,7 @@ import numbers
 from dataclasses import dataclass
 
 from scalectl.errors import UserError
-
-#: The largest magnitude of a reward.  Rewards go into float32 tensors and the advantages take
-#: squares of their differences summed over a batch: 1e15 keeps those sums finite in float32
-#: (4e30 per completion, up to ~8e7 completions a batch), while 1e30 already overflowed the
-#: group's variance to inf (advantages all 0) and 1e300 became an inf reward (advantages NaN).
-MAX_ABS_REWARD = 1e15
+from scalectl.recipe.reward_function import MAX_ABS_REWARD  # noqa: F401 - also a public name here
 
 
 @dataclass(frozen=True)
