@@ -413,15 +413,22 @@ def test_seed_spread_over_repeated_runs():
 
 
 def test_advice_extend_versus_seeds():
-    assert advise(_fit(0.61, lo=0.60, hi=0.615)).action == "none"
+    assert advise(_fit(0.61, lo=0.60, hi=0.615)).action == "none"              # data to 5 x C_mid
     short = advise(_fit(0.61, lo=0.55, hi=0.68, reach=1.3))
-    assert short.action == "extend" and "7500" in short.message     # 3 x C_mid
-    # far past C_mid, A on its bound: extend to twice the reach, not "to 3 x C_mid"
-    bound = _fit(1.0, lo=0.95, hi=1.0, reach=4.8)
+    # the one rule of enough data: IDENTIFY_REACH = 5 x C_mid = 12,500 GPU-hours
+    assert short.action == "extend" and "extend the run to about 5 x C_mid (12500 GPU-hours)" in short.message
+    assert "the data stop at 1.30 x C_mid, short of 5 x C_mid, where a ceiling counts as identified" in short.message
+    # an interval within the margin on data short of the rule is no identified ceiling either
+    narrow = advise(_fit(0.61, lo=0.605, hi=0.615, reach=3.0))
+    assert narrow.action == "extend" and narrow.message.startswith(
+        "A interval width 0.010 is within the margin 0.020, but the data stop at 3.00 x C_mid")
+    assert advise(_fit(0.61, lo=0.605, hi=0.615, reach=4.99)).action == "extend"
+    # far past C_mid, A on its bound: extend to twice the reach, not "to 5 x C_mid"
+    bound = _fit(1.0, lo=0.95, hi=1.0, reach=5.5)
     bound = dataclasses.replace(bound, flags=(Flag("on_bound", "A = 1.000 lies on the upper bound edge", "A"),))
     pinned = advise(bound)
-    assert pinned.action == "extend" and "A lies on a bound although the data reach 4.80 x C_mid" in pinned.message
-    assert "about 9.6 x C_mid (24000 GPU-hours)" in pinned.message
+    assert pinned.action == "extend" and "A lies on a bound although the data reach 5.50 x C_mid" in pinned.message
+    assert "about 11 x C_mid (27500 GPU-hours)" in pinned.message
     noisy = advise(_fit(0.61, lo=0.585, hi=0.635, reach=5.0), n_seeds=1)
     assert noisy.action == "seeds" and noisy.seeds_needed == math.ceil((0.05 / 0.02) ** 2)
     with pytest.raises(ValueError, match="no interval for A"):
@@ -459,9 +466,9 @@ def test_no_unflagged_fit_of_a_cut_curve_misses_its_ceiling_by_the_margin(r0):
 
 def test_advice_in_steps_device_hours_and_wall_clock_at_the_runs_measured_rate():
     """The run's points give 25 GPU-hours and 90 s per step (130 steps to 3,250 GPU-hours); the
-    extension to 3 x C_mid = 7,500 GPU-hours is (7500 - 3250) / 25 = 170 more steps, 170 x 25 =
-    4,250 device-hours, 170 x 90 s = 4.25 h; a noisy fit's extra seeds are runs of the same 130
-    steps each (6 x 130 x 90 s = 19.5 h)."""
+    extension to 5 x C_mid = 12,500 GPU-hours (the rule of enough data) is (12500 - 3250) / 25 = 370
+    more steps, 370 x 25 = 9,250 device-hours, 370 x 90 s = 9.25 h; a noisy fit's extra seeds are
+    runs of the same 130 steps each (6 x 130 x 90 s = 19.5 h)."""
     from scalectl.curve import step_rate
 
     points = [{"step": s, "gpu_hours": 25.0 * s, "wall_seconds": 90.0 * s, "pass_rate": 0.4}
@@ -470,9 +477,9 @@ def test_advice_in_steps_device_hours_and_wall_clock_at_the_runs_measured_rate()
     assert (rate.compute_per_step, rate.hours_per_step, rate.seconds_per_step) == (25.0, 25.0, 90.0)
     assert (rate.last_step, rate.last_compute) == (130, 3250.0)
     short = advise(_fit(0.61, lo=0.55, hi=0.68, reach=1.3), rate=rate)
-    assert short.action == "extend" and (short.steps, short.device_hours, short.seconds) == (170, 4250.0, 15300.0)
-    assert ("extend the run to about 3 x C_mid (7500 GPU-hours): about 170 more steps (to step 300; "
-            "4250 device-hours, about 4.2 h at run-s0's measured rate)") in short.message
+    assert short.action == "extend" and (short.steps, short.device_hours, short.seconds) == (370, 9250.0, 33300.0)
+    assert ("extend the run to about 5 x C_mid (12500 GPU-hours): about 370 more steps (to step 500; "
+            "9250 device-hours, about 9.2 h at run-s0's measured rate)") in short.message
     noisy = advise(_fit(0.61, lo=0.585, hi=0.635, reach=5.0), rate=rate)
     assert noisy.action == "seeds" and noisy.seeds_needed == 7 and noisy.steps == 130
     assert noisy.device_hours == 6 * 130 * 25.0

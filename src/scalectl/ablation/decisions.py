@@ -10,9 +10,10 @@ compares every variant with the base (:func:`scalectl.science.compare.compare`, 
   as a tie needs it inside), or a tie ("tie on ceiling, faster/slower"): stop
   it;
 * **ceiling not identified** (flagged by the fit, or data short of
-  ``min_reach`` = 5 x C_mid; :func:`scalectl.curve.advise` asks for about 3 x):
-  extend it to 5 x C_mid, at most ``max_growth`` times the current budget and
-  at most ``max_budget``;
+  ``min_reach`` x C_mid, the one rule of enough data
+  :data:`scalectl.defaults.IDENTIFY_REACH` = 5, which :func:`scalectl.curve.advise`
+  and ``ablate --plan`` use too): extend it to that reach, at most ``max_growth``
+  times the current budget and at most ``max_budget``;
 * **identified, but the interval of the difference of ceilings straddles the
   margin**: the width is noise, so add a seed (at most ``max_seeds``) to
   whichever of the variant and the base has the wider A interval (both when
@@ -51,6 +52,8 @@ from typing import Mapping, Sequence
 
 from scalectl.science.compare import FASTER, HIGHER, LOWER, SLOWER, SPEED_UNDECIDED, UNDECIDED, Comparison
 from scalectl.curve import SigmoidFit
+from scalectl.curve.planning import identifies
+from scalectl.defaults import IDENTIFY_REACH
 
 STOP, EXTEND, SEED, HOLD = "stop", "extend", "seed", "hold"
 ACTIONS = (STOP, EXTEND, SEED, HOLD)
@@ -63,9 +66,10 @@ PRIOR_SEED_SD = 0.0075
 #: Weight of the prior seed sd, in degrees of freedom of the pooled estimate.
 PRIOR_DF = 4.0
 #: A ceiling counts as identified for a verdict once the data reach this multiple of
-#: C_mid: the budget :func:`scalectl.curve.advise` asks for (fits that stop
-#: nearer the midpoint trade A against C_mid and B, and are biased low).
-MIN_REACH = 5.0
+#: C_mid: the one rule of enough data, :data:`scalectl.defaults.IDENTIFY_REACH` (what
+#: :func:`scalectl.curve.advise` asks for and ``ablate --plan`` budgets; measured in
+#: docs/fitting.md, "How far a run must go").
+MIN_REACH = IDENTIFY_REACH
 #: "higher"/"lower" stops a variant only when the interval of dA also lies beyond
 #: +-CLAIM x margin.  At 1 a verdict says on which side of the margin the true
 #: difference lies only when the whole interval lies there, as the tie rule asks
@@ -207,11 +211,8 @@ def widen_for_seeds(fit: SigmoidFit, n_seeds: int, seed_sd: float) -> SigmoidFit
 
 def ceiling_identified(fit: SigmoidFit | None, min_reach: float = 0.0) -> bool:
     """Whether a fit pins its ceiling: no ``ceiling_not_identified`` flag, A off its
-    bounds, and its last point at >= ``min_reach`` x C_mid."""
-    if fit is None:
-        return False
-    return not fit.has_flag("ceiling_not_identified") and not any(
-        f.code == "on_bound" and f.param == "A" for f in fit.flags) and fit.window[1] >= min_reach * fit.C_mid
+    bounds, and its last point at >= ``min_reach`` x C_mid (:func:`scalectl.curve.planning.identifies`)."""
+    return fit is not None and identifies(fit, min_reach)
 
 
 def round_up(steps: float, multiple: int) -> int:
@@ -220,7 +221,8 @@ def round_up(steps: float, multiple: int) -> int:
 
 
 def extended_budget(arm: Arm, limits: Limits) -> int:
-    """The budget that reaches ``limits.min_reach`` x C_mid (5 by default; :func:`scalectl.curve.advise` asks for 3).
+    """The budget that reaches ``limits.min_reach`` x C_mid (:data:`MIN_REACH` by default, the rule
+    :func:`scalectl.curve.advise` asks for too).
 
     In steps: min_reach C_mid / compute_per_step, at least ``min_growth`` and at most
     ``max_growth`` times the current budget, rounded up to ``step_multiple``,

@@ -6,11 +6,13 @@ the interval of dA = A_variant - A_base narrow enough for a verdict, and what
 does that cost?
 
 * **Budget.** The ceiling is identified when the data reach well past the
-  midpoint: :func:`scalectl.curve.advise` asks for about 3 x C_mid (the fit's
-  ``ceiling_not_identified`` flag needs >= 1.5 x C_mid and 3 points past it),
-  the adaptive loop for 5 x before a verdict (its ``min_reach``, tuned on
-  simulated ablations: docs/ablations.md).  In steps: reach x C_mid / (compute
-  per step), reach 5 by default, as in the loop.
+  midpoint: the one rule of enough data, :data:`scalectl.defaults.IDENTIFY_REACH`
+  = 5 x C_mid (measured in docs/fitting.md, "How far a run must go"), which
+  :func:`scalectl.curve.advise` asks for and the adaptive loop waits for before a
+  verdict (its ``min_reach``); the fit's ``ceiling_not_identified`` flag, at
+  >= 1.5 x C_mid and 3 points past it, is only the least that can be fitted.  In
+  steps: :func:`scalectl.curve.planning.identifying_steps`, reach x C_mid /
+  (compute per step).
 * **Seeds.** With n seeds per arm the A interval of an arm has half-width
   h(n) = z sqrt(s_fit^2 + s_seed^2) / sqrt(n), where s_fit is the sd of A from
   one run's fit (bootstrap) and s_seed the seed-to-seed sd (Khatri et al.
@@ -36,7 +38,8 @@ import math
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from scalectl.ablation.decisions import MIN_REACH
+from scalectl.curve.planning import identifying_steps
+from scalectl.defaults import IDENTIFY_REACH
 
 
 @dataclass(frozen=True)
@@ -101,14 +104,14 @@ def wall_seconds(runs: int, steps: int, seconds_per_step: float | None, parallel
 def plan_power(*, C_mid: float, compute_per_step: float, s_fit: float, s_seed: float, arms: int,
                margin: float = 0.02, hours_per_step: float | None = None, step_multiple: int = 1,
                max_budget: int | None = None, max_seeds: int | None = None, level: float = 0.95,
-               reach: float = MIN_REACH, seconds_per_step: float | None = None, parallel: int = 1) -> PowerPlan:
+               reach: float = IDENTIFY_REACH, seconds_per_step: float | None = None, parallel: int = 1) -> PowerPlan:
     """Budget, seeds and cost to resolve a difference of ``margin`` (module docstring).
 
     C_mid and compute_per_step on one compute axis (e.g. device-hours and
     device-hours per step); s_fit: sd of A from one run's fit at that budget
     (e.g. a 95 % bootstrap half-width / 1.96); s_seed: seed-to-seed sd of A;
     arms: variants + base; reach: the budget's compute as a multiple of C_mid
-    (default 5, the adaptive loop's ``min_reach``); hours_per_step: device-hours per optimiser step
+    (default :data:`~scalectl.defaults.IDENTIFY_REACH`); hours_per_step: device-hours per optimiser step
     (None: no cost); max_budget / max_seeds: caps (``capped`` says one bit);
     seconds_per_step, parallel: the wall-clock rate and the runs trained at once.
     Raises ValueError on non-positive C_mid, compute_per_step or arms.
@@ -116,8 +119,7 @@ def plan_power(*, C_mid: float, compute_per_step: float, s_fit: float, s_seed: f
     if C_mid <= 0 or compute_per_step <= 0 or arms < 1:
         raise ValueError(f"need C_mid > 0, compute_per_step > 0 and arms >= 1 "
                          f"(given {C_mid}, {compute_per_step}, {arms})")
-    steps = reach * C_mid / compute_per_step
-    budget = max(step_multiple, int(math.ceil(steps / step_multiple - 1e-9)) * step_multiple)
+    budget = identifying_steps(C_mid, compute_per_step, step_multiple, reach)
     seeds = seeds_needed(s_fit, s_seed, margin, level)
     want_budget, want_seeds, capped = budget, seeds, False
     if max_budget is not None and budget > max_budget:

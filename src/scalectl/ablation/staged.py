@@ -17,6 +17,7 @@ import json
 import time
 from pathlib import Path
 
+from scalectl.defaults import IDENTIFY_REACH
 from scalectl.errors import UserError
 from scalectl.store.journal import open_with_journals
 
@@ -377,8 +378,9 @@ def needs(rows: list[dict], state, backend, limits) -> list[str]:
 #: What the words of the power plan mean, printed with it (``ablate --plan``).
 POWER_TERMS = {
     "arm": "the base or one variant; every arm trains its seeds at the budget",
-    "budget": "optimiser steps per run: 5 x C_mid of the base in steps (C_mid / compute per step), "
-              "where the loop identifies a ceiling before it judges",
+    "budget": f"optimiser steps per run: {IDENTIFY_REACH:g} x C_mid of the base in steps (C_mid / compute per "
+              "step): the one rule of enough data, where a ceiling counts as identified (the fit's advice, "
+              "the adaptive loop and the seed runs of the margin use it too; docs/fitting.md)",
     "C_mid": "the compute at which the base's pass rate is halfway from R0 to its ceiling A",
     "reach": "the budget's compute as a multiple of C_mid",
     "s_fit": "the sd of A from one run's fit at that budget: half its bootstrap interval / z",

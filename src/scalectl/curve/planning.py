@@ -1,6 +1,7 @@
 """Planning helpers on fitted curves: the spread of repeated seeds, what a step of a run
-costs (:class:`StepRate`), and what would narrow the interval of the ceiling (extend the
-run, or add seeds), in steps, device-hours and wall-clock."""
+costs (:class:`StepRate`), the one rule of enough data (:data:`IDENTIFY_REACH`,
+:func:`identifies`, :func:`identifying_steps`), and what would narrow the interval of the
+ceiling (extend the run, or add seeds), in steps, device-hours and wall-clock."""
 
 from __future__ import annotations
 
@@ -11,11 +12,39 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 
 from scalectl.curve.model import SigmoidFit
-from scalectl.defaults import MARGIN
+from scalectl.defaults import IDENTIFY_REACH, MARGIN
 from scalectl.display import duration_text, format_number
 
 #: The unit of each compute axis in sentences.
 AXIS_UNITS = {"gpu_hours": "GPU-hours", "flops": "FLOPs", "tokens": "tokens", "step": "steps"}
+#: The rule in words, for sentences.
+RULE_TEXT = f"{IDENTIFY_REACH:g} x C_mid, where a ceiling counts as identified (docs/fitting.md)"
+
+
+def identifies(fit: SigmoidFit, reach: float = IDENTIFY_REACH) -> bool:
+    """Whether ``fit`` identifies its ceiling by the one rule of enough data: no
+    ``ceiling_not_identified`` flag, A on no bound, and its points reach ``reach`` x C_mid
+    (:data:`scalectl.defaults.IDENTIFY_REACH`, measured in docs/fitting.md, "How far a run must go")."""
+    return (not fit.has_flag("ceiling_not_identified")
+            and not any(f.code == "on_bound" and f.param == "A" for f in fit.flags)
+            and fit.window[1] >= reach * fit.C_mid)
+
+
+def identifying_steps(C_mid: float, compute_per_step: float, step_multiple: int = 1,
+                      reach: float = IDENTIFY_REACH) -> int:
+    """Optimiser steps whose compute reaches ``reach`` x ``C_mid`` (the rule of enough data),
+    rounded up to a multiple of ``step_multiple`` (the evaluation interval, so that the last step
+    is evaluated): ``reach C_mid / compute_per_step``.  ``C_mid`` and ``compute_per_step`` on one
+    compute axis (e.g. device-hours and device-hours per step).
+
+    Raises:
+        ValueError: ``C_mid`` or ``compute_per_step`` not > 0, or ``step_multiple`` < 1.
+    """
+    if not (C_mid > 0 and compute_per_step > 0) or step_multiple < 1:
+        raise ValueError(f"need C_mid > 0, compute_per_step > 0 and step_multiple >= 1 "
+                         f"(given {C_mid}, {compute_per_step}, {step_multiple})")
+    steps = reach * C_mid / compute_per_step
+    return max(step_multiple, int(math.ceil(steps / step_multiple - 1e-9)) * step_multiple)
 
 
 @dataclass(frozen=True)
@@ -118,7 +147,7 @@ def step_rate(points: Sequence[Mapping[str, Any]], axis: str, source: str = "thi
 
 @dataclass(frozen=True)
 class Advice:
-    """What would narrow the interval of A: ``action`` is none, extend or seeds.
+    """What would narrow the interval of A, or pin it: ``action`` is none, extend or seeds.
 
     With a :class:`StepRate`, ``steps`` is how many more steps the extension needs (or
     the steps of each seed's run), and ``device_hours`` / ``seconds`` what they cost
@@ -139,27 +168,29 @@ def _compute_text(value: float, axis: str) -> str:
 
 
 def advise(fit: SigmoidFit, margin: float = MARGIN, n_seeds: int = 1, rate: StepRate | None = None) -> Advice:
-    """Say whether the A interval is wider than ``margin`` and what would help more.
+    """Say whether the data identify the ceiling and the A interval is within ``margin``, and
+    what would help more.
 
-    Data that stop before ~2 x C_mid (or a ceiling/bound flag) leave A traded off
-    against C_mid and B: extending the run helps, more seeds do not.  Otherwise the
-    width is noise: averaging s seeds shrinks it about as 1/sqrt(s), so about
-    n_seeds * (width / margin)^2 seeds are needed.  With the run's ``rate``
-    (:func:`step_rate`) the advice also says how many more steps the extension takes,
-    or how long each seed's run is, and what that costs in device-hours and wall-clock.
-    Raises ValueError when the fit has no interval for A.
+    Data short of :data:`~scalectl.defaults.IDENTIFY_REACH` x C_mid (the one rule of enough
+    data; docs/fitting.md, "How far a run must go"), or a ceiling/bound flag, leave A traded
+    off against C_mid and B, however narrow its interval: extending the run to that reach
+    helps (to twice the reach when A sits on a bound although the data reach it), more seeds
+    do not.  Otherwise the width is noise: averaging s seeds shrinks it about as 1/sqrt(s),
+    so about n_seeds * (width / margin)^2 seeds are needed.  With the run's ``rate``
+    (:func:`step_rate`) the advice also says how many more steps the extension takes, or how
+    long each seed's run is, and what that costs in device-hours and wall-clock.
+
+    Raises:
+        ValueError: the fit has no interval for A.
     """
     iv = fit.interval("A")
     if iv is None:
         raise ValueError("this fit has no interval for A: fit with bootstrap > 0")
     width = iv[1] - iv[0]
-    if width <= margin:
-        return Advice("none", width, margin, f"A interval width {width:.3f} is within the "
-                                             f"margin {margin:.3f}")
     reach = fit.window[1] / fit.C_mid
-    if reach < 2.0 or fit.has_flag("ceiling_not_identified") or fit.has_flag("on_bound"):
-        if reach < 3.0:
-            why, target = f"the data stop at {reach:.2f} x C_mid", 3.0
+    if not identifies(fit) or fit.has_flag("on_bound"):
+        if reach < IDENTIFY_REACH:
+            why, target = f"the data stop at {reach:.2f} x C_mid, short of {RULE_TEXT}", IDENTIFY_REACH
         else:   # far enough past C_mid, but an estimate sits on its bound: twice as long
             on = sorted({f.param for f in fit.flags if f.code == "on_bound" and f.param})
             why = (f"{' and '.join(on) or 'a parameter'} lie{'s' if len(on) < 2 else ''} on a bound "
@@ -171,11 +202,15 @@ def advise(fit: SigmoidFit, margin: float = MARGIN, n_seeds: int = 1, rate: Step
             cost = rate.cost_text(steps)
             more = (f": about {steps:,} more steps (to step {rate.last_step + steps:,}"
                     + (f"; {cost} at {rate.source}'s measured rate" if cost else "") + ")")
+        size = (f"exceeds the margin {margin:.3f} and" if width > margin else f"is within the margin {margin:.3f}, but")
         return Advice("extend", width, margin,
-                      f"A interval width {width:.3f} exceeds the margin {margin:.3f} and {why}: extend "
+                      f"A interval width {width:.3f} {size} {why}: extend "
                       f"the run to about {target:.3g} x C_mid ({_compute_text(target * fit.C_mid, fit.axis)})"
                       f"{more}; more seeds would not pin the ceiling", steps=steps,
                       **_cost(rate, steps))
+    if width <= margin:
+        return Advice("none", width, margin, f"A interval width {width:.3f} is within the "
+                                             f"margin {margin:.3f}")
     need = max(n_seeds + 1, math.ceil(n_seeds * (width / margin) ** 2))
     more, steps = "", None
     if rate is not None:

@@ -30,7 +30,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from scalectl.defaults import MARGIN
+from scalectl.defaults import IDENTIFY_REACH, MARGIN
 from scalectl.errors import UserError
 
 #: Fewest completed runs of one recipe hash a margin is measured from.
@@ -206,7 +206,8 @@ def measure(store, runs: Sequence[dict], opts, *, level: float = 0.95, recipe_ha
         else:
             left_out.append(run["name"])
     if len(ceilings) < MIN_RUNS:
-        why = f" ({', '.join(left_out)}: ceiling not identified, extend them)" if left_out else ""
+        why = (f" ({', '.join(left_out)}: ceiling not identified, extend them to about {IDENTIFY_REACH:g} x C_mid, "
+               "the rule of enough data: docs/fitting.md)") if left_out else ""
         raise UserError(f"a margin needs at least {MIN_RUNS} completed runs of one recipe whose fits identify "
                         f"the ceiling; {len(ceilings)} found{why}")
     return from_ceilings(ceilings, names, level=level, recipe_hash=recipe_hash or next(iter(hashes), None),
