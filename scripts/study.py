@@ -14,7 +14,12 @@ Three steps, each through the ``scalectl`` commands a user would type (docs/stud
    JSON beside it.
 
 Run it again after an interruption: completed runs are reused, stopped ones resumed, and
-``ablate`` picks up where it stopped.
+``ablate`` picks up where it stopped.  A run of the same recipe content and seed already in
+the store under another name (``scalectl run scalerl``'s ``scalerl-s0``) stands for its seed:
+``scalectl run`` reuses, resumes or extends it rather than training it again, and the margin
+is measured from the runs that stand for the seeds.  The budget is checked against the one
+rule of enough data (:data:`scalectl.curve.planning.IDENTIFY_REACH` x C_mid, docs/fitting.md):
+``--plan`` says whether the budget reaches it on the stored runs, and what budget would.
 
     python scripts/study.py                              # the default setup, 500 steps per run
     python scripts/study.py --setup simulated --budget-steps 150 --out reports/study-sim
@@ -35,13 +40,15 @@ ROOT = Path(__file__).resolve().parent.parent
 SCALECTL = str(Path(sys.executable).parent / "scalectl")
 
 
-def scalectl(*args: str, capture: bool = False) -> subprocess.CompletedProcess:
-    """Run one ``scalectl`` command; raise SystemExit with its status when it fails."""
+def scalectl(*args: str, capture: bool = False, stdout: bool = False) -> subprocess.CompletedProcess:
+    """Run one ``scalectl`` command; raise SystemExit with its status when it fails.  ``capture``:
+    keep its output; ``stdout``: keep its standard output only (its progress on stderr is shown)."""
     print("$ scalectl " + " ".join(args), flush=True)
-    proc = subprocess.run([SCALECTL, *args], text=True, capture_output=capture)
+    proc = subprocess.run([SCALECTL, *args], text=True, capture_output=capture,
+                          stdout=subprocess.PIPE if stdout and not capture else None)
     if proc.returncode != 0:
-        if capture:
-            sys.stderr.write(proc.stdout + proc.stderr)
+        if capture or stdout:
+            sys.stderr.write((proc.stdout or "") + (proc.stderr or ""))
         raise SystemExit(proc.returncode)
     return proc
 
@@ -55,20 +62,27 @@ def run_statuses(db: str) -> dict[str, str]:
 
 
 def seed_runs(args) -> list[str]:
-    """Step 1: ScaleRL on ``args.seeds`` seeds, each trained, resumed or reused."""
+    """Step 1: ScaleRL on ``args.seeds`` seeds, each trained, resumed, extended or reused; the names
+    of the runs that stand for the seeds (``study-scalerl-b<steps>-s<seed>``, or a stored run of the
+    same recipe content and seed under another name, which ``scalectl run`` reuses, resumes or
+    extends: its ``--json`` names it)."""
     names = []
     for seed in range(args.seeds):
         name = f"study-scalerl-b{args.budget_steps}-s{seed}"
-        names.append(name)
-        status = run_statuses(args.db).get(name)
-        if status == "completed":
+        if run_statuses(args.db).get(name) == "completed":
             print(f"{name}: completed, reused", flush=True)
+            names.append(name)
             continue
-        if status is None:
-            scalectl("run", "scalerl", "--setup", args.setup, "--seed", str(seed), "--name", name,
-                     "--set", f"budget.steps={args.budget_steps}", "--runs-dir", args.runs_dir, "--db", args.db)
-        else:
-            scalectl("run", "--resume", name, "--runs-dir", args.runs_dir, "--db", args.db)
+        done = scalectl("run", "scalerl", "--setup", args.setup, "--seed", str(seed), "--name", name,
+                        "--set", f"budget.steps={args.budget_steps}", "--runs-dir", args.runs_dir, "--db", args.db,
+                        "--json", stdout=True)
+        ran = json.loads(done.stdout)
+        if ran.get("outcome") == "attached":
+            raise SystemExit(f"{ran['run']} (seed {seed} of ScaleRL) is {ran['status']} in another job: run the "
+                             "study again once it has ended")
+        if ran["run"] != name:
+            print(f"{name}: {ran['run']} trains the same recipe and seed: it stands for seed {seed}", flush=True)
+        names.append(ran["run"])
     return names
 
 
@@ -107,6 +121,64 @@ def seconds_per_step(runs: list[dict], setup: str) -> dict[str, tuple[float, str
     return out
 
 
+def stored_elsewhere(args, seed: int):
+    """What ``scalectl run`` would do for ScaleRL's ``seed`` with a stored run of the same recipe content
+    and seed under another name (:func:`scalectl.launch.runs.stored_run_for`): (action, run row, steps
+    trained), or None (no store, or no such run)."""
+    from scalectl.launch.runs import stored_run_for
+    from scalectl.recipe.load import load
+    from scalectl.store.database import Store
+
+    if not Path(args.db).exists():
+        return None
+    recipe = load("scalerl", args.setup, [f"budget.steps={args.budget_steps}", f"seed={seed}"])
+    with Store.open(args.db, create=False) as store:
+        return stored_run_for(store, recipe)
+
+
+def rule_line(args) -> str:
+    """Whether ``--budget-steps`` reaches the one rule of enough data (:data:`scalectl.defaults.IDENTIFY_REACH`
+    x C_mid, where a ceiling counts as identified and a margin counts a run), and the budget that would:
+    C_mid and the compute per step from the stored ScaleRL run of this setup that trained the most steps
+    (whatever its name, budget and seed), else from the simulated curve of a simulated setup."""
+    from scalectl.curve.planning import identifying_steps, step_rate
+    from scalectl.curve.simulated import is_simulated, parse_spec
+    from scalectl.defaults import IDENTIFY_REACH
+    from scalectl.errors import UserError
+    from scalectl.launch.runs import same_training
+    from scalectl.recipe.load import load
+    from scalectl.science.fits import FitOptions, fit_run
+    from scalectl.store.database import Store
+
+    recipe = load("scalerl", args.setup, [f"budget.steps={args.budget_steps}"])
+    every = recipe.eval.every_steps
+    C_mid = per_step = source = None
+    if Path(args.db).exists():
+        with Store.open(args.db, create=False) as store:
+            found = [f for seed in range(args.seeds) for f in same_training(store, recipe, seed, refresh=False)]
+            for row, _steps in sorted(found, key=lambda f: -f[1]):
+                try:
+                    fit = fit_run(store, row, FitOptions(bootstrap=0), log=lambda _m: None)[0].fit
+                except UserError:
+                    continue
+                rate = step_rate(store.points(row["id"]), fit.axis)
+                if rate is not None:
+                    C_mid, per_step, source = fit.C_mid, rate.compute_per_step, f"the fit of {row['name']}"
+                    break
+    if C_mid is None and is_simulated(recipe.model.path):
+        curve = parse_spec(recipe.model.path)
+        C_mid, per_step, source = curve.C_mid, curve.hours_per_step, "the simulated curve"
+    rule = f"the rule of enough data ({IDENTIFY_REACH:g} x C_mid, docs/fitting.md)"
+    if C_mid is None:
+        return f"{rule}: no stored ScaleRL run of this setup to measure C_mid on yet (docs/study.md has past runs)"
+    need = identifying_steps(C_mid, per_step, every)
+    reach = args.budget_steps * per_step / C_mid
+    if args.budget_steps >= need:
+        return f"{rule}: {args.budget_steps} steps reach {reach:.1f} x C_mid by {source}: enough"
+    return (f"{rule}: {args.budget_steps} steps reach only {reach:.1f} x C_mid by {source}: the margin counts no "
+            f"run whose ceiling is not identified; about {need} steps would (--budget-steps {need})")
+
+
 def plan(args) -> int:
     """Print what the study would train (every run new, resumed or reused) and its price in
     steps and wall-clock on this machine, one run at a time; train nothing."""
@@ -119,12 +191,22 @@ def plan(args) -> int:
     for seed in range(args.seeds):
         name = f"study-scalerl-b{args.budget_steps}-s{seed}"
         run = by_name.get(name)
+        other = stored_elsewhere(args, seed) if run is None else None
+        if other is not None:          # what `scalectl run` does with a run of the same recipe and seed
+            action, row, done = other
+            left = max(0, args.budget_steps - done) if action in ("resume", "extend") else 0
+            verb = {"reuse": "reuses", "attach": "waits for", "resume": "resumes", "extend": "extends"}[action]
+            print(f"  {name}: {verb} {row['name']} (same recipe and seed, {row['status']} at step {done}), "
+                  f"{left} steps to train")
+            todo["scalerl"] = todo.get("scalerl", 0) + left
+            continue
         done = run["last_step"] or 0 if run else 0
         left = 0 if run and run["status"] == "completed" else args.budget_steps - done
         what = ("new" if run is None else "reused" if left == 0
                 else f"running (step {done})" if run["status"] == "running" else f"resumed at step {done}")
         print(f"  {name}: {what}, {left} steps to train")
         todo["scalerl"] = todo.get("scalerl", 0) + left
+    print("  " + rule_line(args))
     print("step 2: the recipes against ScaleRL (scalectl ablate --dry-run):")
     dry = scalectl("ablate", str(ROOT / "ablations" / "recipes.toml"), "--setup", args.setup, "--budget-steps",
                    str(args.budget_steps), "--margin", "auto", "--runs-dir", args.runs_dir, "--db", args.db, "--dry-run",
@@ -170,6 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         return plan(args)
 
     names = seed_runs(args)
+    print(rule_line(args), flush=True)
     Path(args.out).mkdir(parents=True, exist_ok=True)
     margin = scalectl("margin", *names, "--bootstrap", str(args.bootstrap), "--db", args.db, "--json",
                       capture=True).stdout

@@ -140,16 +140,21 @@ def test_a_new_store_never_takes_over_another_stores_run_folder(tmp_path):
     assert (runs / "grpo-s0" / "job.json").read_text() == job_before
     assert _show(tmp_path / "first.db", "grpo-s0") == first
 
-    # the same recipe and seed again in the first store: a new run, and a note that says so
+    # the same recipe and seed again in the first store: reused, and a note that says so; --new-run
+    # trains a new one, named past the second store's folder
     again = run_cli("run", *sim, db=tmp_path / "first.db", cwd=tmp_path, check=True, timeout=300)
-    assert ("note: run grpo-s0 has this recipe and seed and completed at step 4; `scalectl ablate` "
-            "would reuse it; training a new run") in " ".join(again.stderr.split())
-    assert "run grpo-s0-3 (id 2)" in again.stderr            # grpo-s0-2 is the second store's folder
+    assert ("note: run grpo-s0 has this recipe and seed and completed at step 4: reused, nothing trained"
+            in " ".join(again.stderr.split()))
+    assert "reused run grpo-s0: 4 steps, 3 points" in again.stdout
+    assert _show(tmp_path / "first.db", "grpo-s0") == first
+    forced = run_cli("run", *sim, "--new-run", db=tmp_path / "first.db", cwd=tmp_path, check=True, timeout=300)
+    assert "--new-run: training a new run" in " ".join(forced.stderr.split())
+    assert "run grpo-s0-3 (id 2)" in forced.stderr            # grpo-s0-2 is the second store's folder
 
 
-def test_run_points_to_a_stopped_run_of_the_same_recipe_and_seed(tmp_path):
-    """A failed run of the same recipe content and seed (as a killed `make run` leaves): a
-    new `run` trains anew and says how to continue the stopped one."""
+def test_run_resumes_a_stopped_run_of_the_same_recipe_and_seed(tmp_path):
+    """A failed run of the same recipe content and seed (as a killed `make run` leaves): `run`
+    resumes it, says so, and trains no second run."""
     from scalectl.recipe.load import load
     from scalectl.launch.runs import create_run
     from scalectl.store.database import Store
@@ -161,10 +166,15 @@ def test_run_points_to_a_stopped_run_of_the_same_recipe_and_seed(tmp_path):
         run_id, _ = create_run(store, recipe, "grpo-s0", runs)
         store.add_point(run_id, {"step": 2, "pass_rate": 0.4})
         store.update_run(run_id, status="failed")
-    done = run_cli("run", "grpo", "--setup", "simulated", "--runs-dir", str(runs),
+    done = run_cli("run", "grpo", "--setup", "simulated", "--runs-dir", str(runs), "--json",
                    *[a for s in sets for a in ("--set", s)], db=db, cwd=tmp_path, check=True, timeout=300)
-    assert ("note: run grpo-s0 has this recipe and seed and stopped (failed) at step 2; `scalectl run "
-            "--resume grpo-s0` continues it; training a new run") in " ".join(done.stderr.split())
+    assert ("note: run grpo-s0 has this recipe and seed and stopped (failed) at step 2: resuming it"
+            in " ".join(done.stderr.split()))
+    assert json.loads(done.stdout)["run"] == "grpo-s0" and json.loads(done.stdout)["run_id"] == run_id
+    with Store.open(db, create=False) as store:
+        rows = store.list_runs()
+        assert [(r["name"], r["status"]) for r in rows] == [("grpo-s0", "completed")]
+        assert [p["step"] for p in store.points(run_id)] == [0, 2, 4]   # the simulated points go on after step 2
 
 
 def test_a_run_started_and_extended_from_python(tmp_path):

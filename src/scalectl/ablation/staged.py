@@ -28,6 +28,12 @@ class StoreBackend:
     plan: the :class:`scalectl.ablation.Plan` made with ``repeats = max_seeds``
     (it holds each variant's recipe at every seed); kind: launcher type;
     rate: device-hours per step used before a run has measured one.
+
+    The run of a variant's i-th seed is the run named ``<ablation>--<variant>--s<seed>`` when
+    the store holds one; else a stored run of the same recipe and seed, whatever its name and
+    budget (:func:`scalectl.launch.runs.same_training`: the one that trained the most steps),
+    which is reused as far as it goes and extended beyond (a line says so); else a new run of
+    that name.
     """
 
     def __init__(self, db: str, plan, kind: str, runs_dir: Path, rate: float | None, poll_s: float = 1.0,
@@ -37,6 +43,7 @@ class StoreBackend:
         self.rate, self.poll_s = rate, poll_s
         self.seed0 = plan.variants[0].seeds[0]
         self.launched: list[int] = []
+        self._ids: dict[tuple[str, int], int] = {}        # (variant, seed index) -> the run standing for it
 
     # ---------------------------------------------------------------- names and recipes
     def run_name(self, variant: str, i: int) -> str:
@@ -56,10 +63,37 @@ class StoreBackend:
         return Recipe.model_validate(data)
 
     def _row(self, store, variant: str, i: int) -> dict | None:
-        try:
-            return store.get_run(self.run_name(variant, i))
-        except UserError:
+        """The stored run standing for the variant's i-th seed (class docstring), or None."""
+        held = self._ids.get((variant, i))
+        if held is not None:
+            try:
+                return store.get_run(held)
+            except UserError:                       # removed meanwhile: look again
+                del self._ids[(variant, i)]
+        name = self.run_name(variant, i)
+        found = [r for r in store.find_runs(name_prefix=name) if r["name"] == name]
+        row = found[0] if found else self._same_training(store, variant, i)
+        if row is not None:
+            self._ids[(variant, i)] = row["id"]
+        return row
+
+    def _same_training(self, store, variant: str, i: int) -> dict | None:
+        """A stored run of another name that trains the variant's recipe at its i-th seed, whatever
+        its budget (:func:`scalectl.launch.runs.same_training`), said in a line; None when none."""
+        from scalectl.launch.runs import has_job_file, same_training
+
+        runs = [r for r in self.plan.runs if r.variant == variant]
+        if i >= len(runs):
             return None
+        found = [(r, n) for r, n in same_training(store, runs[i].recipe) if has_job_file(r)]
+        if not found:                   # (an imported run has no folder to extend it from)
+            return None
+        row, steps = found[0]
+        self.log(f"{variant} seed {runs[i].seed}: run {row['name']} of the store trains the same recipe and seed "
+                 f"({row['status']}, {steps} steps trained): the ablation uses it, reused as far as it goes "
+                 "and extended beyond, instead of training "
+                 f"{self.run_name(variant, i)} from step 0")
+        return row
 
     # ---------------------------------------------------------------- the Backend protocol
     def ensure(self, targets) -> None:
@@ -68,6 +102,14 @@ class StoreBackend:
         from scalectl.launch.base import ACTIVE, RunSpec
         from scalectl.launch.runs import create_run, submit
 
+        from scalectl.launch.registry import refresh
+
+        with open_with_journals(self.db) as store:       # jobs still alive (an earlier command's, another's)
+            alive = [row["id"] for variant, (_, seeds) in targets.items() for i in range(seeds)
+                     if (row := self._row(store, variant, i)) is not None and row["status"] in ACTIVE - {"created"}
+                     and refresh(store, row)["status"] in ACTIVE - {"created"}]
+        if alive:                                        # first wait for them, then extend or resume what fell short
+            self._wait(alive, strict=False)
         specs, ids = [], []
         with open_with_journals(self.db) as store:
             for variant, (budget, seeds) in targets.items():
@@ -85,23 +127,39 @@ class StoreBackend:
                     pts = store.points(row["id"])
                     done = pts[-1]["step"] if pts else 0
                     if row["status"] in ACTIVE and row["status"] != "created":
-                        continue        # still training from an earlier command: wait for it
+                        continue        # started meanwhile by another command: wait for it
                     if row["status"] == "completed" and had >= budget and done >= budget:
                         continue
-                    recipe = self.recipe(variant, i, max(budget, had))
+                    recipe = (self.recipe(variant, i, max(budget, had)) if row["name"] == self.run_name(variant, i)
+                              else _with_steps(row["recipe"], max(budget, had)))   # another's run: its own recipe
                     if recipe.to_dict() != row["recipe"]:      # extended: the same run, a larger budget
                         write_job_file(Path(row["run_dir"]), db=store.path, run_id=row["id"],
                                        recipe=recipe.to_dict())
                         store.update_run(row["id"], recipe=json.dumps(recipe.to_dict(), sort_keys=True),
                                          recipe_hash=recipe.content_hash)
+                        if recipe.budget.steps != had:
+                            self.log(f"  {row['name']}: extended from {had} to {recipe.budget.steps} steps "
+                                     f"({done} trained)")
                     specs.append(RunSpec(row["id"], row["name"], Path(row["run_dir"]), recipe))   # the job resumes
             if specs:
                 submit(store, specs, self.kind, array=True, job_name=self.plan.spec.name)
         self.launched = ids
         self._wait(ids)
 
-    def _wait(self, ids: list[int]) -> None:
-        """Until no run in ``ids`` is alive; raises UserError naming a run that did not complete."""
+    def run_names(self) -> dict[str, str]:
+        """Planned run name -> the name of the stored run standing for it (those that exist)."""
+        names = {}
+        with open_with_journals(self.db) as store:
+            for v in self.plan.variants:
+                for i in range(len(v.seeds)):
+                    row = self._row(store, v.name, i)
+                    if row is not None:
+                        names[self.run_name(v.name, i)] = row["name"]
+        return names
+
+    def _wait(self, ids: list[int], strict: bool = True) -> None:
+        """Until no run in ``ids`` is alive; with ``strict``, raises UserError naming a run that did
+        not complete."""
         from scalectl.launch.base import ACTIVE
         from scalectl.launch.registry import refresh
 
@@ -124,7 +182,7 @@ class StoreBackend:
                     elif info["status"] != "completed":
                         failed.append(f"{info['name']} ended {info['status']}: {info.get('error') or ''}")
             if not alive:
-                if failed:
+                if failed and strict:
                     raise UserError("runs of the adaptive ablation did not complete:\n  " + "\n  ".join(failed))
                 return
             time.sleep(self.poll_s)
@@ -183,6 +241,13 @@ class StoreBackend:
 
         with open_with_journals(self.db) as store:
             return cancel_all(store, dict(enumerate(self.launched)))
+
+
+def _with_steps(data: dict, steps: int):
+    """A stored run's recipe (a dict) with ``budget.steps = steps`` and no GPU-hour limit."""
+    from scalectl.recipe.schema import Recipe
+
+    return Recipe.model_validate(dict(data, budget=dict(data["budget"], steps=steps, gpu_hours=None)))
 
 
 # --------------------------------------------------------------------------- state from the stages table
@@ -534,17 +599,22 @@ def _nothing():
     yield None
 
 
-def write_manifest(db, plan, runs_dir: Path) -> None:
-    """The ablation's manifest with the runs that exist, so ``scalectl report NAME`` finds them."""
+def write_manifest(db, plan, runs_dir: Path, backend: StoreBackend | None = None) -> None:
+    """The ablation's manifest with the runs that exist, so ``scalectl report NAME`` finds them
+    (``backend``: the runs standing for the planned ones, :meth:`StoreBackend.run_names`; without
+    it, the runs of the planned names)."""
     from scalectl.ablation.campaign import manifest, manifest_path, write_manifest as write
 
     names = {}
-    with open_with_journals(db) as store:
-        for r in plan.runs:
-            try:
-                names[r.name] = store.get_run(r.name)["name"]
-            except UserError:
-                pass
+    if backend is not None:
+        names = backend.run_names()
+    else:
+        with open_with_journals(db) as store:
+            for r in plan.runs:
+                try:
+                    names[r.name] = store.get_run(r.name)["name"]
+                except UserError:
+                    pass
     data = manifest(plan, names, db)
     for v in data["variants"]:
         v["runs"] = [n for n in v["runs"] if n in names.values()]

@@ -250,14 +250,14 @@ def run(staged: Staged, *, runs_dir: str | Path = "runs", out_dir: str | Path | 
         for r in stage.rows:
             log(stage_line(stage.stage, r))
 
-    write_manifest(db, plan, runs_dir)
+    write_manifest(db, plan, runs_dir, backend)
     try:
         result = run_loop(backend, state, limits, total_budget=staged.total_budget, fit_kw=fit_kw, record=record,
                           on_stage=log)
     except KeyboardInterrupt:
         log("interrupted: cancelling the ablation's jobs (each saves a checkpoint)")
         return Outcome(interrupted=True, cancelled=backend.cancel_all())
-    write_manifest(db, plan, runs_dir)
+    write_manifest(db, plan, runs_dir, backend)
     return _report(staged, backend, result, out_dir)
 
 

@@ -53,6 +53,9 @@ def run(
         "--detach", help="Local launcher: train in a background process and return at once.")] = False,
     dry_run: Annotated[bool, typer.Option(
         "--dry-run", help="Print the plan (and for Slurm the sbatch parameters and script), submit nothing.")] = False,
+    new_run: Annotated[bool, typer.Option(
+        "--new-run", help="Train a new run even when the store holds one of the same recipe content and seed "
+                          "(by default it is reused, resumed or extended).")] = False,
     db: DbOption = None,
     json_: JsonOption = False,
 ) -> None:
@@ -61,6 +64,11 @@ def run(
     Local runs train in the foreground with live progress (Ctrl-C checkpoints
     and stops) unless --detach; Slurm runs are submitted and the command
     returns (follow with `scalectl logs RUN --follow`, `scalectl status`).
+
+    A run of the same recipe content and seed already in the store, whatever its
+    name, is not trained again: a completed one is reused, a stopped one resumed,
+    one trained to a smaller budget extended, one still training left to its job
+    (a `note:` line says which); --new-run trains a new run regardless.
     """
     from scalectl.launch import runs
 
@@ -78,7 +86,8 @@ def run(
             if dry_run:
                 _print_dry_run(runs.dry_run(recipe_file, **loaded, **given, stores=stores), json_, stores)
                 return
-            started = runs.start(stores, recipe_file, **loaded, reporter=RichReporter(), **given)
+            started = runs.start(stores, recipe_file, **loaded, reporter=RichReporter(), new_run=new_run,
+                                 hold=held, **given)
         _print_started(started, stores, json_)
 
 
@@ -101,9 +110,11 @@ def _print_dry_run(planned, json_: bool, stores) -> None:
 
 def _print_started(started, stores, json_: bool) -> None:
     """Where the run went, or how its training here ended (with its fitted curve)."""
-    from scalectl.launch.runs import FAILED, STOPPED, SUBMITTED
+    from scalectl.launch.runs import ATTACHED, FAILED, REUSED, STOPPED, SUBMITTED
 
-    if started.outcome == SUBMITTED:
+    if started.outcome in (REUSED, ATTACHED):
+        _print_stored(started, stores, json_)
+    elif started.outcome == SUBMITTED:
         _print_submitted(started, json_)
     elif started.outcome == STOPPED:
         err.print(f"stopped; continue with: scalectl run --resume {started.run_dir.name}")
@@ -122,13 +133,39 @@ def _print_done(started, stores, json_: bool) -> None:
     with stores() as store:
         lines, summary["fit"] = summarize_run(store, started.run_id, started.run_dir / "curve.png")
     if json_:
-        print_json(summary)
+        print_json({"run": started.name, "run_id": started.run_id, "outcome": started.outcome, **summary})
         return
     first, last, flops = (format_number(summary[k], decimals=True)
                           for k in ("first_pass_rate", "last_pass_rate", "flops"))
     out.print(f"done: {summary['steps']} steps, pass rate {first} -> {last}, {flops} FLOPs, "
               f"{format_number(summary['gpu_hours'], 4, decimals=True)} device-hours, "
               f"{summary['retired_prompts']} prompts retired")
+    for line in lines:
+        out.print(line, soft_wrap=True, markup=False)
+
+
+def _print_stored(started, stores, json_: bool) -> None:
+    """A stored run of the same recipe and seed that stands for the one asked for: reused (its
+    points and fitted curve, as at the end of a run) or still being trained by its job."""
+    from scalectl.launch.runs import REUSED
+    from scalectl.present.summary import summarize_run
+
+    with stores() as store:
+        row = store.get_run(started.run_id)
+        pts = store.points(started.run_id)
+        lines, fit = (summarize_run(store, started.run_id, started.run_dir / "curve.png")
+                      if started.outcome == REUSED and pts and row.get("run_dir") else ([], None))
+    last = pts[-1] if pts else {}
+    if json_:
+        print_json({"run": started.name, "run_id": started.run_id, "outcome": started.outcome,
+                    "status": row["status"], "steps": last.get("step"), "points": len(pts),
+                    "last_pass_rate": last.get("pass_rate"), "fit": fit})
+        return
+    if started.outcome != REUSED:
+        out.print(f"run {started.name} is {row['status']}; nothing started")
+        return
+    rate = format_number(last.get("pass_rate"), decimals=True) if last else "-"
+    out.print(f"reused run {started.name}: {last.get('step', 0)} steps, {len(pts)} points, last pass rate {rate}")
     for line in lines:
         out.print(line, soft_wrap=True, markup=False)
 

@@ -16,8 +16,13 @@ the store is needed so that no connection stays open while a run trains.
 
 Two runs with the same recipe content hash and seed train the same thing
 (:attr:`scalectl.recipe.schema.Recipe.content_hash` leaves out the name, seed,
-launcher and checkpoint frequency), so an ablation reuses such a run instead
-of training it again: :func:`find_existing` picks the best one.
+launcher and checkpoint frequency), so every path that trains a run reuses such a
+run instead of training it again: :func:`find_existing` picks the best one.  The
+budget only says when training stops (the loop stops at ``budget.steps`` or
+``budget.gpu_hours``; nothing else reads it), so a run of the same recipe at a smaller
+budget is the start of the longer run: :func:`same_training` finds such runs (whatever
+their budget, by :func:`training_key`), and the paths that extend runs (``scalectl run``,
+``ablate --until-decided``) extend them instead of training from step 0.
 """
 
 from __future__ import annotations
@@ -30,10 +35,14 @@ from typing import Any, Callable, ContextManager, Sequence
 from scalectl.errors import UserError
 from scalectl.names import check_name
 
-#: What to do with a planned run, given the store.
-REUSE, ATTACH, RESUME, NEW = "reuse", "attach", "resume", "new"
-#: What became of a run that :func:`start` or :func:`resume` handed on.
+#: What to do with a planned run, given the store (:data:`EXTEND`: resume a run of the same
+#: recipe and seed trained to a smaller budget, with the larger one).
+REUSE, ATTACH, RESUME, EXTEND, NEW = "reuse", "attach", "resume", "extend", "new"
+#: What became of a run that :func:`start` or :func:`resume` handed on (:data:`REUSED`: a stored
+#: run of the same recipe and seed had completed, nothing was trained; :data:`ATTACHED`: one is
+#: being trained by a live job, nothing was started).
 SUBMITTED, COMPLETED, STOPPED, FAILED = "submitted", "completed", "stopped", "failed"
+REUSED, ATTACHED = "reused", "attached"
 
 #: Opens the store: ``stores(create=False)`` is a context manager holding it.
 Stores = Callable[..., ContextManager[Any]]
@@ -345,6 +354,97 @@ def find_existing(store, recipe_hash: str, seed: int, prefer: str | None = None,
     return None
 
 
+#: The budget every recipe is given by :func:`training_key` before hashing.
+_KEY_BUDGET = {"steps": 1, "gpu_hours": None}
+
+
+def training_key(recipe) -> str | None:
+    """The content hash of a recipe with its budget left out: what two runs share when one is
+    the other trained further (the budget only says when the loop stops, :mod:`scalectl.rl.loop`).
+
+    Args:
+        recipe: a :class:`scalectl.recipe.schema.Recipe`, or a stored run's recipe as a dict.
+
+    Returns:
+        12 hex digits (:attr:`~scalectl.recipe.schema.Recipe.content_hash` of the recipe with
+        ``budget.steps = 1`` and no ``budget.gpu_hours``), or None for a stored dict that no
+        longer validates (a recipe of an older scalectl with a key since removed).
+    """
+    from scalectl.recipe.schema import Recipe
+
+    data = recipe.to_dict() if isinstance(recipe, Recipe) else dict(recipe or {})
+    if not data:
+        return None
+    data["budget"] = dict(data.get("budget") or {}, **_KEY_BUDGET)
+    try:
+        return Recipe.model_validate(data).content_hash
+    except ValueError:
+        return None
+
+
+def trained_steps(store, run: dict) -> int:
+    """The last evaluated step of a stored run (0 without points)."""
+    pts = store.points(run["id"])
+    return int(pts[-1]["step"]) if pts else 0
+
+
+def same_training(store, recipe, seed: int | None = None, refresh: bool = True) -> list[tuple[dict, int]]:
+    """The stored runs that train what ``recipe`` trains at ``seed`` (default the recipe's), whatever
+    their budget and name (:func:`training_key`), each with the steps it has trained: most steps
+    first, then the oldest.
+
+    Runs that can stand for it only: completed ones, and ones with a run folder (a live job, or one
+    that stopped: they can be watched, resumed or extended).  An imported run without a run folder
+    counts only when completed.  ``refresh``: ask the launcher about runs the store calls alive
+    (:func:`scalectl.launch.registry.refresh`), so that a job that died silently counts as stopped.
+    """
+    from scalectl.launch.base import ACTIVE
+    from scalectl.launch.registry import refresh as refresh_run
+
+    seed = recipe.seed if seed is None else seed
+    key = training_key(recipe)
+    found = []
+    for r in store.list_runs():
+        if r.get("seed") != seed or not r.get("recipe"):
+            continue
+        if r.get("recipe_hash") != recipe.content_hash and training_key(r["recipe"]) != key:
+            continue
+        if refresh and r["status"] in ACTIVE and r.get("source") != "import":
+            r = refresh_run(store, r)
+        if r["status"] == "completed" or has_job_file(r):
+            found.append((r, trained_steps(store, r)))
+    return sorted(found, key=lambda x: (-x[1], x[0]["id"]))
+
+
+def _extendable(run: dict, steps: int, recipe) -> bool:
+    """Whether the stored ``run`` (with ``steps`` trained) can be extended to ``recipe``'s budget by
+    raising its ``budget.steps`` alone: a run folder, no live job, fewer steps than the budget, and
+    the same GPU-hour limit."""
+    from scalectl.launch.base import ACTIVE
+
+    budget = (run.get("recipe") or {}).get("budget") or {}
+    return (has_job_file(run) and run["status"] not in ACTIVE - {"created"} and recipe.budget.steps is not None
+            and steps < recipe.budget.steps and budget.get("gpu_hours") == recipe.budget.gpu_hours)
+
+
+def stored_run_for(store, recipe, prefer: str | None = None) -> tuple[str, dict, int] | None:
+    """What a stored run of ``recipe``'s content and seed (any name) means for training it again:
+    (action, run row, steps it has trained), or None when nothing stands for it.
+
+    :func:`find_existing` on the recipe's hash first: :data:`REUSE` (completed),
+    :data:`ATTACH` (a live job trains it) or :data:`RESUME` (stopped: continue it).  Else a run of
+    the same recipe and seed trained to a smaller budget (:func:`same_training`) that can take the
+    larger one by raising ``budget.steps``: :data:`EXTEND`.
+    """
+    found = find_existing(store, recipe.content_hash, recipe.seed, prefer=prefer)
+    if found is not None:
+        return found[0], found[1], trained_steps(store, found[1])
+    for row, steps in same_training(store, recipe):
+        if _extendable(row, steps, recipe):
+            return EXTEND, row, steps
+    return None
+
+
 # --------------------------------------------------------------------------- scalectl run
 
 
@@ -592,9 +692,18 @@ def _booking(recipe, kind: str, layout, stores: Stores | None):
 
 def start(stores: Stores, recipe_file, *, setup=None, overrides: Sequence[str] = (), name: str | None = None,
           runs_dir: str | Path = "runs", launcher: str | None = None, detach: bool = False, reporter=None,
-          log: Callable[[str], None] = _quiet) -> Started:
-    """Train a recipe as a new run: load and check it, create the run, then submit it or
-    train it in this process.
+          log: Callable[[str], None] = _quiet, new_run: bool = False,
+          hold: contextlib.ExitStack | None = None) -> Started:
+    """Train a recipe: load and check it, then reuse, continue or extend the stored run of the
+    same recipe content and seed (whatever its name), or create a new run; submit it or train it
+    in this process.
+
+    What the store holds for the recipe's content hash and seed (:func:`stored_run_for`), said
+    in a ``note:`` line: a completed run is reused, nothing trained (:data:`REUSED`); a run whose
+    job is alive is left to it, nothing started (:data:`ATTACHED`); a stopped one is resumed
+    (:func:`resume`); a run of the same recipe and seed trained to a smaller budget is extended
+    to this one (:func:`resume` with ``budget.steps``).  ``new_run``: train a new run regardless.
+    ``hold``: as :func:`resume`'s, for a run continued or extended.
 
     Args:
         stores: opens the store (the module's docstring); the store is created if missing.
@@ -626,9 +735,22 @@ def start(stores: Stores, recipe_file, *, setup=None, overrides: Sequence[str] =
         base = check_name(name) if name else check_name(f"{recipe.name}-s{recipe.seed}",
                                                           "run name (from the recipe's name)")
         _free_failed_name(store, base, log)
-        _note_same_run(store, recipe, log)
-        run_name = base if name else unique_name(store, base, runs_dir)
-        run_id, run_dir = create_run(store, recipe, run_name, runs_dir, launcher=kind)
+        found = stored_run_for(store, recipe, prefer=base)
+        if found is not None and not new_run:
+            action, row, steps = found
+            log(same_run_line(action, row, steps, recipe))
+            if action in (REUSE, ATTACH):
+                return Started(row["id"], row["name"], Path(row["run_dir"] or "."), row.get("launcher") or kind,
+                               recipe, REUSED if action == REUSE else ATTACHED)
+        elif found is not None:
+            log(same_run_line(found[0], found[1], found[2], recipe, training_new=True))
+        if found is None or new_run:
+            run_name = base if name else unique_name(store, base, runs_dir)
+            run_id, run_dir = create_run(store, recipe, run_name, runs_dir, launcher=kind)
+    if found is not None and not new_run:           # RESUME or EXTEND: the stored run goes on
+        more = [f"budget.steps={recipe.budget.steps}"] if found[0] == EXTEND else []
+        return resume(stores, str(found[1]["id"]), overrides=more, launcher=launcher, detach=detach,
+                      reporter=reporter, log=log, hold=hold)
     log(f"run {run_name} (id {run_id}), folder {run_dir}")
     return _hand_on(stores, RunSpec(run_id, run_name, run_dir, recipe), kind, detach, reporter)
 
@@ -665,22 +787,24 @@ def resume(stores: Stores, ref: str, *, overrides: Sequence[str] = (), launcher:
         return _hand_on(stores, RunSpec(info["id"], info["name"], run_dir, recipe), kind, detach, reporter)
 
 
-def _note_same_run(store, recipe, log: Callable[[str], None]) -> None:
-    """Say so when the store holds a run of the same recipe content and seed: `run` trains a
-    new one regardless (`ablate` would reuse or resume it)."""
-    found = find_existing(store, recipe.content_hash, recipe.seed)
-    if found is None:
-        return
-    action, row = found
-    pts = store.points(row["id"])
-    at = f" at step {pts[-1]['step']}" if pts else ""
+def same_run_line(action: str, row: dict, steps: int, recipe, training_new: bool = False) -> str:
+    """The ``note:`` line of :func:`start` on a stored run of the same recipe content and seed
+    (``action`` of :func:`stored_run_for`, ``steps`` it has trained): what becomes of it, or, with
+    ``training_new`` (``--new-run``), that a new run is trained regardless."""
+    at = f" at step {steps}" if steps else ""
+    head = f"note: run {row['name']} has this recipe and seed"
+    if training_new:
+        return f"{head} ({row['status']}{at}); --new-run: training a new run"
+    if action == REUSE:
+        return (f"{head} and completed{at}: reused, nothing trained (`scalectl show {row['name']}`; "
+                f"--new-run trains another)")
+    if action == ATTACH:
+        return (f"{head} and is {row['status']}{at}: nothing started; follow it with "
+                f"`scalectl logs {row['name']} --follow`")
     if action == RESUME:
-        what = f"stopped ({row['status']}){at}; `scalectl run --resume {row['name']}` continues it"
-    elif action == ATTACH:
-        what = f"is {row['status']}{at}"
-    else:
-        what = f"completed{at}; `scalectl ablate` would reuse it"
-    log(f"note: run {row['name']} has this recipe and seed and {what}; training a new run")
+        return f"{head} and stopped ({row['status']}){at}: resuming it"
+    return (f"{head} and was trained to a smaller budget ({row['status']}{at}): extending it to "
+            f"{recipe.budget.steps} steps instead of training from step 0")
 
 
 def _prepare_resume(stores: Stores, ref: str, overrides: list[str], held: contextlib.ExitStack,
