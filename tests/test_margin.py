@@ -3,6 +3,7 @@ and rule; compare, ablate and report say which margin they use and where it came
 
 from __future__ import annotations
 
+import io
 import json
 import math
 
@@ -143,24 +144,84 @@ def test_ablation_margins_file_given_auto(tmp_path):
 
 
 def test_ablate_plan_plans_the_seeds_that_measure_the_margin(tmp_path):
+    """At the ablation's 500 steps (5 x C_mid of the simulated base: the rule of enough data) the
+    plan's seed runs are the base's runs at that budget, the content hash --margin auto measures."""
     db = tmp_path / "none.db"
-    args = ["ablate", "--forward", "loss.type=gspo", "--setup", "simulated", "--budget-steps", "50", "--plan",
+    args = ["ablate", "--forward", "loss.type=gspo", "--setup", "simulated", "--budget-steps", "500", "--plan",
             "--db", str(db)]
     data = json.loads(run_cli(*args, "--json", check=True).stdout)["power"]
     seeds = data["margin_seeds"]
-    assert (seeds["have"], seeds["more"], seeds["seeds"], seeds["budget_steps"]) == ([], 3, [0, 1, 2], 50)
+    assert (seeds["have"], seeds["more"], seeds["seeds"], seeds["budget_steps"]) == ([], 3, [0, 1, 2], 500)
+    assert seeds["identifies"] and seeds["reach"] == pytest.approx(5.0)
+    assert seeds["device_hours"] == pytest.approx(3 * 500 * 0.001)
     assert seeds["commands"][0].startswith("scalectl run ") and seeds["commands"][0].endswith(
-        "--set budget.steps=50 --seed 0")
+        "--set budget.steps=500 --seed 0")
     assert data["margin_source"]["source"] == PAPER
     # the planned runs are what --margin auto measures: the base's content hash at this budget
     from scalectl.ablation.planner import forward_spec, plan
 
     base = plan(forward_spec([("loss.type", ("gspo",))]), setup=ROOT / "setups" / "simulated.toml",
-                overrides=("budget.steps=50",)).variants[0]
+                overrides=("budget.steps=500",)).variants[0]
     assert seeds["recipe_hash"] == base.recipe_hash
     text = run_cli(*args, check=True).stdout
-    assert f"your own margin: 0 completed run(s) of the base recipe at 50 steps (hash {base.recipe_hash}); " \
-           "3 more seed(s) measure it" in text
+    assert f"your own margin: 0 completed run(s) of the base recipe at 500 steps (hash {base.recipe_hash}); " \
+           "3 more seed(s) measure it, about 1.5 device-hours, then --margin auto:" in text
+
+
+def test_plan_proposes_margin_seeds_only_at_a_budget_that_identifies_the_ceiling(tmp_path):
+    """The ablation's 100 steps reach 1 x C_mid: runs of that budget leave the ceiling unidentified
+    and `scalectl margin` refuses them, so the plan says so up front and proposes the seeds at the
+    budget of the rule (5 x C_mid = 500 steps), seed 0 extending the stored 100-step `scalerl-s0`
+    (priced at the steps left).  Trained as proposed, the three runs measure a margin."""
+    import functools
+    import shlex
+
+    from scalectl.ablation import until_decided
+    from scalectl.ablation.planner import forward_spec
+    from scalectl.launch import runs
+    from scalectl.launch.runs import COMPLETED
+
+    db, folder = tmp_path / "s.db", tmp_path / "runs"
+    stores = functools.partial(Store.open, db)
+    sets = ["model.path=simulated:seconds_per_step=0", "eval.every_steps=10"]
+    assert runs.start(stores, "scalerl", setup="simulated", overrides=["budget.steps=100", *sets],
+                      runs_dir=folder).name == "scalerl-s0"
+    # --assume the true curve (C_mid 0.1 device-hours, 0.001 per step): the plan's numbers are exact
+    staged = until_decided.prepare(forward_spec([("loss.type", ("ppo_clip",))]), db=str(db),
+                                   setup=ROOT / "setups" / "simulated.toml", overrides=("budget.steps=100", *sets))
+    p = until_decided.power(staged, {"C_mid": 0.1, "compute_per_step": 0.001, "s_fit": 0.005})
+    m = p["margin_seeds"]
+    assert (m["identifies"], m["ablation_budget_steps"], m["budget_steps"], m["reach"]) == (False, 100, 500,
+                                                                                          pytest.approx(1.0))
+    assert m["seeds"] == [0, 1, 2] and m["stored"] == {0: {"action": "extend", "run": "scalerl-s0", "steps": 100}}
+    assert m["steps"] == 400 + 500 + 500 and m["device_hours"] == pytest.approx(1.4)
+    assert all(c.endswith(f"--set budget.steps=500 --seed {s}") for s, c in zip(m["seeds"], m["commands"]))
+
+    from rich.console import Console
+
+    from scalectl.present.ablation import print_power
+
+    shown = Console(record=True, width=400)
+    print_power(shown, Console(file=io.StringIO()), p, "f")
+    text = shown.export_text()
+    assert ("your own margin: at 100 steps (the ablation's budget) the base reaches about 1.0 x C_mid, short of "
+            "the 5 x C_mid where a ceiling counts as identified (docs/fitting.md): `scalectl margin` and "
+            "--margin auto would leave runs of that budget out; at 500 steps: 0 completed run(s)") in text
+    assert f"then `scalectl margin` (recipe {m['recipe_hash']}) and --margin VALUE" in text
+    assert "--seed 0   # extends scalerl-s0 (100 steps trained)" in text
+
+    for command in m["commands"]:                      # as the user would run them (in this process)
+        words = shlex.split(command)
+        recipe, setup = words[2], words[words.index("--setup") + 1]
+        overrides = [words[i + 1] for i, w in enumerate(words) if w == "--set"]
+        started = runs.start(stores, recipe, setup=setup, overrides=[*overrides, *sets,
+                             f"seed={words[words.index('--seed') + 1]}"], runs_dir=folder)
+        assert started.outcome == COMPLETED
+    with Store.open(db, create=False) as store:
+        assert sorted(r["name"] for r in store.list_runs()) == ["scalerl-s0", "scalerl-s1", "scalerl-s2"]
+        measured = measure_hash(store, m["recipe_hash"], FitOptions(bootstrap=200))
+    assert measured.source == MEASURED and measured.runs == ("scalerl-s0", "scalerl-s1", "scalerl-s2")
+    assert not measured.left_out
 
 
 def test_until_decided_takes_a_measured_margin(tmp_path):

@@ -11,6 +11,7 @@ Ctrl-C resumes after the last recorded stage.  Progress goes to a ``log`` callba
 
 from __future__ import annotations
 
+import contextlib
 import json
 import math
 from dataclasses import dataclass
@@ -186,35 +187,72 @@ def power(staged: Staged, assume: dict[str, float], from_run: str | None = None)
     margin's source and the seed runs that would measure the user's own (:func:`margin_seeds`)."""
     p = power_plan(staged.db, staged.plan, staged.limits, staged.rate, assume, staged.level, from_run)
     p["margin_source"] = None if staged.margin is None else staged.margin.to_dict()
-    p["margin_seeds"] = margin_seeds(staged, p.get("rate"))
+    p["margin_seeds"] = margin_seeds(staged, p.get("rate"), p["C_mid"], p["compute_per_step"])
     return p
 
 
-def margin_seeds(staged: Staged, rate: float | None) -> dict:
-    """The seed runs that measure the user's own margin (:mod:`scalectl.science.margin`): runs
-    of the base recipe as this ablation trains it (its first budget: one content hash, the one
-    ``--margin auto`` measures) until the store holds :data:`~scalectl.science.margin.MIN_RUNS`
-    completed ones; their seeds, the ``scalectl run`` commands that train them and their
-    device-hours at ``rate`` (None: unknown)."""
+def margin_seeds(staged: Staged, rate: float | None, C_mid: float, compute_per_step: float) -> dict:
+    """The seed runs that measure the user's own margin (:mod:`scalectl.science.margin`), at a
+    budget that identifies the ceiling: a margin counts only the runs whose fits identify it, so
+    runs that stop short of :data:`~scalectl.defaults.IDENTIFY_REACH` x C_mid (the one rule of
+    enough data, :func:`scalectl.curve.planning.identifying_steps`) would be left out.
+
+    The budget is the ablation's first one when it reaches the rule (then ``--margin auto``
+    measures these runs: one content hash, the base's), else the budget that does, and the
+    result says so (``identifies`` False, ``reach`` at the ablation's budget).  Runs of the base
+    recipe at that budget are proposed until the store holds
+    :data:`~scalectl.science.margin.MIN_RUNS` completed ones: their seeds, the ``scalectl run``
+    commands that train them, what each would do with a stored run of the same recipe and seed
+    (``scalectl run`` reuses, resumes or extends it: :func:`scalectl.launch.runs.stored_run_for`),
+    and their device-hours at ``rate`` (None: unknown), counting only the steps still to train.
+
+    Args:
+        C_mid, compute_per_step: the base's, on one compute axis (the power plan's).
+    """
+    from scalectl.curve.planning import identifying_steps
+    from scalectl.defaults import IDENTIFY_REACH
+    from scalectl.launch.runs import EXTEND, RESUME, stored_run_for
+    from scalectl.recipe.schema import Recipe
     from scalectl.science.margin import MIN_RUNS, seed_groups
     from scalectl.store.journal import open_with_journals
 
     plan = staged.plan
     base = plan.variants[0].recipe
-    budget = base.budget.steps
-    digest = base.content_hash
+    first = base.budget.steps
+    needed = identifying_steps(C_mid, compute_per_step, staged.limits.step_multiple)
+    enough = first is not None and first >= needed
+    budget = first if enough else needed
+
+    def at(seed: int) -> Recipe:
+        data = base.to_dict()
+        data.update(seed=seed, budget=dict(data["budget"], steps=budget))
+        return Recipe.model_validate(data)
+
+    digest = at(base.seed).content_hash
     have: list[dict] = []
-    if Path(staged.db).exists():
-        with open_with_journals(staged.db) as store:
+    standing: dict[int, tuple[str, str, int]] = {}
+    store_there = Path(staged.db).exists()
+    with open_with_journals(staged.db) if store_there else contextlib.nullcontext() as store:
+        if store is not None:
             have = seed_groups(store).get(digest, [])
-    taken = {r.get("seed") for r in have}
-    seeds = [s for s in range(base.seed, base.seed + MIN_RUNS + len(have)) if s not in taken][:MIN_RUNS - len(have)]
-    sets = "".join(f" --set {o}" for o in plan.spec.overrides)
+        taken = {r.get("seed") for r in have}
+        seeds = [s for s in range(base.seed, base.seed + MIN_RUNS + len(have)) if s not in taken]
+        seeds = seeds[:MIN_RUNS - len(have)]
+        for s in seeds:
+            found = stored_run_for(store, at(s)) if store is not None else None
+            if found is not None and found[0] in (RESUME, EXTEND):
+                standing[s] = (found[0], found[1]["name"], found[2])
+    steps = sum(budget - standing.get(s, ("", "", 0))[2] for s in seeds)
+    sets = "".join(f" --set {o}" for o in plan.spec.overrides if not o.replace(" ", "").startswith("budget.steps="))
     source = plan.spec.base or plan.variants[0].name
     return {"recipe_hash": digest, "budget_steps": budget, "have": [r["name"] for r in have],
-            "more": len(seeds), "seeds": seeds,
-            "device_hours": None if rate is None or budget is None else len(seeds) * budget * rate,
-            "commands": [f"scalectl run {source} --setup {plan.setup}{sets} --seed {s}" for s in seeds]}
+            "more": len(seeds), "seeds": seeds, "steps": steps,
+            "device_hours": None if rate is None else steps * rate,
+            "identifies": enough, "ablation_budget_steps": first, "rule_reach": IDENTIFY_REACH,
+            "reach": None if first is None else first * compute_per_step / C_mid,
+            "stored": {s: {"action": a, "run": n, "steps": k} for s, (a, n, k) in standing.items()},
+            "commands": [f"scalectl run {source} --setup {plan.setup}{sets} --set budget.steps={budget} --seed {s}"
+                         for s in seeds]}
 
 
 def run(staged: Staged, *, runs_dir: str | Path = "runs", out_dir: str | Path | None = None, bootstrap: int = 1000,

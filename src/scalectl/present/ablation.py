@@ -160,16 +160,26 @@ def _print_margin_plan(out: Console, p: dict) -> None:
     m = p.get("margin_seeds")
     if not m:
         return
+    say = lambda text: out.print(text, soft_wrap=True, highlight=False, markup=False)  # noqa: E731
     have = f"{len(m['have'])} completed run(s) of the base recipe at {m['budget_steps']} steps (hash {m['recipe_hash']})"
+    short = "" if m.get("identifies", True) else (
+        f"at {m['ablation_budget_steps']} steps (the ablation's budget) the base reaches about {m['reach']:.1f} x "
+        f"C_mid, short of the {m['rule_reach']:g} x C_mid where a ceiling counts as identified (docs/fitting.md): "
+        f"`scalectl margin` and --margin auto would leave runs of that budget out; at {m['budget_steps']} steps: ")
+    then = ("--margin auto" if m.get("identifies", True) else
+            f"`scalectl margin` (recipe {m['recipe_hash']}) and --margin VALUE, or this ablation at --budget-steps "
+            f"{m['budget_steps']} with --margin auto")
     if not m["more"]:
-        out.print(f"  your own margin: {have} in the store: --margin auto measures it", soft_wrap=True,
-                  highlight=False, markup=False)
+        say(f"  your own margin: {short}{have} in the store: {then} measures it")
         return
     cost = "" if m["device_hours"] is None else f", about {m['device_hours']:.4g} device-hours"
-    out.print(f"  your own margin: {have}; {m['more']} more seed(s) measure it{cost}, then --margin auto:",
-              soft_wrap=True, highlight=False, markup=False)
-    for command in m["commands"]:
-        out.print(f"    {command}", soft_wrap=True, highlight=False, markup=False)
+    say(f"  your own margin: {short}{have}; {m['more']} more seed(s) measure it{cost}, then {then}:")
+    stored = {int(k): v for k, v in (m.get("stored") or {}).items()}
+    for seed, command in zip(m["seeds"], m["commands"]):
+        s = stored.get(seed)
+        note = "" if s is None else (f"   # {'extends' if s['action'] == 'extend' else 'resumes'} {s['run']} "
+                                     f"({s['steps']} steps trained)")
+        say(f"    {command}{note}")
 
 
 def _wall(seconds, per_step, parallel: int) -> str:
