@@ -83,8 +83,8 @@ def train(name: str, args, *extra: str, steps: int | None = None) -> dict:
     if status == "completed" and (steps is None or last_step(name, args.db) >= steps):
         print(f"{name}: completed, reused", flush=True)
         return {"reused": True}
-    if status is None:
-        scalectl("run", "scalerl", "--name", name, *extra, *raise_to, *common, capture=False)
+    if status is None:     # a fresh run, as a fresh clone's `make run` trains it: not a stored run of the same seed
+        scalectl("run", "scalerl", "--name", name, "--new-run", *extra, *raise_to, *common, capture=False)
     else:
         scalectl("run", "--resume", name, *raise_to, *common, capture=False)
     return {"reused": False, "wall_s": round(time.monotonic() - t0, 1),

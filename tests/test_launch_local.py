@@ -176,7 +176,7 @@ def _hold_slot(runs: Path):
 
 def _detach(tmp_path, name, *extra):
     # started as from a background shell (SIGINT ignored): `cancel` must still stop the job
-    proc = run_cli("run", "recipes/grpo.toml", "--detach", "--json", "--name", name,
+    proc = run_cli("run", "recipes/grpo.toml", "--detach", "--json", "--name", name, "--new-run",
                    "--runs-dir", str(tmp_path / "runs"), "--set", "budget.steps=2", *extra, db=tmp_path / "s.db",
                    ignore_sigint=True)
     assert proc.returncode == 0, proc.stderr

@@ -198,9 +198,9 @@ def test_a_run_that_fails_at_start_frees_its_name(tmp_path, models):
 def test_rm_removes_a_run_its_points_and_its_folder(tmp_path):
     db, folder = tmp_path / "s.db", tmp_path / "runs"
     sim = ["budget.steps=4", "eval.every_steps=2", "model.path=simulated:seconds_per_step=0"]
-    for name in ("gone", "kept"):
+    for name in ("gone", "kept"):        # two runs of one recipe and seed: the second on purpose (--new-run)
         runs.start(functools.partial(Store.open, db), "grpo", setup="simulated", overrides=sim, runs_dir=folder,
-                   name=name)
+                   name=name, new_run=True)
     runner = CliRunner()
     asked = runner.invoke(app, ["rm", "gone", "--db", str(db)], input="n\n")
     assert asked.exit_code == 2 and "add --yes to remove without asking" in asked.stderr
@@ -217,7 +217,7 @@ def test_rm_removes_a_run_its_points_and_its_folder(tmp_path):
     busy = runner.invoke(app, ["rm", "kept", "--yes", "--db", str(db)])
     assert busy.exit_code == 2 and "cancel it first" in busy.stderr
     again = runs.start(functools.partial(Store.open, db), "grpo", setup="simulated", overrides=sim, runs_dir=folder,
-                       name="gone")                                  # the name is free again
+                       name="gone", new_run=True)                    # the name is free again
     assert again.outcome == runs.COMPLETED
 
 

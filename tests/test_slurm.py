@@ -98,7 +98,7 @@ def _points(db, name) -> list[dict]:
 
 
 def _submit(tmp_path, policy, submitted, name, *args) -> dict:
-    proc = run_cli("run", "recipes/grpo.toml", "--launcher", "slurm", "--json", "--name", name,
+    proc = run_cli("run", "recipes/grpo.toml", "--launcher", "slurm", "--json", "--name", name, "--new-run",
                    "--runs-dir", str(tmp_path / "runs"), *TINY, "--set", f"model.path={policy}", *args,
                    db=tmp_path / "s.db")
     assert proc.returncode == 0, proc.stderr
@@ -328,7 +328,7 @@ def test_pipeline_of_two_generators_and_two_trainers_as_one_four_task_job(slurm,
     db = tmp_path / "s.db"
     jobs = {}
     for name, budget in (("landed", 6), ("follower", 1_000_000), ("leader", 1_000_000)):
-        proc = run_cli("run", "recipes/scalerl.toml", "--launcher", "slurm", "--json", "--name", name,
+        proc = run_cli("run", "recipes/scalerl.toml", "--launcher", "slurm", "--json", "--name", name, "--new-run",
                        "--runs-dir", str(tmp_path / "runs"), "--set", f"model.path={policy}", *PIPE,
                        "--set", f"budget.steps={budget}", db=db, env=OVERCOMMIT)
         assert proc.returncode == 0, proc.stderr

@@ -116,7 +116,7 @@ def _placement(job: dict, tasks: int) -> dict[int, tuple[str, int]]:
 
 
 def _submit(tmp_path, policy, env, name, *args) -> dict:
-    proc = run_cli("run", "recipes/scalerl.toml", "--launcher", "slurm", "--json", "--name", name,
+    proc = run_cli("run", "recipes/scalerl.toml", "--launcher", "slurm", "--json", "--name", name, "--new-run",
                    "--runs-dir", str(tmp_path / "runs"), "--set", f"model.path={policy}", *args,
                    db=tmp_path / "s.db", env=env)
     assert proc.returncode == 0, proc.stderr
