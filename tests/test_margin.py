@@ -20,6 +20,7 @@ from scalectl.science.margin import (
     PAPER,
     for_ablation,
     from_ceilings,
+    measure,
     measure_hash,
     parse_choice,
 )
@@ -222,6 +223,46 @@ def test_plan_proposes_margin_seeds_only_at_a_budget_that_identifies_the_ceiling
         measured = measure_hash(store, m["recipe_hash"], FitOptions(bootstrap=200))
     assert measured.source == MEASURED and measured.runs == ("scalerl-s0", "scalerl-s1", "scalerl-s2")
     assert not measured.left_out
+
+
+def test_a_seed_trained_further_still_counts_for_the_margin_of_its_first_budget(tmp_path):
+    """Three seeds at 100 steps (5 x C_mid of a simulated curve with C_mid 0.02) measure a margin;
+    seed 0 is then extended to 150 steps (as --until-decided extends a base run it takes), so its
+    hash is the longer budget's: --margin auto of the 100-step recipe still counts it, fitted on its
+    points up to step 100, and measures the same margin; without the recipe only 2 runs remain."""
+    import functools
+
+    from scalectl.ablation import until_decided
+    from scalectl.ablation.planner import forward_spec
+    from scalectl.launch import runs
+    from scalectl.recipe.load import load
+
+    db, folder = tmp_path / "s.db", tmp_path / "runs"
+    stores = functools.partial(Store.open, db)
+    sets = ["model.path=simulated:C_mid=0.02,seconds_per_step=0", "eval.every_steps=10", "budget.steps=100"]
+    for seed in (0, 1, 2):
+        runs.start(stores, "scalerl", setup="simulated", overrides=[*sets, f"seed={seed}"], runs_dir=folder)
+    recipe = load("scalerl", "simulated", sets)
+    opts = FitOptions(bootstrap=200)
+    with Store.open(db, create=False) as store:
+        before = measure_hash(store, recipe.content_hash, opts)
+    assert before.runs == ("scalerl-s0", "scalerl-s1", "scalerl-s2")
+    assert runs.resume(stores, "scalerl-s0", overrides=["budget.steps=150"]).outcome == runs.COMPLETED
+    with Store.open(db, create=False) as store:
+        with pytest.raises(UserError, match="needs at least 3 completed runs of recipe .* holds 2"):
+            measure_hash(store, recipe.content_hash, opts)
+        after = measure_hash(store, recipe.content_hash, opts, recipe=recipe)
+    assert sorted(after.runs) == sorted(before.runs) and after.value == pytest.approx(before.value, rel=1e-12)
+    assert sorted(after.ceilings) == pytest.approx(sorted(before.ceilings), rel=1e-12)
+    with Store.open(db, create=False) as store:     # the runs named (`scalectl margin RUN RUN RUN`): at 100 steps
+        named = measure(store, [store.get_run(f"scalerl-s{s}") for s in (0, 1, 2)], opts)
+    assert named.value == pytest.approx(before.value, rel=1e-12) and named.recipe_hash == recipe.content_hash
+    staged = until_decided.prepare(forward_spec([("loss.type", ("ppo_clip",))]), db=str(db), setup="simulated",
+                                   overrides=tuple(sets), margin="auto")
+    assert staged.margin.source == MEASURED and staged.limits.margin == pytest.approx(before.value, rel=1e-12)
+    p = until_decided.power(staged, {"C_mid": 0.02, "compute_per_step": 0.001, "s_fit": 0.005})
+    assert p["margin_seeds"]["identifies"] and p["margin_seeds"]["more"] == 0
+    assert p["margin_seeds"]["have"] == ["scalerl-s1", "scalerl-s2", "scalerl-s0"]
 
 
 def test_until_decided_takes_a_measured_margin(tmp_path):

@@ -142,7 +142,7 @@ def prepare(spec, *, db: str, setup=None, overrides=(), launcher: str | None = N
     kind = launcher or first.launcher.type
     if kind not in LAUNCHER_TYPES:
         raise UserError(f"--launcher {kind!r} is not one of: {', '.join(LAUNCHER_TYPES)}")
-    used = _margin(spec, margin, plan.variants[0].recipe_hash, db)
+    used = _margin(spec, margin, plan.variants[0].recipe, db)
     limits = Limits(max_budget=max_budget, max_seeds=max_seeds, margin=used.value,
                     step_multiple=first.eval.every_steps, race=race)
     if rate is None:
@@ -150,17 +150,20 @@ def prepare(spec, *, db: str, setup=None, overrides=(), launcher: str | None = N
     return Staged(plan, kind, limits, initial, rate, db, total_budget, level, used)
 
 
-def _margin(spec, choice, base_hash: str, db: str):
+def _margin(spec, choice, base, db: str):
     """The margin of the decisions (:func:`scalectl.science.margin.for_ablation`): ``choice``
-    (``--margin``), else the spec's; ``auto`` measured from the base's seeds in the store."""
+    (``--margin``), else the spec's; ``auto`` measured from the seeds of the ``base`` recipe in the
+    store: its runs at the first budget, and its seeds trained further (an extended base run, as
+    the ablation itself extends them) on their points up to that budget."""
     from scalectl.science.fits import FitOptions
     from scalectl.science.margin import for_ablation
     from scalectl.store.journal import open_with_journals
 
     if not Path(db).exists():
-        return for_ablation(None, choice, spec.margin, spec.margin_where, base_hash, FitOptions())
+        return for_ablation(None, choice, spec.margin, spec.margin_where, base.content_hash, FitOptions())
     with open_with_journals(db) as store:
-        return for_ablation(store, choice, spec.margin, spec.margin_where, base_hash, FitOptions())
+        return for_ablation(store, choice, spec.margin, spec.margin_where, base.content_hash, FitOptions(),
+                            recipe=base)
 
 
 def _rate(spec, recipe, db: str) -> float | None:
@@ -213,7 +216,7 @@ def margin_seeds(staged: Staged, rate: float | None, C_mid: float, compute_per_s
     from scalectl.defaults import IDENTIFY_REACH
     from scalectl.launch.runs import EXTEND, RESUME, stored_run_for
     from scalectl.recipe.schema import Recipe
-    from scalectl.science.margin import MIN_RUNS, seed_groups
+    from scalectl.science.margin import MIN_RUNS, seed_groups, trained_further
     from scalectl.store.journal import open_with_journals
 
     plan = staged.plan
@@ -233,8 +236,9 @@ def margin_seeds(staged: Staged, rate: float | None, C_mid: float, compute_per_s
     standing: dict[int, tuple[str, str, int]] = {}
     store_there = Path(staged.db).exists()
     with open_with_journals(staged.db) if store_there else contextlib.nullcontext() as store:
-        if store is not None:
+        if store is not None:       # its runs at that budget, and its seeds trained further (extended)
             have = seed_groups(store).get(digest, [])
+            have += trained_further(store, at(base.seed), have)
         taken = {r.get("seed") for r in have}
         seeds = [s for s in range(base.seed, base.seed + MIN_RUNS + len(have)) if s not in taken]
         seeds = seeds[:MIN_RUNS - len(have)]

@@ -39,6 +39,9 @@ class FitOptions:
     seed: int = 0
     #: An evaluation series of the run (``scalectl evaluate``) to fit instead of its validation points.
     series: str | None = None
+    #: Fit only the points at steps up to this one: a run trained further read as the run of that
+    #: budget (its points are those of the shorter run: the budget only says when training stops).
+    until_step: int | None = None
 
 
 def fit_section(run: dict) -> dict:
@@ -104,15 +107,20 @@ def choose_axis(store, run: dict, opts: FitOptions, log=_stderr) -> str:
     return has[0]
 
 
-def load_points(store, run: dict, axis: str, log=_stderr, series: str | None = None) -> tuple:
+def load_points(store, run: dict, axis: str, log=_stderr, series: str | None = None,
+                until_step: int | None = None) -> tuple:
     """(compute, pass_rate, truncation_rate) of a run on ``axis`` (of its evaluation series
     ``series`` when given), each (n,) in step order; points without a value dropped (and
-    counted in a line to ``log``).  Reads only those columns
-    (:meth:`scalectl.store.database.Store.point_values`): a run of 300,000 points costs arrays,
-    not a dict per point."""
+    counted in a line to ``log``); with ``until_step``, only the points at steps up to it.  Reads
+    only those columns (:meth:`scalectl.store.database.Store.point_values`): a run of 300,000
+    points costs arrays, not a dict per point."""
     import numpy as np
 
-    rows = store.point_values(run["id"], [axis, "pass_rate", "truncation_rate"], series=series)
+    if until_step is None:
+        rows = store.point_values(run["id"], [axis, "pass_rate", "truncation_rate"], series=series)
+    else:
+        rows = [r[1:] for r in store.point_values(run["id"], ["step", axis, "pass_rate", "truncation_rate"],
+                                                  series=series) if r[0] <= until_step]
     if not rows:
         raise _no_points(store, run, series)
     have = [r for r in rows if r[0] is not None and r[1] is not None]
@@ -191,7 +199,8 @@ def thin(x, y, truncation, min_compute: float, log=None, name: str = "") -> tupl
 def fit_run(store, run: dict, opts: FitOptions, refit: bool = False, log=_stderr) -> tuple[Any, bool, str]:
     """Fit a stored run (or reuse its stored fit when its points are unchanged): its validation
     points, or its evaluation series ``opts.series``, on the axis :func:`choose_axis` picks
-    (a note through ``log`` when the run lacks the one asked for).
+    (a note through ``log`` when the run lacks the one asked for); only those up to step
+    ``opts.until_step`` when it is set.
 
     Returns (:class:`scalectl.science.compare.RunCurve`, cached, key).  Raises UserError on
     input that cannot be fitted, naming the run.
@@ -205,7 +214,7 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False, log=_stderr
     if opts.method not in ("vp", "grid"):
         raise UserError(f"--method {opts.method!r} is not one of: vp, grid")
     axis = choose_axis(store, run, opts, log)
-    x, y, trunc = load_points(store, run, axis, log, opts.series)
+    x, y, trunc = load_points(store, run, axis, log, opts.series, opts.until_step)
     section = fit_section(run)
     min_c = fit_window(section, axis, x, opts.min_compute)
     threshold = float(section.get("truncation_threshold", TRUNCATION_THRESHOLD))
@@ -214,6 +223,7 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False, log=_stderr
     key = (f"{axis}/{opts.method}/min={min_c:g}/r0={opts.r0}/boot={opts.bootstrap}"
            f"/level={opts.level:g}/seed={opts.seed}/trunc={threshold:g}"
            + ("" if opts.series is None else f"/series={opts.series}")
+           + ("" if opts.until_step is None else f"/until={opts.until_step}")
            + (f"/bins={MAX_FIT_POINTS}" if binned else ""))
     digest = store.points_digest(run["id"], opts.series)
     hardware = run.get("hardware") or None

@@ -182,24 +182,36 @@ def _identified(fit) -> bool:
                    for f in fit.flags)
 
 
-def measure(store, runs: Sequence[dict], opts, *, level: float = 0.95, recipe_hash: str | None = None) -> Margin:
+def measure(store, runs: Sequence[dict], opts, *, level: float = 0.95, recipe_hash: str | None = None,
+            until: dict[int, int] | None = None) -> Margin:
     """The margin measured from stored ``runs`` (seeds of one recipe), each fitted with ``opts``
     (a :class:`scalectl.science.fits.FitOptions`; stored fits reused): :func:`from_ceilings`
-    of the runs whose fits identify the ceiling.
+    of the runs whose fits identify the ceiling.  ``until``: run id -> the step up to which that
+    run is fitted, for runs of the same recipe trained further (:func:`trained_further`): their
+    hash is the longer budget's, and they count as runs of ``recipe_hash``.  Runs of one recipe
+    at different budgets (one extended since, say) are each fitted up to the smallest budget
+    among them (:func:`_common_budget`): the runs of that budget, as the seeds of one hash are.
 
     Raises:
-        UserError: runs of different recipe hashes, a run that cannot be fitted, or fewer
-            than :data:`MIN_RUNS` identified ceilings (naming the runs left out).
+        UserError: runs of different recipes, a run that cannot be fitted, or fewer than
+            :data:`MIN_RUNS` identified ceilings (naming the runs left out).
     """
+    from dataclasses import replace
+
     from scalectl.science.fits import fit_run
 
-    hashes = {r.get("recipe_hash") for r in runs if r.get("recipe_hash")}
+    until = dict(until or {})
+    hashes = {r.get("recipe_hash") for r in runs if r.get("recipe_hash") and r["id"] not in until}
     if len(hashes) > 1:
-        raise UserError("a margin is measured from runs of one recipe: "
-                        + ", ".join(f"{r['name']} ({r.get('recipe_hash') or 'no hash'})" for r in runs))
+        common = _common_budget(runs)
+        if common is None:
+            raise UserError("a margin is measured from runs of one recipe: "
+                            + ", ".join(f"{r['name']} ({r.get('recipe_hash') or 'no hash'})" for r in runs))
+        steps, recipe_hash = common
+        until.update({r["id"]: steps for r in runs if r.get("recipe_hash") != recipe_hash})
     ceilings, names, left_out = [], [], []
     for run in runs:
-        fit = fit_run(store, run, opts)[0].fit
+        fit = fit_run(store, run, opts if run["id"] not in until else replace(opts, until_step=until[run["id"]]))[0].fit
         if _identified(fit):
             ceilings.append(fit.A)
             names.append(run["name"])
@@ -210,30 +222,77 @@ def measure(store, runs: Sequence[dict], opts, *, level: float = 0.95, recipe_ha
                "the rule of enough data: docs/fitting.md)") if left_out else ""
         raise UserError(f"a margin needs at least {MIN_RUNS} completed runs of one recipe whose fits identify "
                         f"the ceiling; {len(ceilings)} found{why}")
-    return from_ceilings(ceilings, names, level=level, recipe_hash=recipe_hash or next(iter(hashes), None),
-                         left_out=left_out)
+    recipe_hash = recipe_hash or next((r.get("recipe_hash") for r in runs if r["id"] not in until), None)
+    return from_ceilings(ceilings, names, level=level, recipe_hash=recipe_hash, left_out=left_out)
 
 
-def measure_hash(store, recipe_hash: str, opts, *, level: float = 0.95) -> Margin:
-    """The margin measured from every completed run of ``recipe_hash`` in the store (:func:`measure`).
+def _common_budget(runs: Sequence[dict]) -> tuple[int, str] | None:
+    """For runs of one recipe trained to different budgets (the same content hash once the budget
+    is left out: :func:`scalectl.launch.runs.training_key`; one extended, say): (the smallest
+    ``budget.steps`` among them, the recipe hash of a run of that budget); None when they are of
+    different recipes, lack a stored recipe or a step budget, or a run has not reached that step."""
+    from scalectl.launch.runs import training_key
+
+    keys = {training_key(r["recipe"]) if r.get("recipe") else None for r in runs}
+    if len(keys) != 1 or None in keys:
+        return None
+    budgets = [(r["recipe"].get("budget") or {}).get("steps") for r in runs]
+    if None in budgets:
+        return None
+    steps = min(budgets)
+    if any((r.get("last_step") or steps) < steps for r in runs):
+        return None
+    return steps, next(r["recipe_hash"] for r, b in zip(runs, budgets) if b == steps)
+
+
+def trained_further(store, recipe, have: Sequence[dict] = ()) -> list[dict]:
+    """Completed runs of ``recipe`` (a :class:`scalectl.recipe.schema.Recipe`) trained beyond its
+    ``budget.steps``, each of a seed not among ``have``: the same recipe content whatever the budget
+    (:func:`scalectl.launch.runs.training_key`) and points up to that step at least.  Their points up
+    to it are the runs of the recipe's budget (the budget only says when training stops), as an
+    adaptive ablation's extended base run is still its seed of the first budget.  One per seed (the
+    oldest), oldest first."""
+    from scalectl.launch.runs import training_key
+
+    steps = recipe.budget.steps
+    if steps is None:
+        return []
+    key, seeds, found = training_key(recipe), {r.get("seed") for r in have}, []
+    for r in store.list_runs():
+        if (r.get("status") != "completed" or r.get("seed") in seeds or r.get("recipe_hash") == recipe.content_hash
+                or (r.get("last_step") or 0) < steps or not r.get("recipe")):
+            continue
+        if training_key(r["recipe"]) == key:
+            found.append(r)
+            seeds.add(r.get("seed"))
+    return found
+
+
+def measure_hash(store, recipe_hash: str, opts, *, level: float = 0.95, recipe=None) -> Margin:
+    """The margin measured from every completed run of ``recipe_hash`` in the store (:func:`measure`);
+    given the ``recipe`` of that hash, also from the runs of its other seeds trained further
+    (:func:`trained_further`), each fitted on its points up to the recipe's budget.
 
     Raises:
         UserError: fewer than :data:`MIN_RUNS` such runs, saying how to train the others.
     """
     runs = seed_groups(store).get(recipe_hash, [])
+    runs += trained_further(store, recipe, runs) if recipe is not None else []
     if len(runs) < MIN_RUNS:
         have = f": {', '.join(r['name'] for r in runs)}" if runs else ""
         raise UserError(f"--margin auto needs at least {MIN_RUNS} completed runs of recipe {recipe_hash}; the store "
                         f"holds {len(runs)}{have}. Train {MIN_RUNS - len(runs)} more seed(s) "
                         "(`scalectl run RECIPE --seed N`, or `scalectl ablate ... --repeats 3`; `ablate --plan` "
                         "plans them), or give --margin NUMBER")
-    return measure(store, runs, opts, level=level, recipe_hash=recipe_hash)
+    until = {r["id"]: recipe.budget.steps for r in runs if r.get("recipe_hash") != recipe_hash}
+    return measure(store, runs, opts, level=level, recipe_hash=recipe_hash, until=until)
 
 
 def resolve(store, choice: float | str | None, recipe_hash: str | None, opts, *, fallback: Margin | None = None,
-            level: float = 0.95) -> Margin:
+            level: float = 0.95, recipe=None) -> Margin:
     """The margin a command uses: ``choice`` None -> ``fallback`` (default the paper's), a
-    number -> given, ``auto`` -> measured from the seeds of ``recipe_hash`` (:func:`measure_hash`).
+    number -> given, ``auto`` -> measured from the seeds of ``recipe_hash`` (:func:`measure_hash`;
+    ``recipe``: that hash's recipe, whose seeds trained further count too).
 
     Raises:
         UserError: ``auto`` without a recipe hash (an imported baseline) or without enough seeds.
@@ -245,16 +304,17 @@ def resolve(store, choice: float | str | None, recipe_hash: str | None, opts, *,
     if not recipe_hash:
         raise UserError("--margin auto measures the baseline recipe's seeds, but the baseline has no recipe hash "
                         "(an imported run): name its seeds, `scalectl margin RUN RUN RUN`, then give --margin NUMBER")
-    return measure_hash(store, recipe_hash, opts, level=level)
+    return measure_hash(store, recipe_hash, opts, level=level, recipe=recipe)
 
 
 def for_ablation(store, choice: float | str | None, declared: float | str | None, where: str,
-                 recipe_hash: str | None, opts, *, level: float = 0.95) -> Margin:
+                 recipe_hash: str | None, opts, *, level: float = 0.95, recipe=None) -> Margin:
     """The margin an ablation's verdicts use: ``--margin`` (``choice``) when given; else the
     ablation's ``margin`` (``declared``, a number or ``auto``; ``where`` names where it was set:
     ``margin = 0.03 in FILE``, ``given: --margin 0.03`` (the command line, recorded in the
     manifest), "" for none); else the paper's.  ``auto`` is measured from the seeds of the baseline's
-    ``recipe_hash`` in ``store`` (:func:`measure_hash`).
+    ``recipe_hash`` in ``store`` (:func:`measure_hash`; with the baseline's ``recipe``, its seeds
+    trained further count too, fitted up to its budget).
 
     Raises:
         UserError: ``auto`` without a store, a hash or enough seeds.
@@ -268,4 +328,4 @@ def for_ablation(store, choice: float | str | None, declared: float | str | None
     else:
         source = GIVEN if where.startswith("given") else FILE
         fallback = Margin(check_value(float(declared)), source, where or f"the ablation's margin = {declared:g}")
-    return resolve(store, choice, recipe_hash, opts, fallback=fallback, level=level)
+    return resolve(store, choice, recipe_hash, opts, fallback=fallback, level=level, recipe=recipe)
