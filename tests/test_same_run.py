@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import json
-import sys
 
 import pytest
 
@@ -231,8 +230,11 @@ def test_study_seed_runs_take_the_stored_run_of_the_same_recipe_and_seed(tmp_pat
     """scripts/study.py step 1: seed 0 of ScaleRL is already stored as `scalerl-s0` (same recipe and
     seed, trained by `scalectl run`): the study's `scalectl run` reuses it instead of training
     `study-scalerl-b40-s0`, and the margin is measured from the runs that stand for the seeds."""
-    sys.path.insert(0, str(ROOT / "scripts"))
-    import study
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("study", ROOT / "scripts" / "study.py")
+    study = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(study)
 
     db, folder = tmp_path / "s.db", tmp_path / "runs"
     sets = ["budget.steps=40"]
