@@ -34,6 +34,7 @@ from typing import Any, Callable, ContextManager, Sequence
 
 from scalectl.errors import UserError
 from scalectl.names import check_name
+from scalectl.recipe.schema import training_key  # noqa: F401  (the key of one training, used here and by callers)
 
 #: What to do with a planned run, given the store (:data:`EXTEND`: resume a run of the same
 #: recipe and seed trained to a smaller budget, with the larger one).
@@ -352,34 +353,6 @@ def find_existing(store, recipe_hash: str, seed: int, prefer: str | None = None,
         if found:
             return action, found[0]
     return None
-
-
-#: The budget every recipe is given by :func:`training_key` before hashing.
-_KEY_BUDGET = {"steps": 1, "gpu_hours": None}
-
-
-def training_key(recipe) -> str | None:
-    """The content hash of a recipe with its budget left out: what two runs share when one is
-    the other trained further (the budget only says when the loop stops, :mod:`scalectl.rl.loop`).
-
-    Args:
-        recipe: a :class:`scalectl.recipe.schema.Recipe`, or a stored run's recipe as a dict.
-
-    Returns:
-        12 hex digits (:attr:`~scalectl.recipe.schema.Recipe.content_hash` of the recipe with
-        ``budget.steps = 1`` and no ``budget.gpu_hours``), or None for a stored dict that no
-        longer validates (a recipe of an older scalectl with a key since removed).
-    """
-    from scalectl.recipe.schema import Recipe
-
-    data = recipe.to_dict() if isinstance(recipe, Recipe) else dict(recipe or {})
-    if not data:
-        return None
-    data["budget"] = dict(data.get("budget") or {}, **_KEY_BUDGET)
-    try:
-        return Recipe.model_validate(data).content_hash
-    except ValueError:
-        return None
 
 
 def trained_steps(store, run: dict) -> int:

@@ -851,3 +851,30 @@ class Recipe(_Section):
         data = {k: v for k, v in data.items() if v != {}}     # a section wholly at its neutral values
         blob = json.dumps(data, sort_keys=True, separators=(",", ":"))
         return hashlib.sha256(blob.encode()).hexdigest()[:12]
+
+
+#: The budget every recipe is given by :func:`training_key` before hashing.
+_KEY_BUDGET = {"steps": 1, "gpu_hours": None}
+
+
+def training_key(recipe: "Recipe | dict | None") -> str | None:
+    """The content hash of a recipe with its budget left out: what two runs share when one is
+    the other trained further (the budget only says when the loop stops, :mod:`scalectl.rl.loop`),
+    as seeds of one recipe trained to different budgets do.
+
+    Args:
+        recipe: a :class:`Recipe`, or a stored run's recipe as a dict.
+
+    Returns:
+        12 hex digits (:attr:`Recipe.content_hash` of the recipe with ``budget.steps = 1`` and no
+        ``budget.gpu_hours``), or None for an empty dict or a stored dict that no longer
+        validates (a recipe of an older scalectl with a key since removed).
+    """
+    data = recipe.to_dict() if isinstance(recipe, Recipe) else dict(recipe or {})
+    if not data:
+        return None
+    data["budget"] = dict(data.get("budget") or {}, **_KEY_BUDGET)
+    try:
+        return Recipe.model_validate(data).content_hash
+    except (ValueError, TypeError):
+        return None

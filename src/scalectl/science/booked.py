@@ -18,13 +18,12 @@ from scalectl.errors import UserError
 
 def same_recipe_runs(recipe, runs: list[dict]) -> list[dict]:
     """The completed runs of ``runs`` (store rows with their recipe dicts) whose recipe is
-    ``recipe`` but for budget and seed (:func:`scalectl.science.fits.budget_free_hash`)."""
-    from scalectl.science.fits import budget_free_hash
+    ``recipe`` but for budget and seed (:func:`scalectl.recipe.schema.training_key`)."""
+    from scalectl.recipe.schema import training_key
 
-    budget = recipe.budget.model_dump(mode="json", by_alias=True)
-    want = recipe.content_hash
+    want = training_key(recipe)
     return [r for r in runs if r.get("recipe") and r.get("status") == "completed" and r.get("n_points")
-            and budget_free_hash(r, budget) == want]
+            and training_key(r["recipe"]) == want]
 
 
 def booked_forecast(recipe, booking, store, log: Callable[[str], None] = lambda m: None) -> list[str]:

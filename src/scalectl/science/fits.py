@@ -244,27 +244,9 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False, log=_stderr
 
 
 
-def budget_free_hash(run: dict, budget: dict | None = None) -> str | None:
-    """The content hash of a stored run's recipe with its budget set to ``budget`` (default: a
-    fixed one), so that seeds of one recipe trained to different budgets (a run extended with
-    ``--resume --set budget.steps=N``) share it; the stored ``recipe_hash`` for a run without a
-    recipe (imported) or whose recipe no longer validates."""
-    from pydantic import ValidationError
-
-    from scalectl.recipe.schema import Recipe
-
-    rec = run.get("recipe")
-    if not rec:
-        return run.get("recipe_hash")
-    try:
-        return Recipe.model_validate({**rec, "budget": budget or {"steps": 1}}).content_hash
-    except (ValidationError, TypeError, ValueError):
-        return run.get("recipe_hash")
-
-
 def fit_with_draws(store, runs: list[dict], opts: FitOptions, log=_stderr) -> tuple[Any, str]:
     """Fit one stored run, or the pooled points of several runs (seeds of one recipe, whatever
-    their budgets: :func:`budget_free_hash`), keeping the bootstrap draws a forecast needs; nothing is stored (a fit read back from the store
+    their budgets: :func:`scalectl.recipe.schema.training_key`), keeping the bootstrap draws a forecast needs; nothing is stored (a fit read back from the store
     has no draws).  The window and truncation threshold are the first run's
     (:func:`fit_window`); the standard error of the compute-0 evaluations is used when the runs
     share one.
@@ -283,7 +265,9 @@ def fit_with_draws(store, runs: list[dict], opts: FitOptions, log=_stderr) -> tu
     names = ", ".join(r["name"] for r in runs)
     if opts.bootstrap <= 0:
         raise UserError("--bootstrap must be > 0 for a forecast: its bands come from the bootstrap draws")
-    hashes = {budget_free_hash(r) for r in runs}
+    from scalectl.recipe.schema import training_key
+
+    hashes = {training_key(r.get("recipe")) or r.get("recipe_hash") for r in runs}
     if len(runs) > 1 and len(hashes) > 1:
         raise UserError(f"runs {names} are of different recipes (content hashes, budget aside, "
                         f"{', '.join(sorted(str(h) for h in hashes))}): pool only the seeds of one recipe")

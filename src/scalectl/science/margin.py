@@ -228,10 +228,10 @@ def measure(store, runs: Sequence[dict], opts, *, level: float = 0.95, recipe_ha
 
 def _common_budget(runs: Sequence[dict]) -> tuple[int, str] | None:
     """For runs of one recipe trained to different budgets (the same content hash once the budget
-    is left out: :func:`scalectl.launch.runs.training_key`; one extended, say): (the smallest
+    is left out: :func:`scalectl.recipe.schema.training_key`; one extended, say): (the smallest
     ``budget.steps`` among them, the recipe hash of a run of that budget); None when they are of
     different recipes, lack a stored recipe or a step budget, or a run has not reached that step."""
-    from scalectl.launch.runs import training_key
+    from scalectl.recipe.schema import training_key
 
     keys = {training_key(r["recipe"]) if r.get("recipe") else None for r in runs}
     if len(keys) != 1 or None in keys:
@@ -248,11 +248,11 @@ def _common_budget(runs: Sequence[dict]) -> tuple[int, str] | None:
 def trained_further(store, recipe, have: Sequence[dict] = ()) -> list[dict]:
     """Completed runs of ``recipe`` (a :class:`scalectl.recipe.schema.Recipe`) trained beyond its
     ``budget.steps``, each of a seed not among ``have``: the same recipe content whatever the budget
-    (:func:`scalectl.launch.runs.training_key`) and points up to that step at least.  Their points up
+    (:func:`scalectl.recipe.schema.training_key`) and points up to that step at least.  Their points up
     to it are the runs of the recipe's budget (the budget only says when training stops), as an
     adaptive ablation's extended base run is still its seed of the first budget.  One per seed (the
     oldest), oldest first."""
-    from scalectl.launch.runs import training_key
+    from scalectl.recipe.schema import training_key
 
     steps = recipe.budget.steps
     if steps is None:
