@@ -50,7 +50,9 @@ def test_kill_9_then_resume_gives_the_uninterrupted_points(tmp_path, policy):
     end = killed_at[-1] + 4                    # 2 evaluation steps past the last point the crash left
 
     run_cli("run", "--resume", "crash", "--set", f"budget.steps={end}", db=db, check=True, timeout=240)
-    run_cli(*_args(policy, tmp_path / "runs", end), "--name", "straight", db=db, check=True, timeout=240)
+    # the same recipe and seed trained again from step 0, on purpose (else `run` reuses "crash")
+    run_cli(*_args(policy, tmp_path / "runs", end), "--name", "straight", "--new-run", db=db, check=True,
+            timeout=240)
 
     crashed, straight = _points(db, "crash"), _points(db, "straight")
     assert [p["step"] for p in crashed] == list(range(0, end + 1, 2))   # contiguous, none twice, none lost
