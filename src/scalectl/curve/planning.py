@@ -13,10 +13,8 @@ import numpy as np
 
 from scalectl.curve.model import SigmoidFit
 from scalectl.defaults import IDENTIFY_REACH, MARGIN
-from scalectl.display import duration_text, format_number
+from scalectl.display import AXIS_UNITS, duration_text, format_number
 
-#: The unit of each compute axis in sentences.
-AXIS_UNITS = {"gpu_hours": "GPU-hours", "flops": "FLOPs", "tokens": "tokens", "step": "steps"}
 #: The rule in words, for sentences.
 RULE_TEXT = f"{IDENTIFY_REACH:g} x C_mid, where a ceiling counts as identified (docs/fitting.md)"
 
