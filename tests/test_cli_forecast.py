@@ -93,7 +93,7 @@ def test_forecast_of_pooled_seeds_fits_their_points_together(db):
     a_one, a_two = one["intervals"]["A"], run["fit"]["intervals"]["A"]
     assert a_two[1] - a_two[0] < a_one[1] - a_one[0]       # twice the points: a narrower ceiling
     res = cli(db, "forecast", "seed0", "fast", "--pool")
-    assert res.exit_code == 2 and "different recipes" in res.output
+    assert res.exit_code == 2 and "are not seeds of one recipe (seed0: recipe same, fast: recipe h-fast;" in res.output
 
 
 def test_forecast_names_the_crossing_of_a_fast_run_with_a_lower_ceiling(db, tmp_path):
@@ -102,7 +102,7 @@ def test_forecast_names_the_crossing_of_a_fast_run_with_a_lower_ceiling(db, tmp_
                    db=db, check=True)
     assert png.read_bytes()[:8] == PNG_MAGIC
     text = proc.stdout
-    assert "crossings up to 30,000 GPU-hours:" in text
+    assert "crossings from 3,000 GPU-hours (the compute every run reached) up to 30,000:" in text
     line = next(ln for ln in text.splitlines() if "fast and slow cross at" in ln)
     assert line.endswith("fast leads before, slow after")
     res = cli(db, "forecast", "fast", "slow", "--horizon", "30000", "--json")
@@ -127,10 +127,12 @@ def test_forecast_refuses_an_unidentified_ceiling_unless_asked_and_then_flags_ev
 
 
 @pytest.mark.parametrize("args, match", [
-    (("seed0", "--horizon", "1000"), "--horizon 1000 is not beyond the last point"),
-    (("seed0", "--at", "-5"), "--at -5 must be a finite compute > 0"),
-    (("seed0", "--at", "inf"), "--at inf must be a finite compute > 0"),
-    (("seed0", "--at", "3000"), "--at 3000 is not beyond the last point at 4000"),
+    (("seed0", "--horizon", "1000"), "--horizon 1000 (1000) is not beyond the last point at 4000"),
+    (("seed0", "--horizon", "0.5x"), "--horizon 0.5x (2000) is not beyond the last point at 4000"),
+    (("seed0", "--at", "-5"), "--at -5 must be a finite compute > 0 (given -5)"),
+    (("seed0", "--at", "-2x"), "--at -2x must be a finite compute > 0 (given -8000)"),
+    (("seed0", "--at", "inf"), "--at inf must be a finite compute > 0 (given inf)"),
+    (("seed0", "--at", "3000"), "--at 3000 (3000) is not beyond the last point at 4000"),
     (("seed0", "--at", "soon"), "--at 'soon' is neither"),
     (("seed0", "--target", "1.2"), "--target 1.2 is not a pass rate strictly between 0 and 1"),
     (("seed0", "--target", "0"), "--target 0 is not a pass rate"),
@@ -187,3 +189,24 @@ def test_an_ablation_sentence_names_the_overtaking_of_a_variant_that_starts_fast
     assert sentence.endswith(f"fast, with the lower ceiling, leads slow at 3,000, the compute both reached, and is "
                              f"overtaken at {c.compute:,.0f} (forecast): a faster start, not a higher ceiling.")
     assert result.variant("slow").sentence.startswith("slow is the baseline")
+
+
+def test_forecast_names_the_crossing_ahead_not_one_the_points_already_show(db_path):
+    """Curves that cross twice: the steep run (A 0.60) passes the shallow one (A 0.66, higher R0)
+    near 1,000, inside both runs' points, and the shallow one overtakes it near 4,100, past their
+    last points (3,000): the crossing named is the one ahead, where the true curves put it."""
+    with Store.open(db_path) as store:
+        for name, A, B, c_mid, r0, seed in (("steep", 0.60, 3.0, 800.0, 0.30, 1),
+                                            ("shallow", 0.66, 1.0, 1000.0, 0.34, 2)):
+            rid = store.create_run(name, hardware="H100", recipe_hash=f"h-{name}", seed=seed)
+            x = np.linspace(0.0, 3000.0, 61)
+            y = sigmoid(x, A, B, c_mid, r0) + np.random.default_rng(seed).normal(0, 0.003, x.size)
+            store.add_points(rid, [{"step": 10 * i, "gpu_hours": float(c), "pass_rate": float(p)}
+                                   for i, (c, p) in enumerate(zip(x, y))])
+    truth = brentq(lambda c: float(sigmoid(c, 0.60, 3.0, 800.0, 0.30) - sigmoid(c, 0.66, 1.0, 1000.0, 0.34)),
+                   3000.0, 1e5)
+    res = cli(db_path, "forecast", "steep", "shallow", "--horizon", "30x", "--json")
+    assert res.exit_code == 0, res.output
+    (c,) = json.loads(res.stdout)["crossings"]
+    assert c["start"] == 3000.0 and c["leader_before"] == "steep" and c["leader_after"] == "shallow"
+    assert c["interval"][0] < truth < c["interval"][1] and 3000.0 < c["compute"]

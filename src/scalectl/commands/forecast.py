@@ -105,18 +105,25 @@ def forecast(
                             "forecast anyway (every number then carries the flag)")
     last_all = max(float(c.compute.max()) for c in curves.values())
     try:
-        hz = fc.parse_compute(horizon or DEFAULT_HORIZON, last_all, "--horizon")
-        fc.check_compute([hz], after=last_all, what="--horizon")
+        hz_text = horizon or DEFAULT_HORIZON
+        hz = fc.parse_compute(hz_text, last_all, "--horizon")
+        fc.check_compute([hz], after=last_all, what=f"--horizon {hz_text}")
         results = {}
         for name, c in curves.items():
             last = float(c.compute.max())
-            at_values = sorted({fc.parse_compute(a, last, "--at") for a in (at or DEFAULT_MULTIPLES)})
+            at_values = set()
+            for text in at or DEFAULT_MULTIPLES:        # each checked as the user wrote it
+                value = fc.parse_compute(text, last, "--at")
+                fc.check_compute([value], after=last, what=f"--at {text}" + ("" if pool or len(curves) < 2
+                                                                              else f" (run {name})"))
+                at_values.add(value)
             results[name] = dict(
                 last=last,
-                at=fc.pass_rate_at(c.fit, fc.check_compute(at_values, after=last, what="--at"), last=last,
+                at=fc.pass_rate_at(c.fit, sorted(at_values), last=last,
                                    drift_sd=drift_sd, seed=seed),
                 reach=[fc.reach(c.fit, t, last=last, best_measured=float(c.pass_rate.max())) for t in targets])
-        start = min(float(c.compute[c.compute > 0].min()) for c in curves.values())
+        # crossings ahead: from the compute every run reached (where the points show who leads)
+        start = min(float(c.compute.max()) for c in curves.values())
         crossings = fc.crossings({n: c.fit for n, c in curves.items()}, start=start, horizon=hz) \
             if len(curves) > 1 else []
     except fc.ForecastError as exc:

@@ -148,7 +148,8 @@ def forecast_lines(curves: dict, results: dict, crossings: Sequence[Any], axis: 
             lines.append(f"  to reach {x.target:.3f}: {format_compute(x.compute)} {unit} "
                          f"[{format_compute(x.lo)}, {hi}] ({where}){risk}{flagged}")
     if crossings:
-        lines.append(f"crossings up to {format_compute(horizon)} {unit}:")
+        lines.append(f"crossings from {format_compute(crossings[0].start)} {unit} (the compute every run reached) "
+                     f"up to {format_compute(horizon)}:")
     for c in crossings:
         share = "" if c.probability is None else f"{c.probability:.0%} of the bootstrap draws"
         if c.compute is None:

@@ -267,10 +267,12 @@ def fit_with_draws(store, runs: list[dict], opts: FitOptions, log=_stderr) -> tu
         raise UserError("--bootstrap must be > 0 for a forecast: its bands come from the bootstrap draws")
     from scalectl.recipe.schema import training_key
 
-    hashes = {training_key(r.get("recipe")) or r.get("recipe_hash") for r in runs}
-    if len(runs) > 1 and len(hashes) > 1:
-        raise UserError(f"runs {names} are of different recipes (content hashes, budget aside, "
-                        f"{', '.join(sorted(str(h) for h in hashes))}): pool only the seeds of one recipe")
+    keys = {r["name"]: training_key(r.get("recipe")) or r.get("recipe_hash") for r in runs}
+    if len(runs) > 1 and len(set(keys.values())) > 1:
+        which = ", ".join(f"{r['name']}: recipe {r.get('recipe_hash')}" if r.get("recipe_hash")
+                          else f"{r['name']}: no recipe (imported)" for r in runs)
+        raise UserError(f"runs {names} are not seeds of one recipe ({which}; budgets may differ, nothing "
+                        "else): pool only the seeds of one recipe")
     axes = {r["name"]: choose_axis(store, r, opts, log) for r in runs}
     if len(set(axes.values())) > 1:
         raise UserError(f"runs {names} have values on different axes "

@@ -65,9 +65,9 @@ def check_compute(values: Sequence[float], *, after: float, what: str = "compute
     c = np.asarray(values, dtype=float).reshape(-1)
     for v in c:
         if not math.isfinite(v) or v <= 0:
-            raise ForecastError(f"{what} {v:g} must be a finite compute > 0")
+            raise ForecastError(f"{what} must be a finite compute > 0 (given {v:.4g})")
         if v <= after:
-            raise ForecastError(f"{what} {v:g} is not beyond the last point at {after:g}: a forecast is "
+            raise ForecastError(f"{what} ({v:.4g}) is not beyond the last point at {after:.4g}: a forecast is "
                                 "for compute not yet spent (scalectl fit draws the curve over the points)")
     return c
 
