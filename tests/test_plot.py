@@ -138,6 +138,7 @@ def test_run_summary_gives_the_fit_advice_and_plot(tmp_path, db_path):
     assert lines[0].startswith("fit tiny-s0 (36 points on gpu_hours): A 0.6") and "flags: -" in lines[0]
     assert lines[-1] == f"plot: {tmp_path / 'curve.png'}"
     assert any(ln.startswith("advice: A interval width") for ln in lines)
+    assert not any(ln.startswith("extend it:") for ln in lines)       # past 5 x C_mid: nothing to extend
     check_png(tmp_path / "curve.png")
     assert abs(data["fit"]["A"] - 0.61) < 0.01
     assert none_lines[0].startswith("fit: not yet possible:") and "error" in none_data
@@ -408,3 +409,26 @@ def test_the_loo_figure_says_when_each_run_keeps_its_own_ceiling(runs):
     shared = loo_lines(close, margin=0.02)
     fig = loo_figure(shared, fits={n: c.fit for n, c in close.items()}, margin=0.02)
     assert f"one shared ceiling A = {shared[0].A:.3f}" in " ".join(fig.axes[0].get_title().split())
+
+
+def test_run_summary_of_a_run_short_of_the_rule_gives_the_command_that_extends_it(tmp_path, db_path):
+    """Points to 3 x C_mid, short of the rule's 5 x: the advice extends the run, and the line after
+    it is the command that does, to the step the advice names."""
+    import numpy as np
+
+    from scalectl.curve import sigmoid
+    from scalectl.present.summary import summarize_run
+    from scalectl.store.database import Store
+
+    x = np.linspace(0.0, 3 * 2500.0, 31)
+    y = sigmoid(x, 0.61, 1.9, 2500.0, 0.3) + np.random.default_rng(3).normal(0, 0.003, x.size)
+    with Store.open(db_path) as store:
+        rid = store.create_run("short-s1")
+        store.add_points(rid, [{"step": 10 * i, "gpu_hours": float(c), "pass_rate": float(p)}
+                               for i, (c, p) in enumerate(zip(x, y))])
+        lines, _ = summarize_run(store, rid, tmp_path / "curve.png")
+    advice = next(ln for ln in lines if ln.startswith("advice: "))
+    to_step = int(advice.split("(to step ")[1].split(";")[0].split(")")[0].replace(",", ""))
+    # 5 x C_mid at 250 GPU-hours per 10 steps: about step 500 (the fitted C_mid, not the true one)
+    assert 400 <= to_step <= 600
+    assert lines[lines.index(advice) + 1] == f"extend it: scalectl run --resume short-s1 --set budget.steps={to_step}"

@@ -18,6 +18,9 @@ def summarize_run(store, run_id: int, plot: Path, margin: float = MARGIN) -> tup
     The advice (:func:`scalectl.curve.advise`) is in steps, device-hours and wall-clock at
     the run's measured rate (:func:`scalectl.curve.step_rate` of its points).
 
+    When the advice is to extend, a line gives the command that does it (``scalectl run
+    --resume NAME --set budget.steps=N``).
+
     Returns (lines for people, JSON-ready {"fit", "advice", "plot"}).  A run that
     cannot be fitted yet (too few points) gives one line and {"error": why}; no
     exception, the run itself succeeded.
@@ -40,6 +43,9 @@ def summarize_run(store, run_id: int, plot: Path, margin: float = MARGIN) -> tup
     advice = advise(f, margin, rate=rate) if f.interval("A") else None
     if advice is not None:
         lines.append(f"advice: {advice.message}")
+        if advice.action == "extend" and advice.steps and rate is not None:
+            lines.append(f"extend it: scalectl run --resume {run['name']} "
+                         f"--set budget.steps={rate.last_step + advice.steps}")
     lines.append(f"plot: {path}")
     return lines, {"fit": f.to_dict(), "advice": None if advice is None else advice.message,
                    "plot": str(path)}
