@@ -41,14 +41,13 @@ def main() -> None:
     import transformers
 
     from scalectl.recipe.load import load
-    from scalectl.rl.data.splits import DEFAULT_SYNTHETIC_TRAIN
-    from scalectl.rl.train.warmstart import (SFT_PROBLEMS, save_shipped, settings_key, sft_settings, shipped_root,
+    from scalectl.rl.train.warmstart import (save_shipped, settings_key, sft_set_size, sft_settings, shipped_root,
                                              train_warm_start)
 
     torch.set_num_threads(args.threads)
     recipe = load("scalerl", args.setup)
     sft = sft_settings(recipe.model)
-    train_size = min(recipe.data.train_size or DEFAULT_SYNTHETIC_TRAIN, SFT_PROBLEMS)
+    train_size = sft_set_size(recipe.model, recipe.data)
     settings = ({}, recipe.data.difficulty, recipe.data.seed, train_size, recipe.model.warm_start_target,
                 recipe.length.max_new_tokens, sft, dict(recipe.data.mix))
     key = settings_key(*settings)

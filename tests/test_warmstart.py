@@ -118,6 +118,24 @@ def test_a_larger_pool_shares_the_warm_start(built, monkeypatch):
     assert smaller != path.name == ws.cache_key(SMALL, 1, 0, 60, TARGET, 12, SFT)
 
 
+def test_warm_start_problems_sets_the_sft_set(built):
+    """model.warm_start_problems overrides min(data.train_size, SFT_PROBLEMS): a pool of 75
+    with an SFT set of 60 finds the warm start trained on 60 (the same key); an SFT set of 40
+    from a pool of 75 is another one; a pool smaller than the set does not cut the set."""
+    path, cache, _ = built
+    model = NS(path="builtin:tiny", warm_start_target=TARGET, warm_start_problems=60)
+    pool = NS(source="synthetic:arithmetic", difficulty=1, seed=0, train_size=75)
+    assert ws.sft_set_size(model, pool) == 60
+    assert ws.sft_set_size(NS(warm_start_problems=None), pool) == min(75, ws.SFT_PROBLEMS)
+    assert ws.sft_set_size(model, NS(train_size=30)) == 60
+    logs = []
+    found = ws.ensure_warm_start(model_cfg=model, data_cfg=pool, max_new_tokens=12, cache_dir=cache, sft=SFT,
+                                 model_overrides=SMALL, log=logs.append)
+    assert found == path and logs == []
+    other = NS(path="builtin:tiny", warm_start_target=TARGET, warm_start_problems=40)
+    assert ws.cache_key(SMALL, 1, 0, ws.sft_set_size(other, pool), TARGET, 12, SFT) != path.name
+
+
 def test_crash_leaves_no_cache_entry(tmp_path, monkeypatch):
     """A crash while writing: nothing under the final name; the next call trains and succeeds."""
     def crash(model, tok, path):

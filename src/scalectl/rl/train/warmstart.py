@@ -446,7 +446,8 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
     never on the recipe's training choices, so that every variant of an ablation starts
     from the same weights.  It trains on the first ``min(data.train_size, SFT_PROBLEMS)``
     problems of the training split (the split is prefix-stable), so pools of 4,000
-    prompts or more share one warm start.  Its checks sample without interruption.
+    prompts or more share one warm start; ``model.warm_start_problems`` sets another size
+    (:func:`sft_set_size`).  Its checks sample without interruption.
 
     Args:
         recipe: a :class:`~scalectl.recipe.schema.Recipe`; or give ``model_cfg``, ``data_cfg`` and
@@ -484,7 +485,7 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
         )
     overrides = dict(model_overrides or {})
     sft = sft_settings(model_cfg, sft)
-    train_size = min(data_cfg.train_size or DEFAULT_SYNTHETIC_TRAIN, SFT_PROBLEMS)   # the SFT set's size
+    train_size = sft_set_size(model_cfg, data_cfg)
     target = model_cfg.warm_start_target
     settings = (overrides, data_cfg.difficulty, data_cfg.seed, train_size, target, max_new_tokens, sft,
                 dict(getattr(data_cfg, "mix", None) or {}))
@@ -511,6 +512,15 @@ def ensure_warm_start(recipe=None, *, model_cfg=None, data_cfg=None, max_new_tok
         log(f"[bold]warm start[/] done: pass rate {meta['pass_rate']:.3f} after {meta['steps']} steps "
             f"({meta['seconds']:.0f}s)")
         return final
+
+
+def sft_set_size(model_cfg, data_cfg) -> int:
+    """How many problems the SFT set holds: ``model.warm_start_problems`` when set, else the
+    first ``min(data.train_size, SFT_PROBLEMS)`` (a larger RL pool shares the warm start).  The
+    set is a prefix of the level's training split, so it never meets the held-out split."""
+    if getattr(model_cfg, "warm_start_problems", None):
+        return int(model_cfg.warm_start_problems)
+    return min(data_cfg.train_size or DEFAULT_SYNTHETIC_TRAIN, SFT_PROBLEMS)
 
 
 #: Steps between two greedy checks, and the most SFT steps, of a greedy warm start: it runs to a
