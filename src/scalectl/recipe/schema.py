@@ -475,9 +475,8 @@ class Model(_Section):
         "then scaled down until its sampled pass rate is model.warm_start_target (a policy that knows "
         "more answers than it samples). Unset: stop when the sampled pass rate reaches the target."))
     warm_start_problems: int | None = Field(default=None, ge=64, le=1_000_000, description=(
-        "Size of the SFT set of the builtin:tiny warm start: the first this many problems of "
-        "data.difficulty's training split (a level with many distinct problems needs many to be "
-        "learned). Unset: min(data.train_size, 4000)."))
+        "Problems the builtin:tiny warm start is SFT'd on: a prefix of data.difficulty's training split. "
+        "A level with many distinct problems needs many to be learned. Unset: min(data.train_size, 4000)."))
     warm_start_smoothing: float = Field(default=0.0, ge=0, lt=0.5, description=(
         "Label smoothing of the SFT warm start of builtin:tiny, 0 to 0.5 (0: none). The policy then "
         "knows more answers than it samples, as a language model's pass@k is above its pass@1."))
