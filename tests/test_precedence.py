@@ -49,7 +49,7 @@ def study(tmp_path) -> Path:
 def test_a_key_the_recipe_sets_wins_over_the_setup(study):
     overridden: list = []
     lr = load(study / "recipes/lr.toml", TINY, overridden=overridden)
-    assert lr.optim.lr == 0.5                               # was 1e-4, the setup's, in silence
+    assert lr.optim.lr == 0.5                               # was 2e-4, the setup's, in silence
     assert lr.optim.warmup_steps == 5                       # what the recipe leaves unset: the setup's
     assert lr.content_hash != load("scalerl", "tiny-cpu").content_hash == "68fbec20e14e"
     assert [str(o) for o in overridden] == [
@@ -97,7 +97,7 @@ def test_validate_keeps_the_recipe_value_and_names_the_override(study):
                               cwd=study, check=True).stdout)
     assert data[0]["recipe"]["optim"]["lr"] == 0.5
     assert data[0]["overridden"] == [{"key": "optim.lr", "value": 0.5, "from": "recipes/lr.toml",
-                                      "overrides": [{"value": 0.0001, "from": "setups/tiny-cpu.toml"}]}]
+                                      "overrides": [{"value": 0.0002, "from": "setups/tiny-cpu.toml"}]}]
     explained = run_cli("validate", "--explain", "optim", "recipes/lr.toml", "--setup", "tiny-cpu",
                         cwd=study, check=True).stdout
     assert "lr = 0.5            (set in recipes/lr.toml; overrides 0.0002 from setups/tiny-cpu.toml)" in explained
@@ -109,12 +109,12 @@ def test_run_says_which_value_overrode_which(study):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     assert "override: optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml" in lines
-    assert "override: budget.steps = 10 from --set budget.steps overrides 500 from setups/tiny-cpu.toml" in lines
+    assert "override: budget.steps = 10 from --set budget.steps overrides 750 from setups/tiny-cpu.toml" in lines
     assert any("lr 0.5 (warm-up 5)" in ln for ln in lines)
 
 
 #: (command, --setup given, --set values) -> the override lines it prints, each naming where the
-#: replaced value was set: the recipe file (0.5), the setup (0.0001 and 500), or nowhere (a
+#: replaced value was set: the recipe file (0.5), the setup (0.0002 and 750), or nowhere (a
 #: schema default: no line).  ``run`` merges the default setup when --setup is not given.
 OVERRIDE_CASES = [
     ("validate", False, ["optim.lr=3e-5"],
@@ -123,15 +123,15 @@ OVERRIDE_CASES = [
     ("validate", False, [], []),
     ("validate", True, [], ["optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml"]),
     ("validate", True, ["optim.lr=3e-5"],
-     ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0001 from setups/tiny-cpu.toml"]),
+     ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0002 from setups/tiny-cpu.toml"]),
     ("validate", True, ["budget.steps=10"],
-     ["budget.steps = 10 from --set budget.steps overrides 500 from setups/tiny-cpu.toml",
+     ["budget.steps = 10 from --set budget.steps overrides 750 from setups/tiny-cpu.toml",
       "optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml"]),
     ("run", False, ["optim.lr=3e-5"],
-     ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0001 from setups/tiny-cpu.toml"]),
+     ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0002 from setups/tiny-cpu.toml"]),
     ("run", True, ["optim.lr=3e-5", "budget.steps=10"],
-     ["budget.steps = 10 from --set budget.steps overrides 500 from setups/tiny-cpu.toml",
-      "optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0001 from setups/tiny-cpu.toml"]),
+     ["budget.steps = 10 from --set budget.steps overrides 750 from setups/tiny-cpu.toml",
+      "optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0002 from setups/tiny-cpu.toml"]),
 ]
 
 
@@ -166,7 +166,7 @@ def test_a_recipe_file_variant_trains_its_own_value(study):
                                   VariantSpec("lr", recipe=study / "recipes/lr.toml")))
     p = plan(spec)
     lr = p.variant("lr")
-    assert [str(c) for c in lr.changes] == ["optim.lr 0.0001 -> 0.5"]
+    assert [str(c) for c in lr.changes] == ["optim.lr 0.0002 -> 0.5"]
     assert lr.recipe_hash != p.variant("base").recipe_hash
 
 
@@ -185,8 +185,8 @@ def test_a_variant_that_resolves_to_the_base_is_refused_naming_its_keys(tmp_path
     why = _refusal(tmp_path, "[optim]\nlr = 0.5\n", 'set = ["optim.lr=0.001"]')
     assert why.startswith("variant v trains exactly what base trains (content hash ")
     assert f"optim.lr = 0.5 from {tmp_path / 'v.toml'} is overridden by 0.001 from --set optim.lr" in why
-    why = _refusal(tmp_path, "[optim]\nlr = 1e-4\n[checkpoint]\nevery_steps = 7\n")
-    assert f"optim.lr = 0.0001 from {tmp_path / 'v.toml'} is base's own value" in why
+    why = _refusal(tmp_path, "[optim]\nlr = 2e-4\n[checkpoint]\nevery_steps = 7\n")
+    assert f"optim.lr = 0.0002 from {tmp_path / 'v.toml'} is base's own value" in why
     assert f"checkpoint.every_steps (from {tmp_path / 'v.toml'}) is left out of the content hash" in why
     assert "hardware.threads (from --set hardware.threads) is left out of the content hash" in why
     assert "would reuse base's runs and report a tie" in why
