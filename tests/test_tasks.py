@@ -133,7 +133,7 @@ def test_the_mixture_key_is_validated_and_hash_neutral_when_empty():
     mixed = Recipe.model_validate({"data": {"difficulty": 2, "mix": {"8": 0.3}}})
     assert mixed.data.mix == {"8": 0.3} and mixed.content_hash != plain.content_hash
     assert load("scalerl", "tiny-cpu").data.mix == {"8": 0.3}          # the default setup mixes level 8 in
-    for bad, says in [("{2=0.3}", "names data.difficulty = 2"), ("{0=0.3}", "level '0' is not one of 1-9"),
+    for bad, says in [("{3=0.3}", "names data.difficulty = 3"), ("{0=0.3}", "level '0' is not one of 1-9"),
                       ("{8=1.0}", r"not in \(0, 1\)"), ("{8=0.6,7=0.4}", "add up to 1")]:
         with pytest.raises(UserError, match=says) as err:
             load("scalerl", "tiny-cpu", [f"data.mix={bad}"])
@@ -151,7 +151,7 @@ def test_the_default_setup_has_prompts_for_four_times_its_budget():
 
     recipe = load("scalerl", "tiny-cpu")
     d = recipe.data
-    assert d.difficulty == 3 and dict(d.mix) == {8: 0.3}
+    assert d.difficulty == 3 and d.mix == {"8": 0.3}
     assert check_sizes(d.train_size, recipe.eval.prompts, d.difficulty, d.mix, seed=d.seed) == []
     train = train_problems(d.train_size, seed=d.seed, difficulty=d.difficulty, mix=d.mix)
     held = eval_problems(recipe.eval.prompts, seed=d.seed, difficulty=d.difficulty, mix=d.mix)

@@ -61,8 +61,8 @@ def test_training_groups_get_it_from_the_recipe():
 
 
 def test_the_held_out_pass_rate_counts_a_truncated_right_answer_as_wrong():
-    """The shipped warm start, 7 new tokens: a two-digit answer's reference ("53;\\boxed{53}",
-    7 tokens) fits but its stop token does not, so many right answers are cut.  The pass rate
+    """The shipped warm start (level 3), 9 new tokens: a positive three-digit answer's reference
+    ("503;\\boxed{503}", 9 tokens) fits but its stop token does not, so many right answers are cut.  The pass rate
     with ``truncated`` set equals the share of right completions that ended, counted by hand on
     the same completions (the same seed), and is below the rate that counts them all."""
     from scalectl.rl.evaluation.pass_rate import evaluate
@@ -71,8 +71,8 @@ def test_the_held_out_pass_rate_counts_a_truncated_right_answer_as_wrong():
     from scalectl.rl.train.warmstart import shipped_root
 
     engine = CPURolloutEngine.from_pretrained(shipped_root() / "tiny-cpu")
-    problems = eval_problems(24, seed=0, difficulty=2)
-    params, k, seed = SamplingParams(max_new_tokens=7), 4, 5
+    problems = eval_problems(24, seed=0, difficulty=3)
+    params, k, seed = SamplingParams(max_new_tokens=9), 4, 5
     groups = engine.generate([p.prompt for p in problems], k, params, seed=seed)   # one chunk: seed + 0
     right = [[Scorer()(c.text, p).correct for c in comps] for p, comps in zip(problems, groups)]
     ended = [[c.finish_reason == "stop" for c in comps] for comps in groups]

@@ -14,6 +14,7 @@ import time
 import pytest
 
 from conftest import ROOT, SCALECTL, run_cli
+from scalectl.recipe.load import load
 
 
 def _ablation(tmp_path, seconds_per_step: float = 0.0, *, name: str = "simab",
@@ -236,7 +237,8 @@ def test_plan_from_a_stored_run_of_another_recipe_in_steps_hours_and_wall_clock(
                            cwd=tmp_path, check=True).stdout)["power"]
     assert p["source"] == "fit of stored run other-s0 (500 steps)" and p["axis"] == "gpu_hours"
     assert p["compute_per_step"] == pytest.approx(0.001, rel=1e-3)
-    assert p["budget_steps"] == 10 * math.ceil(5 * p["C_mid"] / p["compute_per_step"] / 10 - 1e-9)
+    every = load("scalerl", "tiny-cpu").eval.every_steps      # the budget is a whole number of evaluations
+    assert p["budget_steps"] == every * math.ceil(5 * p["C_mid"] / p["compute_per_step"] / every - 1e-9)
     assert p["seconds_per_step"] == pytest.approx(2.0) and p["parallel"] == 1
     assert p["device_hours"] == pytest.approx(8 * p["seeds"] * p["budget_steps"] * 0.001, rel=1e-3)
     assert p["wall_seconds"] == pytest.approx(8 * p["seeds"] * p["budget_steps"] * 2.0)
