@@ -1,4 +1,4 @@
-"""The testbed's own checks on the default setup (docs/study.md, "The testbed"): whether a
+"""The testbed's own checks on the default setup (docs/study.md, "The testbed since 2026-12-07"): whether a
 default run identifies its ceiling, the setup's margin from seeds, and the forecast of a fit
 to compute not yet spent, each through the ``scalectl`` commands a user types.  Not a test: it
 trains for minutes to hours and prints what it measured, with the CPU kind and load beside
