@@ -178,3 +178,29 @@ def test_unidentified_reasons_name_the_flags_that_forbid_a_forecast():
     assert unidentified_reasons(fit)
     good = fit_sigmoid(*simulated(seed=1, reach_x=5.0)[:2], bootstrap=100, seed=0)
     assert unidentified_reasons(good) == []
+
+
+def test_one_rule_says_whether_a_ceiling_is_identified_for_compare_forecast_and_planning():
+    """SigmoidFit.ceiling_problems is the one rule; compare, forecast and the planning rule of
+    enough data each read it with their own options (reach, late decline)."""
+    from dataclasses import replace
+
+    from scalectl.curve import Flag
+    from scalectl.curve.planning import identifies
+    from scalectl.science.compare import _unidentified
+
+    good = fit_sigmoid(*simulated(seed=1, reach_x=5.0)[:2], bootstrap=50, seed=0)
+    reached = good.window[1] / good.C_mid
+    assert good.ceiling_problems() == [] and not _unidentified(good)
+    assert good.ceiling_problems(reach=reached * 0.99) == [] and identifies(good, reach=reached * 0.99)
+    short = good.ceiling_problems(reach=reached * 1.01)
+    assert len(short) == 1 and f"{reached:.2g} x C_mid" in short[0] and not identifies(good, reach=reached * 1.01)
+
+    other_bound = replace(good, flags=(Flag("on_bound", "B on its bound", "B"),))
+    assert other_bound.ceiling_problems() == []                       # only A's bound counts
+    on_a = replace(good, flags=(Flag("on_bound", "A on its upper bound 1.0", "A"),))
+    assert on_a.ceiling_problems() == ["A on its upper bound 1.0"] and _unidentified(on_a)
+    assert unidentified_reasons(on_a) == ["A on its upper bound 1.0"]
+    falls = replace(good, flags=(Flag("late_decline", "falls 0.03 after its peak"),))
+    assert falls.ceiling_problems() == [] and not _unidentified(falls)          # compare judges it apart
+    assert falls.ceiling_problems(decline=True) == unidentified_reasons(falls) == ["falls 0.03 after its peak"]

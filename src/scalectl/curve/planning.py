@@ -23,9 +23,7 @@ def identifies(fit: SigmoidFit, reach: float = IDENTIFY_REACH) -> bool:
     """Whether ``fit`` identifies its ceiling by the one rule of enough data: no
     ``ceiling_not_identified`` flag, A on no bound, and its points reach ``reach`` x C_mid
     (:data:`scalectl.defaults.IDENTIFY_REACH`, measured in docs/fitting.md, "How far a run must go")."""
-    return (not fit.has_flag("ceiling_not_identified")
-            and not any(f.code == "on_bound" and f.param == "A" for f in fit.flags)
-            and fit.window[1] >= reach * fit.C_mid)
+    return not fit.ceiling_problems(reach=reach)
 
 
 def identifying_steps(C_mid: float, compute_per_step: float, step_multiple: int = 1,

@@ -198,8 +198,7 @@ def speed_ratio(cur: RunCurve, base: RunCurve, q: float = SPEED_FRACTION, level:
 
 
 def _unidentified(fit: SigmoidFit) -> bool:
-    return fit.has_flag("ceiling_not_identified") or any(
-        fl.code == "on_bound" and fl.param == "A" for fl in fit.flags)
+    return bool(fit.ceiling_problems())
 
 
 def _verdict(name: str, cur: RunCurve, base: RunCurve, base_name: str, margin: float

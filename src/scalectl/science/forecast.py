@@ -52,8 +52,7 @@ def unidentified_reasons(fit: SigmoidFit) -> list[str]:
     """Why a fit's ceiling cannot carry a forecast: the messages of its flags
     ``ceiling_not_identified``, ``on_bound`` of A and ``late_decline`` (a run falling after a
     peak is not a sigmoid, docs/method.md section 7).  Empty when it can."""
-    return [f.message for f in fit.flags
-            if f.code in ("ceiling_not_identified", "late_decline") or (f.code == "on_bound" and f.param == "A")]
+    return fit.ceiling_problems(decline=True)
 
 
 def check_compute(values: Sequence[float], *, after: float, what: str = "compute") -> np.ndarray:
