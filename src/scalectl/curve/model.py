@@ -164,24 +164,28 @@ class SigmoidFit:
     def flag_codes(self) -> tuple[str, ...]:
         return tuple(f.code for f in self.flags)
 
-    def ceiling_problems(self, *, reach: float | None = None, decline: bool = False) -> list[str]:
+    def ceiling_problems(self, *, reach: float | None = None, decline: bool = False,
+                         interval_bound: bool = False) -> list[str]:
         """Why this fit's ceiling A is not identified; empty when it is.  The one rule behind
         ``compare``'s verdicts, ``forecast``'s refusals and the planning rule of enough data.
 
         Always counted: the ``ceiling_not_identified`` flag and A on a bound (``on_bound`` of A),
         each by its flag's message.  With ``decline``, also ``late_decline`` (a run falling after a
         peak is not a sigmoid, docs/method.md section 7).  With ``reach``, also points that do not
-        reach ``reach`` x C_mid on the fit's axis (docs/fitting.md, "How far a run must go").
+        reach ``reach`` x C_mid on the fit's axis (docs/fitting.md, "How far a run must go").  With
+        ``interval_bound``, also an interval of A that reaches a bound (``interval_on_bound`` of A).
 
         Args:
             reach: the multiple of C_mid the last window point must reach, or None for no such rule.
             decline: whether a late decline counts against the ceiling.
+            interval_bound: whether A's interval on a bound counts against it (the margin's rule).
 
         Returns:
             One message per reason, in the order of the fit's flags, then the reach.
         """
         codes = ("ceiling_not_identified", "late_decline") if decline else ("ceiling_not_identified",)
-        out = [f.message for f in self.flags if f.code in codes or (f.code == "on_bound" and f.param == "A")]
+        bounds = ("on_bound", "interval_on_bound") if interval_bound else ("on_bound",)
+        out = [f.message for f in self.flags if f.code in codes or (f.code in bounds and f.param == "A")]
         if reach is not None and not self.window[1] >= reach * self.C_mid:
             out.append(f"the last point lies at {self.window[1] / self.C_mid:.2g} x C_mid, short of the "
                        f"{reach:g} x C_mid where a ceiling counts as identified")

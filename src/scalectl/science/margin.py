@@ -44,8 +44,6 @@ PAPER, GIVEN, FILE, MEASURED = "paper", "given", "file", "measured"
 #: The paper's default, as a sentence.
 PAPER_WHERE = ("the paper's default: three 8B ScaleRL runs within +-0.015, rounded up; "
                "`scalectl margin` measures your own")
-#: Flags that leave a run's ceiling out of a measured margin.
-UNIDENTIFIED = ("ceiling_not_identified",)
 
 
 @dataclass(frozen=True)
@@ -177,9 +175,9 @@ def seed_groups(store) -> dict[str, list[dict]]:
 
 
 def _identified(fit) -> bool:
-    """Whether a fit pins its ceiling: no ``ceiling_not_identified`` flag, A on no bound."""
-    return not any(f.code in UNIDENTIFIED or (f.code in ("on_bound", "interval_on_bound") and f.param == "A")
-                   for f in fit.flags)
+    """Whether a fit pins its ceiling: no ``ceiling_not_identified`` flag, neither A nor its
+    interval on a bound (:meth:`scalectl.curve.SigmoidFit.ceiling_problems`)."""
+    return not fit.ceiling_problems(interval_bound=True)
 
 
 def measure(store, runs: Sequence[dict], opts, *, level: float = 0.95, recipe_hash: str | None = None,
