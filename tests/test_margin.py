@@ -6,6 +6,7 @@ from __future__ import annotations
 import io
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -277,3 +278,50 @@ def test_until_decided_takes_a_measured_margin(tmp_path):
     staged = until.prepare(spec, db=str(db), setup=setup, overrides=("budget.steps=50",), margin="auto")
     assert staged.margin.source == MEASURED and staged.limits.margin == staged.margin.value
     assert staged.margin.recipe_hash == base_hash
+
+
+def test_margin_until_step_reads_seeds_extended_past_their_budget_as_runs_of_it(tmp_path):
+    """Three seeds at 100 steps measure a margin; all three extended to 150 steps then hold the
+    150-step recipe's hash: `scalectl margin ... --until-step 100` fits each on its points up to
+    step 100 and measures the margin of the 100-step runs again, under that recipe's hash; a step
+    past a run's last one, runs of another recipe, or --until-step without runs are refused and
+    the store is not changed."""
+    import functools
+    import hashlib
+
+    from scalectl.launch import runs
+    from scalectl.recipe.load import load
+
+    db, folder = tmp_path / "s.db", tmp_path / "runs"
+    stores = functools.partial(Store.open, db)
+    sets = ["model.path=simulated:C_mid=0.02,seconds_per_step=0", "eval.every_steps=10", "budget.steps=100"]
+    names = [f"scalerl-s{s}" for s in (0, 1, 2)]
+    for seed in (0, 1, 2):
+        runs.start(stores, "scalerl", setup="simulated", overrides=[*sets, f"seed={seed}"], runs_dir=folder)
+    args = ["--db", str(db), "--bootstrap", "200", "--json"]
+    before = json.loads(run_cli("margin", *names, *args, check=True).stdout)["margins"][0]
+    for name in names:
+        assert runs.resume(stores, name, overrides=["budget.steps=150"]).outcome == runs.COMPLETED
+    longer = json.loads(run_cli("margin", *names, *args, check=True).stdout)["margins"][0]
+    cut = json.loads(run_cli("margin", *names, "--until-step", "100", *args, check=True).stdout)["margins"][0]
+    assert longer["recipe_hash"] == load("scalerl", "simulated", [*sets[:2], "budget.steps=150"]).content_hash
+    assert cut["recipe_hash"] == before["recipe_hash"] == load("scalerl", "simulated", sets).content_hash
+    assert cut["value"] == pytest.approx(before["value"], rel=1e-12)
+    assert sorted(cut["ceilings"]) == pytest.approx(sorted(before["ceilings"]), rel=1e-12)
+    assert longer["ceilings"] != pytest.approx(before["ceilings"], rel=1e-6)   # the 150 steps fit other points
+
+    runs.start(stores, "grpo", setup="simulated", overrides=[*sets, "seed=0"], runs_dir=folder)
+    digest = hashlib.sha256(db.read_bytes()).hexdigest()
+    refusals = [
+        (["--until-step", "200"], "--until-step 200: run.s. not trained that far: scalerl-s0 .last step 150."),
+        (["--until-step", "0"], "--until-step must be a step >= 1"),
+        (["scalerl-s0", "scalerl-s1", "grpo-s0", "--until-step", "100"],
+         "--until-step reads seeds of one recipe content .budgets aside.: scalerl-s0 .*grpo-s0"),
+    ]
+    for extra, message in refusals:
+        argv = ["margin", *(names if extra[0].startswith("--") else []), *extra, "--db", str(db), "--bootstrap", "50"]
+        proc = run_cli(*argv)
+        assert proc.returncode == 2 and re.search(message, proc.stdout + proc.stderr), (argv, proc.stdout + proc.stderr)
+    proc = run_cli("margin", "--until-step", "100", "--db", str(db))
+    assert proc.returncode == 2 and "--until-step needs the runs named" in proc.stdout + proc.stderr
+    assert hashlib.sha256(db.read_bytes()).hexdigest() == digest

@@ -34,6 +34,10 @@ def margin(
     method: MethodOption = "vp",
     bootstrap: BootstrapOption = 1000,
     seed: SeedOption = 0,
+    until_step: Annotated[int | None, typer.Option(
+        "--until-step", help="Fit each named run on its points up to this step: runs trained further read as "
+                             "runs of that budget (seeds of one recipe, budgets aside; each must have reached it).")
+    ] = None,
     db: DbOption = None,
     json_: JsonOption = False,
 ) -> None:
@@ -46,12 +50,16 @@ def margin(
     `compare --margin`, `ablate --margin`, or `--margin auto` to measure it there.
     """
     from scalectl.science.fits import FitOptions
-    from scalectl.science.margin import MIN_RUNS, measure, seed_groups
+    from scalectl.science.margin import MIN_RUNS, measure, measure_until, seed_groups
 
     opts = FitOptions(axis, min_compute, method, "auto", bootstrap, 0.95, seed)
     measured, short, failed = [], [], []
     with open_store(db) as store:
-        if runs:
+        if until_step is not None and not runs:
+            raise UserError("--until-step needs the runs named (scalectl margin RUN RUN RUN --until-step N)")
+        if runs and until_step is not None:
+            measured.append(measure_until(store, [store.get_run(r) for r in runs], opts, until_step, level=level))
+        elif runs:
             measured.append(measure(store, [store.get_run(r) for r in runs], opts, level=level))
         else:
             for digest, group in seed_groups(store).items():

@@ -861,6 +861,20 @@ class Recipe(_Section):
 _KEY_BUDGET = {"steps": 1, "gpu_hours": None}
 
 
+def hash_at_budget(recipe: "Recipe | dict | None", steps: int) -> str | None:
+    """The content hash the same recipe has with ``budget.steps = steps`` (and no
+    ``budget.gpu_hours``): the recipe of a run read up to that step, as a run extended past its
+    budget still holds the shorter run's points.  None as :func:`training_key` says."""
+    data = recipe.to_dict() if isinstance(recipe, Recipe) else dict(recipe or {})
+    if not data:
+        return None
+    data["budget"] = dict(data.get("budget") or {}, steps=int(steps), gpu_hours=None)
+    try:
+        return Recipe.model_validate(data).content_hash
+    except (ValueError, TypeError):
+        return None
+
+
 def training_key(recipe: "Recipe | dict | None") -> str | None:
     """The content hash of a recipe with its budget left out: what two runs share when one is
     the other trained further (the budget only says when the loop stops, :mod:`scalectl.rl.loop`),

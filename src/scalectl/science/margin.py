@@ -224,6 +224,32 @@ def measure(store, runs: Sequence[dict], opts, *, level: float = 0.95, recipe_ha
     return from_ceilings(ceilings, names, level=level, recipe_hash=recipe_hash, left_out=left_out)
 
 
+def measure_until(store, runs: Sequence[dict], opts, steps: int, *, level: float = 0.95) -> Margin:
+    """The margin of ``runs`` (seeds of one recipe content, whatever budget each was trained to)
+    read as runs of ``steps`` steps: each fitted on its points up to that step (:func:`measure`
+    with ``until``), as a run extended past its budget still holds the shorter run's points.
+
+    Raises:
+        UserError: ``steps`` < 1, runs of different recipe contents
+            (:func:`scalectl.recipe.schema.training_key`) or without a stored recipe, a run whose
+            points stop before ``steps`` (naming it and its last step), or what :func:`measure` raises.
+    """
+    from scalectl.recipe.schema import hash_at_budget, training_key
+
+    if steps < 1:
+        raise UserError(f"--until-step must be a step >= 1 (given {steps})")
+    keys = {r["name"]: training_key(r["recipe"]) if r.get("recipe") else None for r in runs}
+    if None in keys.values() or len(set(keys.values())) > 1:
+        raise UserError("--until-step reads seeds of one recipe content (budgets aside): "
+                        + ", ".join(f"{r['name']} ({r.get('recipe_hash') or 'no recipe'})" for r in runs))
+    last = {r["id"]: r.get("last_step") or 0 for r in store.list_runs()}
+    short = [f"{r['name']} (last step {last.get(r['id'], 0)})" for r in runs if last.get(r["id"], 0) < steps]
+    if short:
+        raise UserError(f"--until-step {steps}: run(s) not trained that far: {', '.join(short)}")
+    return measure(store, runs, opts, level=level, recipe_hash=hash_at_budget(runs[0]["recipe"], steps),
+                   until={r["id"]: steps for r in runs})
+
+
 def _common_budget(runs: Sequence[dict]) -> tuple[int, str] | None:
     """For runs of one recipe trained to different budgets (the same content hash once the budget
     is left out: :func:`scalectl.recipe.schema.training_key`; one extended, say): (the smallest
