@@ -6,6 +6,8 @@ every run; every result also goes as one JSON line to ``--results``.
 
     python scripts/testbed.py identify --runs 10 --label quiet   # 10 default runs (seed 0, 500 steps)
     python scripts/testbed.py margin --seeds 3                    # ScaleRL on 3 seeds -> scalectl margin
+    python scripts/testbed.py margin --names long-s0,long-s1,long-s2 --until-step 750
+                                                                  # the margin of stored runs at a budget
     python scripts/testbed.py forecast --runs 3 --steps 2000      # default runs extended to 2,000 steps,
                                                                   # extrapolated from 1/4 and 1/2
     python scripts/testbed.py table                               # every result so far, as a table
@@ -125,17 +127,20 @@ def identify(args) -> None:
 
 
 def margin(args) -> None:
-    """ScaleRL on ``--seeds`` seeds (the setup's budget): ``scalectl margin`` on them."""
-    names = []
-    for seed in range(args.seeds):
+    """ScaleRL on ``--seeds`` seeds (the setup's budget): ``scalectl margin`` on them.  With
+    ``--names``, the margin of those stored runs instead (no training), read up to
+    ``--until-step`` when given (seeds extended past the budget, as the forecast runs are)."""
+    names = args.names.split(",") if args.names else []
+    for seed in range(0 if names else args.seeds):
         name = f"margin-s{seed}"
         timing = train(name, args, "--seed", str(seed))
         row = {"run": name, "seed": seed, **timing, **fit(name, args.db)}
         if not timing["reused"]:
             record(args, "margin-seed", row)
         names.append(name)
-    out = json.loads(scalectl("margin", *names, "--db", args.db, "--json").stdout)
-    record(args, "margin", {"runs": names, "margin": out})
+    cut = ["--until-step", str(args.until_step)] if args.until_step else []
+    out = json.loads(scalectl("margin", *names, *cut, "--db", args.db, "--json").stdout)
+    record(args, "margin", {"runs": names, "until_step": args.until_step, "margin": out})
     print(json.dumps(out, indent=1))
 
 
@@ -213,6 +218,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10)
     parser.add_argument("--seeds", type=int, default=3)
     parser.add_argument("--steps", type=int, default=2000)
+    parser.add_argument("--names", default="", help="margin: stored runs (comma list) instead of training seeds")
+    parser.add_argument("--until-step", type=int, default=None, help="margin: read the runs up to this step")
     parser.add_argument("--label", default="quiet", help="names the identification runs (quiet, busy, ...)")
     parser.add_argument("--first-seed", type=int, default=0, help="forecast: the first run's seed")
     parser.add_argument("--prefix", default="long-s", help="forecast: run names, PREFIX + seed")

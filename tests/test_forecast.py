@@ -204,3 +204,6 @@ def test_one_rule_says_whether_a_ceiling_is_identified_for_compare_forecast_and_
     falls = replace(good, flags=(Flag("late_decline", "falls 0.03 after its peak"),))
     assert falls.ceiling_problems() == [] and not _unidentified(falls)          # compare judges it apart
     assert falls.ceiling_problems(decline=True) == unidentified_reasons(falls) == ["falls 0.03 after its peak"]
+    interval = replace(good, flags=(Flag("interval_on_bound", "A's interval reaches 1.0", "A"),))
+    assert interval.ceiling_problems() == [] and interval.ceiling_problems(interval_bound=True) == [
+        "A's interval reaches 1.0"]
