@@ -20,6 +20,7 @@ from scalectl.science.margin import (
     MEASURED,
     PAPER,
     for_ablation,
+    fit_standard_error,
     from_ceilings,
     measure,
     measure_hash,
@@ -95,6 +96,40 @@ def test_margin_measured_from_the_seeds_in_the_store(tmp_path):
                               check=True).stdout)
     assert data["margins"][0]["value"] == pytest.approx(m.value, rel=1e-12)
     assert data["margins"][0]["rule"] == "2 x the sd of A over the runs"
+
+
+def test_margin_splits_the_seeds_spread_into_the_fits_own_uncertainty_and_the_runs(tmp_path):
+    # by hand: sd 0.02; the fits' errors 0.01, 0.02, 0.02 -> rms sqrt(3e-4) = 0.01732, the rest sqrt(4e-4 - 3e-4)
+    m = from_ceilings([0.60, 0.62, 0.64], ["a", "b", "c"], standard_errors=[0.01, 0.02, 0.02])
+    assert m.fit_sd == pytest.approx(math.sqrt(3e-4), rel=1e-12) and m.run_sd == pytest.approx(0.01, rel=1e-9)
+    assert from_ceilings([0.60, 0.62, 0.64], ["a", "b", "c"], standard_errors=[0.03] * 3).run_sd == 0.0
+    assert from_ceilings([0.60, 0.62, 0.64], ["a", "b", "c"]).run_sd is None
+    with pytest.raises(ValueError, match="2 standard errors for 3 ceilings"):
+        from_ceilings([0.60, 0.62, 0.64], ["a", "b", "c"], standard_errors=[0.01, 0.02])
+
+    # a fit's own error: its A interval's half-width over the normal quantile (1.959964 at 95 %, 1.644854 at 90 %)
+    class Fit:
+        intervals, level = {"A": (0.50, 0.50 + 2 * 1.959964 * 0.01)}, 0.95
+    assert fit_standard_error(Fit) == pytest.approx(0.01, rel=1e-6)
+    Fit.level = 0.90
+    assert fit_standard_error(Fit) == pytest.approx(0.01 * 1.959964 / 1.644854, rel=1e-6)
+    Fit.intervals = {}
+    assert fit_standard_error(Fit) is None
+
+    # from the store: the rms of the stored fits' errors, as `scalectl fit` reports their intervals
+    db = tmp_path / "s.db"
+    _seed_store(db, [0.60, 0.62, 0.64])
+    data = json.loads(run_cli("margin", "r0", "r1", "r2", "--db", str(db), "--bootstrap", "200", "--json",
+                              check=True).stdout)["margins"][0]
+    fits = json.loads(run_cli("fit", "r0", "r1", "r2", "--db", str(db), "--bootstrap", "200", "--json",
+                              check=True).stdout)["fits"]
+    ses = [(f["fit"]["intervals"]["A"][1] - f["fit"]["intervals"]["A"][0]) / (2 * 1.959964) for f in fits]
+    assert data["fit_sd"] == pytest.approx(math.sqrt(np.mean(np.square(ses))), rel=1e-5)
+    assert data["run_sd"] == pytest.approx(math.sqrt(max(data["sd"] ** 2 - data["fit_sd"] ** 2, 0)), rel=1e-9)
+    # ceilings 0.02 apart from fits with noise sd 0.002: the runs, not the fits, make the spread
+    assert data["fit_sd"] < data["sd"] / 2
+    out = run_cli("margin", "r0", "r1", "r2", "--db", str(db), "--bootstrap", "200", check=True).stdout
+    assert f"the fits' own uncertainty on A (sd {data['fit_sd']:.4f})" in out and "the runs themselves differ" in out
 
 
 def test_compare_says_which_margin_it_used(tmp_path):

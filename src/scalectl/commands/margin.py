@@ -99,6 +99,12 @@ def _print_margin(m) -> None:
     out.print(f"  margin {m.value:.3g} [{lo:.3g}, {hi:.3g}] ({m.level:.0%} chi-square interval of 2 x sd); "
               f"the paper's rule on these runs (largest deviation from the mean, rounded up to 0.01): "
               f"{m.paper_rule:.2g}", soft_wrap=True, markup=False, highlight=False)
+    if m.fit_sd is not None:
+        share = min(m.fit_sd ** 2 / m.sd ** 2, 1.0)
+        what = ("longer runs or a larger evaluation narrow the margin" if share >= 0.5 else
+                "the runs themselves differ: more data per run narrows it little")
+        out.print(f"  the fits' own uncertainty on A (sd {m.fit_sd:.4f}) is {share:.0%} of the ceilings' variance, "
+                  f"the runs beyond it sd {m.run_sd:.4f}: {what}", soft_wrap=True, markup=False, highlight=False)
     out.print(f"  use it: --margin {m.value:.3g} (compare, ablate, report), or --margin auto", soft_wrap=True,
               markup=False, highlight=False)
 

@@ -19,6 +19,11 @@ seed-to-seed spread, so a margin can be measured here (docs/fitting.md, "Your ow
   narrows it.
 * **the paper's rule on the same runs**, for comparison: the largest |A_i - mean A| rounded
   up to a multiple of 0.01 (+-0.015 -> 0.02).
+* **what the spread is made of**: each fit's own uncertainty on A, its interval's half-width
+  over the normal quantile of its level (1.96 at 95 %), has the root mean square s_fit; the
+  part of s_A it does not explain, s_run = sqrt(max(s_A^2 - s_fit^2, 0)), is what the runs
+  themselves differ by.  When s_fit is most of s_A, longer runs or a larger evaluation
+  narrow the margin; when s_run is, only the recipe or the setup does.
 
 A run's ceiling counts only when its fit identifies it: fits flagged
 ``ceiling_not_identified`` or with A on a bound are left out, and named.
@@ -54,7 +59,8 @@ class Margin:
     file's ``margin``) or :data:`MEASURED`; ``where`` says it in words.  A measured margin
     also has its ``interval`` at ``level``, the runs it was measured from, their ceilings'
     mean and sd, the recipe hash and the paper's rule on the same runs (``paper_rule``);
-    ``left_out`` names the runs whose ceilings were not identified.
+    ``left_out`` names the runs whose ceilings were not identified; ``fit_sd`` is the root
+    mean square of the fits' own standard errors on A, and :attr:`run_sd` the rest of ``sd``.
     """
 
     value: float
@@ -69,6 +75,15 @@ class Margin:
     recipe_hash: str | None = None
     paper_rule: float | None = None
     left_out: tuple[str, ...] = field(default=())
+    fit_sd: float | None = None
+
+    @property
+    def run_sd(self) -> float | None:
+        """The part of the ceilings' sd that the fits' own uncertainty does not explain:
+        sqrt(max(sd^2 - fit_sd^2, 0)) (module docstring); None without both."""
+        if self.sd is None or self.fit_sd is None:
+            return None
+        return math.sqrt(max(self.sd ** 2 - self.fit_sd ** 2, 0.0))
 
     def line(self) -> str:
         """'margin 0.024 [0.013, 0.15] (measured from ...)': what a command prints."""
@@ -82,7 +97,7 @@ class Margin:
                 "runs": list(self.runs), "ceilings": list(self.ceilings), "mean": self.mean, "sd": self.sd,
                 "recipe_hash": self.recipe_hash, "rule": f"{K_SD:g} x the sd of A over the runs"
                 if self.source == MEASURED else None, "paper_rule": self.paper_rule,
-                "left_out": list(self.left_out)}
+                "left_out": list(self.left_out), "fit_sd": self.fit_sd, "run_sd": self.run_sd}
 
 
 def check_value(value: float, what: str = "margin") -> float:
@@ -109,9 +124,12 @@ def given(value: float, where: str = "") -> Margin:
 
 
 def from_ceilings(ceilings: Sequence[float], runs: Sequence[str], *, level: float = 0.95,
-                  recipe_hash: str | None = None, left_out: Sequence[str] = ()) -> Margin:
+                  recipe_hash: str | None = None, left_out: Sequence[str] = (),
+                  standard_errors: Sequence[float] | None = None) -> Margin:
     """The margin measured from the fitted ceilings A (pass rates) of repeated runs (module
-    docstring: K_SD x their sd, with its chi-square interval at ``level``).
+    docstring: K_SD x their sd, with its chi-square interval at ``level``).  ``standard_errors``:
+    each fit's own standard error on its A (:func:`fit_standard_error`), one per ceiling, whose
+    root mean square becomes ``fit_sd``.
 
     Raises:
         UserError: fewer than :data:`MIN_RUNS` ceilings, a level outside (0, 1), or ceilings
@@ -138,8 +156,27 @@ def from_ceilings(ceilings: Sequence[float], runs: Sequence[str], *, level: floa
     where = (f"measured: {K_SD:g} x the sd {sd:.4f} of A over {n} runs"
              + (f" of recipe {recipe_hash}" if recipe_hash else "") + f" ({', '.join(runs)}); "
              f"{level:.0%} chi-square interval; the paper's rule on them gives {rule:.2g}")
+    fit_sd = None
+    if standard_errors is not None:
+        if len(standard_errors) != n:
+            raise ValueError(f"{len(standard_errors)} standard errors for {n} ceilings")
+        fit_sd = math.sqrt(sum(float(e) ** 2 for e in standard_errors) / n)
+        where += f"; the fits' own uncertainty on A: sd {fit_sd:.4f}"
     return Margin(check_value(K_SD * sd, "measured margin"), MEASURED, where, (lo, hi), level, tuple(runs),
-                  tuple(a), mean, sd, recipe_hash, rule, tuple(left_out))
+                  tuple(a), mean, sd, recipe_hash, rule, tuple(left_out), fit_sd)
+
+
+def fit_standard_error(fit) -> float | None:
+    """A fit's own standard error on its ceiling A (pass rate): its A interval's half-width over
+    the normal quantile of the interval's level, (hi - lo) / (2 z_{(1 + level) / 2}) (1.96 at
+    95 %); None when the fit has no interval on A.  The bootstrap interval need not be symmetric:
+    this is the sd of a normal with an interval of that width."""
+    from scipy.stats import norm
+
+    iv = fit.intervals.get("A")
+    if iv is None:
+        return None
+    return (float(iv[1]) - float(iv[0])) / (2 * float(norm.ppf(0.5 + fit.level / 2)))
 
 
 # --------------------------------------------------------------------------- from the store
@@ -207,12 +244,13 @@ def measure(store, runs: Sequence[dict], opts, *, level: float = 0.95, recipe_ha
                             + ", ".join(f"{r['name']} ({r.get('recipe_hash') or 'no hash'})" for r in runs))
         steps, recipe_hash = common
         until.update({r["id"]: steps for r in runs if r.get("recipe_hash") != recipe_hash})
-    ceilings, names, left_out = [], [], []
+    ceilings, names, left_out, ses = [], [], [], []
     for run in runs:
         fit = fit_run(store, run, opts if run["id"] not in until else replace(opts, until_step=until[run["id"]]))[0].fit
         if _identified(fit):
             ceilings.append(fit.A)
             names.append(run["name"])
+            ses.append(fit_standard_error(fit))
         else:
             left_out.append(run["name"])
     if len(ceilings) < MIN_RUNS:
@@ -221,7 +259,8 @@ def measure(store, runs: Sequence[dict], opts, *, level: float = 0.95, recipe_ha
         raise UserError(f"a margin needs at least {MIN_RUNS} completed runs of one recipe whose fits identify "
                         f"the ceiling; {len(ceilings)} found{why}")
     recipe_hash = recipe_hash or next((r.get("recipe_hash") for r in runs if r["id"] not in until), None)
-    return from_ceilings(ceilings, names, level=level, recipe_hash=recipe_hash, left_out=left_out)
+    return from_ceilings(ceilings, names, level=level, recipe_hash=recipe_hash, left_out=left_out,
+                         standard_errors=None if None in ses else ses)
 
 
 def measure_until(store, runs: Sequence[dict], opts, steps: int, *, level: float = 0.95) -> Margin:
