@@ -117,7 +117,7 @@ def main() -> None:
               f"{'identified':>10}")
         for m, n, k in settings:
             rng = np.random.default_rng([m, n, k, sum(map(ord, name))])
-            draws = 1 if (n >= n_all and k >= k_all) else args.draws
+            draws = 1 if k >= k_all else args.draws      # fewer prompts alone: the first n, no draw
             fits = [fit_thinned(thinned(points, m, n, k, rng), axis, min_c, threshold, args.bootstrap, d)
                     for d in range(draws)]
             widths = [f.intervals["A"][1] - f.intervals["A"][0] for f in fits]
@@ -126,7 +126,8 @@ def main() -> None:
             a = [f.A for f in fits]
             row = {"run": name, "m": m, "every": m * every_steps, "prompts": n, "samples": k,
                    "eval_per_train": cost, "A_mean": float(np.mean(a)), "A_sd": float(np.std(a)),
-                   "width": float(np.mean(widths)), "identified": ok, "draws": len(fits)}
+                   "width": float(np.mean(widths)), "identified": ok, "draws": len(fits),
+                   "full": n >= n_all and k >= k_all}
             rows.append(row)
             print(f"  {row['every']:>5} {n:>7} {k:>2} {cost:>10.2f} {row['A_mean']:>7.3f} {row['A_sd']:>6.3f} "
                   f"{row['width']:>6.3f} {ok:>6}/{len(fits)}", flush=True)
@@ -136,6 +137,29 @@ def main() -> None:
         print(f"  every {sel[0]['every']:>3} steps, {n} x {k}: eval/train {sel[0]['eval_per_train']:.2f}, "
               f"A sd over draws {np.mean([r['A_sd'] for r in sel]):.3f}, width {np.mean([r['width'] for r in sel]):.3f}, "
               f"identified {sum(r['identified'] for r in sel)}/{sum(r['draws'] for r in sel)}")
+
+    scaling(rows)
+
+
+def scaling(rows: list[dict]) -> None:
+    """How the A interval's width scales with the evaluation's size (prompts x samples, a point
+    at every evaluation kept): the least-squares slope of log(width / the run's full-evaluation
+    width) on log(size / full size) over the settings and runs measured, and the width that
+    slope gives at twice and four times the full evaluation (an extrapolation: a width of pure
+    sampling noise would have slope -1/2)."""
+    full = [r for r in rows if r["m"] == 1]
+    base = {r["run"]: r for r in full if r["full"]}
+    pts = [(r["prompts"] * r["samples"] / (base[r["run"]]["prompts"] * base[r["run"]]["samples"]),
+            r["width"] / base[r["run"]]["width"]) for r in full if r["run"] in base and not r["full"]]
+    if len(pts) < 2:
+        return
+    x, y = np.log([p[0] for p in pts]), np.log([p[1] for p in pts])
+    slope = float(np.sum(x * y) / np.sum(x * x))          # through the full evaluation (0, 0)
+    w = float(np.mean([b["width"] for b in base.values()]))
+    print(f"\nwidth vs evaluation size (a point every evaluation, {len(pts)} thinned fits against their run's "
+          f"full one): slope {slope:+.2f} (sampling noise alone: -0.50); mean full width {w:.3f}, "
+          f"at 2 x the evaluation {w * 2 ** slope:.3f}, at 4 x {w * 4 ** slope:.3f}")
+
 
 if __name__ == "__main__":
     main()
