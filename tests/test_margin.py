@@ -129,7 +129,10 @@ def test_margin_splits_the_seeds_spread_into_the_fits_own_uncertainty_and_the_ru
     # ceilings 0.02 apart from fits with noise sd 0.002: the runs, not the fits, make the spread
     assert data["fit_sd"] < data["sd"] / 2
     out = run_cli("margin", "r0", "r1", "r2", "--db", str(db), "--bootstrap", "200", check=True).stdout
-    assert f"the fits' own uncertainty on A (sd {data['fit_sd']:.4f})" in out and "the runs themselves differ" in out
+    share = data["fit_sd"] ** 2 / data["sd"] ** 2
+    assert (f"of the ceilings' variance, {share:.0%} is the fits' own uncertainty on A (sd {data['fit_sd']:.4f}) and "
+            f"{1 - share:.0%} the runs' (sd {data['run_sd']:.4f}): fits without error would give a margin of "
+            f"{2 * data['run_sd']:.3g}") in out
 
 
 def test_compare_says_which_margin_it_used(tmp_path):

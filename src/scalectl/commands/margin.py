@@ -101,10 +101,10 @@ def _print_margin(m) -> None:
               f"{m.paper_rule:.2g}", soft_wrap=True, markup=False, highlight=False)
     if m.fit_sd is not None:
         share = min(m.fit_sd ** 2 / m.sd ** 2, 1.0)
-        what = ("longer runs or a larger evaluation narrow the margin" if share >= 0.5 else
-                "the runs themselves differ: more data per run narrows it little")
-        out.print(f"  the fits' own uncertainty on A (sd {m.fit_sd:.4f}) is {share:.0%} of the ceilings' variance, "
-                  f"the runs beyond it sd {m.run_sd:.4f}: {what}", soft_wrap=True, markup=False, highlight=False)
+        out.print(f"  of the ceilings' variance, {share:.0%} is the fits' own uncertainty on A (sd {m.fit_sd:.4f}) and "
+                  f"{1 - share:.0%} the runs' (sd {m.run_sd:.4f}): fits without error would give a margin of "
+                  f"{2 * m.run_sd:.3g}; longer runs or a larger evaluation narrow it that far, no further",
+                  soft_wrap=True, markup=False, highlight=False)
     out.print(f"  use it: --margin {m.value:.3g} (compare, ablate, report), or --margin auto", soft_wrap=True,
               markup=False, highlight=False)
 
