@@ -144,3 +144,28 @@ def test_prediction_band_covers_at_least_85_percent_of_held_out_points(data):
     assert summary["coverage"] >= 0.85, (
         f"{summary['inside']}/{summary['held_out']} held-out points inside the 95% band: "
         + "; ".join(f"{r['run']} {r['inside']}/{r['held_out']}" for r in summary["runs"]))
+
+
+def test_the_default_setups_long_runs_and_their_forecast_from_half_of_each():
+    """tests/data/testbed_default_runs.json: three seeds of the default setup (level 3, lr 2e-4,
+    a point every 15 steps), seed 0 extended to 2,000 steps and seeds 1 and 2 to 1,250
+    (docs/study.md, "The testbed since 2026-12-07").  Whole runs of one recipe content, each pass
+    rate the mean@k of its per-prompt counts; extrapolated from the first half of each, the
+    band holds the points documented there (157 of 178) and the partial fits' ceilings lie
+    above the whole runs' (the falling ceiling the study describes)."""
+    long = json.loads((ROOT / "tests" / "data" / "testbed_default_runs.json").read_text())
+    runs = {r["name"]: r for r in long["runs"]}
+    assert sorted(runs) == ["long-s0", "long-s1", "long-s2"] and {r["seed"] for r in runs.values()} == {0, 1, 2}
+    assert len(long["made"]["commit"]) == 40 and len(long["made"]["commands"]) == 3
+    for r in runs.values():
+        last = 2000 if r["name"] == "long-s0" else 1250
+        assert r["status"] == "completed" and r["fit"]["axis"] == "flops"
+        assert [p["step"] for p in r["points"]] == list(range(0, last + 1, 15)) + ([last] if last % 15 else [])
+        for p in r["points"]:
+            assert len(p["correct_counts"]) == 500 and p["k"] == 8
+            assert p["pass_rate"] == pytest.approx(np.mean(p["correct_counts"]) / p["k"], abs=1e-9)
+    assert runs["long-s1"]["recipe_hash"] == runs["long-s2"]["recipe_hash"] != runs["long-s0"]["recipe_hash"]
+    summary = _script("band_coverage").coverage(long)
+    assert (summary["inside"], summary["held_out"]) == (157, 178)
+    whole = {"long-s0": 0.584, "long-s1": 0.595, "long-s2": 0.596}     # scalectl fit of each whole run
+    assert all(r["A"] > whole[r["run"]] + 0.015 for r in summary["runs"])
