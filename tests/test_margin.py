@@ -7,12 +7,13 @@ import io
 import json
 import math
 import re
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from conftest import ROOT, run_cli
 
-from scalectl.curve import sigmoid
+from scalectl.curve import SigmoidFit, sigmoid
 from scalectl.errors import UserError
 from scalectl.science.fits import FitOptions
 from scalectl.science.margin import (
@@ -20,7 +21,6 @@ from scalectl.science.margin import (
     MEASURED,
     PAPER,
     for_ablation,
-    fit_standard_error,
     from_ceilings,
     measure,
     measure_hash,
@@ -108,13 +108,11 @@ def test_margin_splits_the_seeds_spread_into_the_fits_own_uncertainty_and_the_ru
         from_ceilings([0.60, 0.62, 0.64], ["a", "b", "c"], standard_errors=[0.01, 0.02])
 
     # a fit's own error: its A interval's half-width over the normal quantile (1.959964 at 95 %, 1.644854 at 90 %)
-    class Fit:
-        intervals, level = {"A": (0.50, 0.50 + 2 * 1.959964 * 0.01)}, 0.95
-    assert fit_standard_error(Fit) == pytest.approx(0.01, rel=1e-6)
-    Fit.level = 0.90
-    assert fit_standard_error(Fit) == pytest.approx(0.01 * 1.959964 / 1.644854, rel=1e-6)
-    Fit.intervals = {}
-    assert fit_standard_error(Fit) is None
+    fit = SigmoidFit(A=0.5, B=1.0, C_mid=1.0, R0=0.3, r0_fitted=True, window=(0.1, 5.0), n_points=20, rmse=0.01,
+                     method="vp", intervals={"A": (0.50, 0.50 + 2 * 1.959964 * 0.01)})
+    assert fit.standard_error("A") == pytest.approx(0.01, rel=1e-6)
+    assert replace(fit, level=0.90).standard_error("A") == pytest.approx(0.01 * 1.959964 / 1.644854, rel=1e-6)
+    assert replace(fit, intervals={}).standard_error("A") is None
 
     # from the store: the rms of the stored fits' errors, as `scalectl fit` reports their intervals
     db = tmp_path / "s.db"

@@ -469,13 +469,10 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
     use), or when ``from_run`` is not in the store.  ``warning`` in the result says when the
     stored fit it rests on does not identify the base's ceiling (None otherwise).
     """
-    from statistics import NormalDist
-
     from scalectl.ablation.power import plan_power, wall_seconds
     from scalectl.curve.simulated import is_simulated
 
     base = plan.variants[0].recipe
-    z = NormalDist().inv_cdf(0.5 + level / 2)
     src = C_mid = cps = s_fit = warning = secs = None
     axis = base.fit.axis
     candidates: list[str] = []
@@ -485,13 +482,13 @@ def power_plan(db, plan, limits, rate: float | None, assume: dict[str, float], l
         found = _stored_run(store, from_run) if from_run is not None else (
             _largest_base_run(store, base) if store is not None else None)
         if found is not None:
-            src, C_mid, cps, s_fit, warning, secs, axis = _from_stored_run(store, found, level, z)
+            src, C_mid, cps, s_fit, warning, secs, axis = _from_stored_run(store, found, level)
             if rate is None and found.get("last_gpu_hours"):
                 rate = found["last_gpu_hours"] / found["last_step"]
         elif store is not None:
             candidates = [r["name"] for r in store.list_runs() if (r.get("n_points") or 0) >= 2]
     if is_simulated(base.model.path):       # simulated points record no wall-clock: the curve's own
-        sim = _from_simulated(base, limits, level, z)
+        sim = _from_simulated(base, limits, level)
         if src is None:
             (src, C_mid, cps, s_fit, rate_sim, _), axis = sim, "gpu_hours"
             rate = rate or rate_sim
@@ -553,9 +550,9 @@ def _largest_base_run(store, base) -> dict | None:
     return found
 
 
-def _from_stored_run(store, found: dict, level: float, z: float):
+def _from_stored_run(store, found: dict, level: float):
     """(source, C_mid, compute per step, sd of A from the fit, warning, wall-clock seconds per
-    step, the fit's axis) from the fit of a stored run (400 resamples at ``level``; z its normal quantile); the
+    step, the fit's axis) from the fit of a stored run (400 resamples at ``level``); the
     warning says when that fit does not identify the ceiling."""
     from scalectl.curve import step_rate
     from scalectl.science.fits import FitOptions, fit_run
@@ -564,8 +561,7 @@ def _from_stored_run(store, found: dict, level: float, z: float):
     f = curve.fit
     C_mid, cps = f.C_mid, float(max(curve.compute)) / max(1, found["last_step"])
     rate = step_rate(store.points(found["id"]), f.axis)
-    iv = f.interval("A")
-    s_fit = (iv[1] - iv[0]) / (2 * z) if iv else None
+    s_fit = f.standard_error("A")
     src = f"fit of stored run {found['name']} ({found['last_step']} steps)"
     warning = None
     weak = [fl.message for fl in f.flags
@@ -578,7 +574,7 @@ def _from_stored_run(store, found: dict, level: float, z: float):
     return src, C_mid, cps, s_fit, warning, None if rate is None else rate.seconds_per_step, f.axis
 
 
-def _from_simulated(base, limits, level: float, z: float):
+def _from_simulated(base, limits, level: float):
     """(source, C_mid, compute per step, sd of A from the fit, device-hours per step, wall
     seconds per step) of a simulated base: one draw of its curve to ``min_reach`` x C_mid, fitted."""
     from scalectl.curve import fit_sigmoid
@@ -589,9 +585,8 @@ def _from_simulated(base, limits, level: float, z: float):
     pts = draw_points(c, base.seed, eval_steps(steps, base.eval.every_steps))
     f = fit_sigmoid([p["gpu_hours"] for p in pts], [p["pass_rate"] for p in pts], bootstrap=400,
                     level=level)
-    iv = f.interval("A")
     return (f"the simulated base curve (one draw to {steps} steps, fitted)", c.C_mid, c.hours_per_step,
-            (iv[1] - iv[0]) / (2 * z), c.hours_per_step, c.seconds_per_step)
+            f.standard_error("A"), c.hours_per_step, c.seconds_per_step)
 
 
 @contextlib.contextmanager

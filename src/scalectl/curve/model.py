@@ -196,6 +196,16 @@ class SigmoidFit:
         iv = self.intervals.get(name)
         return None if iv is None else (float(iv[0]), float(iv[1]))
 
+    def standard_error(self, name: str = "A") -> float | None:
+        """The fit's own standard error on ``name``: its interval's width over twice the normal
+        quantile of :attr:`level`, (hi - lo) / (2 z_{(1 + level) / 2}) (1.96 at 95 %); None when
+        the interval was not computed.  A bootstrap interval need not be symmetric: this is the
+        sd of a normal with an interval of that width."""
+        from statistics import NormalDist
+
+        iv = self.interval(name)
+        return None if iv is None else (iv[1] - iv[0]) / (2 * NormalDist().inv_cdf(0.5 + self.level / 2))
+
     def band(self, C: Any, kind: Literal["prediction", "confidence"] = "prediction",
              level: float | None = None, seed: int = 0, drift_sd: float = 0.0
              ) -> tuple[np.ndarray, np.ndarray]:

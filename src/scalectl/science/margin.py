@@ -128,7 +128,7 @@ def from_ceilings(ceilings: Sequence[float], runs: Sequence[str], *, level: floa
                   standard_errors: Sequence[float] | None = None) -> Margin:
     """The margin measured from the fitted ceilings A (pass rates) of repeated runs (module
     docstring: K_SD x their sd, with its chi-square interval at ``level``).  ``standard_errors``:
-    each fit's own standard error on its A (:func:`fit_standard_error`), one per ceiling, whose
+    each fit's own standard error on its A (:meth:`scalectl.curve.SigmoidFit.standard_error`), one per ceiling, whose
     root mean square becomes ``fit_sd``.
 
     Raises:
@@ -164,19 +164,6 @@ def from_ceilings(ceilings: Sequence[float], runs: Sequence[str], *, level: floa
         where += f"; the fits' own uncertainty on A: sd {fit_sd:.4f}"
     return Margin(check_value(K_SD * sd, "measured margin"), MEASURED, where, (lo, hi), level, tuple(runs),
                   tuple(a), mean, sd, recipe_hash, rule, tuple(left_out), fit_sd)
-
-
-def fit_standard_error(fit) -> float | None:
-    """A fit's own standard error on its ceiling A (pass rate): its A interval's half-width over
-    the normal quantile of the interval's level, (hi - lo) / (2 z_{(1 + level) / 2}) (1.96 at
-    95 %); None when the fit has no interval on A.  The bootstrap interval need not be symmetric:
-    this is the sd of a normal with an interval of that width."""
-    from scipy.stats import norm
-
-    iv = fit.intervals.get("A")
-    if iv is None:
-        return None
-    return (float(iv[1]) - float(iv[0])) / (2 * float(norm.ppf(0.5 + fit.level / 2)))
 
 
 # --------------------------------------------------------------------------- from the store
@@ -250,7 +237,7 @@ def measure(store, runs: Sequence[dict], opts, *, level: float = 0.95, recipe_ha
         if _identified(fit):
             ceilings.append(fit.A)
             names.append(run["name"])
-            ses.append(fit_standard_error(fit))
+            ses.append(fit.standard_error("A"))
         else:
             left_out.append(run["name"])
     if len(ceilings) < MIN_RUNS:
