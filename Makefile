@@ -9,7 +9,7 @@ STAMP  := $(VENV)/.installed
 RECIPE ?= scalerl
 ARGS   ?=
 
-.PHONY: install test test-slow test-vllm run study bench warm-start clean
+.PHONY: install test test-long test-slow test-vllm run study bench warm-start clean
 
 install: $(STAMP)
 
@@ -20,8 +20,15 @@ $(STAMP): pyproject.toml constraints.txt
 	PIP_CONSTRAINT=$(CURDIR)/constraints.txt $(PY) -m pip install -q -c constraints.txt -e '.[dev]'
 	@touch $(STAMP)
 
+# The suite runs in two processes (pytest-xdist): most of its time is spent waiting on the
+# subprocesses a test starts, so one process leaves a 2-core machine half idle.  The tests of
+# a file, and those of the Slurm clusters, stay together (tests/conftest.py).  TEST_WORKERS=0: one process.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS)
+
+test-long: $(STAMP)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) -m long
 
 test-slow: $(STAMP)
 	$(PY) -m pytest -q -m slow

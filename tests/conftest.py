@@ -20,7 +20,51 @@ ROOT = Path(__file__).resolve().parents[1]
 # one torch thread each, as a recipe would with hardware.threads = 1: the suite runs on a
 # busy 2-core machine where two OpenMP threads per process spin against other processes.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# rich reads $COLUMNS once, when scalectl's consoles are made (at import): a width the test
+# process inherited (pytest-xdist's workers get one) would hold every in-process invocation
+# at it, whatever width the test sets.
+os.environ.pop("COLUMNS", None)
 SCALECTL = str(Path(sys.executable).parent / "scalectl")
+
+
+#: The test files of the two Slurm clusters: one unit of work for pytest-xdist.
+SLURM_FILES = ("test_slurm.py", "test_slurm_cluster.py")
+
+
+def _work_unit(nodeid: str) -> str:
+    """The unit of work a test belongs to when ``make test`` runs the suite in two processes
+    (pytest-xdist): its file, so that a module's fixtures (a warm start, a training run several
+    tests read) are made once, in the one process that runs the file; one unit for both Slurm
+    clusters' files, whose tests share the nodes, start the clusters and cancel the jobs of
+    ended sessions, so they run one after another as in a single process."""
+    path = nodeid.split("::", 1)[0]
+    return "slurm" if Path(path).name in SLURM_FILES else path
+
+
+def pytest_collection_modifyitems(config, items):
+    """Order the tests for pytest-xdist's work units (:func:`_work_unit`): the Slurm unit first
+    (the longest, mostly waiting on the daemons), then the files with the most tests; within
+    a file, the collected order.  Every process orders the same collection the same way."""
+    if not config.pluginmanager.hasplugin("xdist") or not getattr(config.option, "numprocesses", None):
+        return
+    sizes: dict[str, int] = {}
+    for item in items:
+        sizes[_work_unit(item.nodeid)] = sizes.get(_work_unit(item.nodeid), 0) + 1
+    items.sort(key=lambda item: (_work_unit(item.nodeid) != "slurm", -sizes[_work_unit(item.nodeid)],
+                                 _work_unit(item.nodeid)))
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """Hand pytest-xdist one :func:`_work_unit` at a time, in the collected order (see
+    :func:`pytest_collection_modifyitems`)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class WorkUnits(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _work_unit(nodeid)
+
+    config.option.loadscopereorder = False
+    return WorkUnits(config, log)
 
 
 @pytest.fixture
@@ -64,12 +108,22 @@ def one_torch_thread():
 SESSION_PID_FILE = "session.pid"
 
 
+def session_root(basetemp: Path) -> tuple[Path, int]:
+    """The temporary folder of the whole test session and the pid of the process that runs it:
+    ``basetemp`` and this process, or, in a pytest-xdist worker (whose ``basetemp`` is
+    ``pytest-<n>/popen-gw<i>``), its parent folder and the controlling pytest process."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return basetemp.parent, os.getppid()
+    return basetemp, os.getpid()
+
+
 def cancel_stale_test_jobs(basetemp: Path, conf: str | None = None) -> list[str]:
     """Cancel the queued or running Slurm jobs of test sessions that have ended: a job whose
     log lies under another session's temporary folder (``pytest-of-<user>/pytest-<n>``)
     whose ``session.pid`` names no live process (or that has none: an older session).
     Writes this session's pid first.  Returns the ids cancelled."""
-    (basetemp / SESSION_PID_FILE).write_text(str(os.getpid()))
+    basetemp, pid = session_root(basetemp)
+    (basetemp / SESSION_PID_FILE).write_text(str(pid))
     env = dict(os.environ, SLURM_CONF=conf) if conf else None
     out = subprocess.run(["squeue", "-h", "-t", "PENDING,RUNNING,SUSPENDED", "-O", "JobID:30,STDOUT:1000"],
                          capture_output=True, text=True, env=env)

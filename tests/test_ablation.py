@@ -179,6 +179,7 @@ def _env(db):
     return dict(os.environ, COLUMNS="200", SCALECTL_DB=str(db), OMP_NUM_THREADS="1")
 
 
+@pytest.mark.long
 def test_forward_ablation_end_to_end_then_reused(tmp_path, policy):
     """Two variants (the base, FP32 head; bf16 head) trained as detached local jobs,
     compared; the same command again reuses both runs and creates nothing."""

@@ -37,6 +37,7 @@ def test_one_rank_reduce_is_the_plain_batch_statistics():
     assert (totals.completions, totals.groups, totals.tokens) == (6, 3, 9.0)
 
 
+@pytest.mark.long
 def test_two_trainers_give_the_one_trainer_gradient(tmp_path):
     """Each aggregation and normalisation; then a leader and a follower training, saving and
     loading like one trainer (the same processes, to start DeepSpeed once)."""

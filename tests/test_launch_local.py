@@ -210,6 +210,7 @@ def test_detached_run_waits_for_a_slot_then_records_its_failure(tmp_path):
     assert "waiting for a free slot" in logs.stdout and "missing-model" in logs.stdout
 
 
+@pytest.mark.long
 def test_killed_and_cancelled_local_jobs(tmp_path):
     db, runs = tmp_path / "s.db", tmp_path / "runs"
     slot = _hold_slot(runs)

@@ -33,6 +33,7 @@ def _points(db: Path, name: str) -> list[dict]:
     return json.loads(run_cli("show", name, "--json", db=db, check=True).stdout)["points"]
 
 
+@pytest.mark.long
 def test_kill_9_then_resume_gives_the_uninterrupted_points(tmp_path, policy):
     db = tmp_path / "s.db"
     env = dict(os.environ, SCALECTL_DB=str(db), COLUMNS="200")

@@ -511,6 +511,7 @@ BY_ROLE = [*PIPE, "--set", "hardware.generators=1", "--set", "hardware.trainers=
            "--set", "launcher.slurm.generator_nodelist=localhost"]
 
 
+@pytest.mark.long
 def test_a_run_pinned_to_a_node_that_is_gone_is_resumed_on_another(slurm, policy, submitted, tmp_path):
     """A run whose trainer is pinned (launcher.slurm.trainer_nodelist) to a node the cluster does not
     have waits in the queue.  Cancelled, it is resumed with --set launcher.slurm.trainer_nodelist=...:
