@@ -339,3 +339,47 @@ def test_extrapolate_flags_truncation_above_the_recipes_own_threshold(db_path):
         fitted = json.loads(cli(db_path, "fit", name, "--bootstrap", "50", "--json").stdout)["fits"][0]["fit"]
         assert ("truncation" in flags[name]) == ("truncation" in [f["code"] for f in fitted["flags"]])
     assert "truncation" not in flags["own"] and "truncation" in flags["plain"]
+
+
+def test_the_recipes_fit_r0_decides_how_stored_runs_are_fitted(db_path):
+    """fit.r0 = "fit" in a run's recipe fits R0 as a parameter of the curve (paper App. A.5), as
+    ``--r0 fit`` does for a run whose recipe lacks the key: the same fit, R0 near the curve's own
+    0.40 and not the step-0 pass rate 0.30 the early rise starts from; ``--r0`` overrides the
+    recipe.  The key at its default (auto) leaves a recipe's hash alone; another value changes it;
+    a bad one is refused naming the key and the allowed values."""
+    from scalectl.errors import UserError
+    from scalectl.recipe.load import load
+
+    # an early rise the sigmoid does not follow: 0.30 at step 0, the curve (R0 0.40) from compute 40
+    x = np.linspace(0.0, 1000.0, 51)
+    y = 0.40 + (0.65 - 0.40) / (1.0 + (200.0 / np.maximum(x, 1e-9)) ** 1.6)
+    y[0] = 0.30
+    points = [{"step": int(i * 10), "gpu_hours": float(c), "pass_rate": float(p)} for i, (c, p) in enumerate(zip(x, y))]
+    with Store.open(db_path) as store:
+        for name, section in (("own", {"axis": "gpu_hours", "min_compute": 40.0, "r0": "fit"}),
+                              ("plain", {"axis": "gpu_hours", "min_compute": 40.0})):
+            rid = store.create_run(name, recipe={"fit": section}, hardware="cpu-2core", status="completed")
+            store.add_points(rid, points)
+
+    def fitted(*args):
+        res = cli(db_path, "fit", *args, "--bootstrap", "0", "--json")
+        assert res.exit_code == 0, res.output
+        return json.loads(res.stdout)["fits"][0]["fit"]
+
+    own, plain, plain_fit, own_measured = fitted("own"), fitted("plain"), fitted("plain", "--r0", "fit"), \
+        fitted("own", "--r0", "measured")
+    assert own["r0_fitted"] and not plain["r0_fitted"] and not own_measured["r0_fitted"]
+    assert (own["A"], own["B"], own["R0"]) == (plain_fit["A"], plain_fit["B"], plain_fit["R0"])
+    assert own["R0"] == pytest.approx(0.40, abs=1e-3) and own["A"] == pytest.approx(0.65, abs=1e-3)
+    assert own_measured["R0"] < 0.35 and abs(own_measured["A"] - 0.65) > 5e-3     # pulled by the early point
+    res = cli(db_path, "extrapolate", "own", "--fraction", "0.6", "--bootstrap", "50", "--json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["fit"]["r0_fitted"]
+
+    base = load("recipes/scalerl.toml", "tiny-cpu").content_hash
+    assert load("recipes/scalerl.toml", "tiny-cpu", ["fit.r0=fit"]).content_hash == base   # the setup's own
+    assert load("recipes/scalerl.toml", "tiny-cpu", ["fit.r0=auto"]).content_hash != base
+    plain = load("recipes/scalerl.toml", "simulated").content_hash
+    assert load("recipes/scalerl.toml", "simulated", ["fit.r0=auto"]).content_hash == plain
+    with pytest.raises(UserError, match=r"fit\.r0 = 'fitted' is not one of: auto, measured, fit"):
+        load("recipes/scalerl.toml", "tiny-cpu", ["fit.r0=fitted"])

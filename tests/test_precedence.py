@@ -20,16 +20,16 @@ from scalectl.recipe.load import flatten, load, read_layered
 TINY = ROOT / "setups" / "tiny-cpu.toml"
 
 #: The presets' hashes on every packaged setup, computed before the recipe layer won over
-#: the setup's (tiny-cpu's as of its 2026-12-06 task): the presets set no key a setup sets, so none may change.
+#: the setup's (tiny-cpu's as of 2026-12-07, its fit window and R0 rule): the presets set no key a setup sets, so none may change.
 PRESET_HASHES = {
     ("dapo", "paper-8b"): "dfb195763591", ("dapo", "simulated"): "3e24a24818a9",
-    ("dapo", "tiny-cpu"): "206ba2601a4b", ("grpo", "paper-8b"): "500062dd6b3f",
-    ("grpo", "simulated"): "82e99b2a232a", ("grpo", "tiny-cpu"): "a79b4050bdcc",
+    ("dapo", "tiny-cpu"): "9e4978c8228f", ("grpo", "paper-8b"): "500062dd6b3f",
+    ("grpo", "simulated"): "82e99b2a232a", ("grpo", "tiny-cpu"): "adec53418034",
     ("magistral", "paper-8b"): "900247e1d00f", ("magistral", "simulated"): "02f0197c1d26",
-    ("magistral", "tiny-cpu"): "3a8cf1d66acd", ("minimax", "paper-8b"): "85933c424e22",
-    ("minimax", "simulated"): "1b1ffe22eacf", ("minimax", "tiny-cpu"): "9eab6f0da941",
+    ("magistral", "tiny-cpu"): "cf00cf82251f", ("minimax", "paper-8b"): "85933c424e22",
+    ("minimax", "simulated"): "1b1ffe22eacf", ("minimax", "tiny-cpu"): "ff2d098b770a",
     ("scalerl", "paper-8b"): "fdfd9973b9e2", ("scalerl", "simulated"): "872de0243297",
-    ("scalerl", "tiny-cpu"): "68fbec20e14e",
+    ("scalerl", "tiny-cpu"): "486d28bb1d2d",
 }
 
 
@@ -51,7 +51,7 @@ def test_a_key_the_recipe_sets_wins_over_the_setup(study):
     lr = load(study / "recipes/lr.toml", TINY, overridden=overridden)
     assert lr.optim.lr == 0.5                               # was 2e-4, the setup's, in silence
     assert lr.optim.warmup_steps == 5                       # what the recipe leaves unset: the setup's
-    assert lr.content_hash != load("scalerl", "tiny-cpu").content_hash == "68fbec20e14e"
+    assert lr.content_hash != load("scalerl", "tiny-cpu").content_hash == "486d28bb1d2d"
     assert [str(o) for o in overridden] == [
         f"optim.lr = 0.5 from {study / 'recipes/lr.toml'} overrides 0.0002 from setups/tiny-cpu.toml"]
     assert load(study / "recipes/batch.toml", TINY).batch.prompts_per_step == 64     # setup: 32
@@ -92,7 +92,7 @@ def test_validate_keeps_the_recipe_value_and_names_the_override(study):
     assert "# override: optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml" \
         in proc.stdout.splitlines()
     assert "lr = 0.5" in proc.stdout.splitlines() and "lr = 0.0002" not in proc.stdout
-    assert "68fbec20e14e" not in proc.stdout
+    assert "486d28bb1d2d" not in proc.stdout
     data = json.loads(run_cli("validate", "recipes/lr.toml", "--setup", "tiny-cpu", "--json",
                               cwd=study, check=True).stdout)
     assert data[0]["recipe"]["optim"]["lr"] == 0.5

@@ -170,7 +170,7 @@ def _pool(res: VariantResult, curves: list[tuple], opts, threshold: float) -> No
     in ``seed_fits``), fitted over the first seed's window rule; the error of a pooled fit
     that fails."""
     from scalectl.curve import FitError, fit_sigmoid
-    from scalectl.science.fits import fit_window
+    from scalectl.science.fits import fit_r0, fit_window, parse_r0
 
     res.seed_fits = [c.fit for c, _ in curves]
     axis = curves[0][0].fit.axis
@@ -178,7 +178,8 @@ def _pool(res: VariantResult, curves: list[tuple], opts, threshold: float) -> No
     y = np.concatenate([c.pass_rate for c, _ in curves])
     min_c = fit_window(curves[0][1], axis, x)
     try:
-        fit = fit_sigmoid(x, y, min_compute=min_c, axis=axis, bootstrap=opts.bootstrap, seed=opts.seed,
+        fit = fit_sigmoid(x, y, min_compute=min_c, r0=parse_r0(fit_r0(curves[0][1])), axis=axis,
+                          bootstrap=opts.bootstrap, seed=opts.seed,
                           truncation=np.concatenate([t for _, t in res.truncation]),
                           truncation_threshold=threshold)
         res.curve = RunCurve(x, y, fit, curves[0][0].hardware)

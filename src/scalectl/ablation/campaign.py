@@ -25,7 +25,7 @@ from scalectl.ablation.planner import plan as make_plan
 from scalectl.errors import UserError
 from scalectl.names import check_name
 from scalectl.recipe.schema import Recipe
-from scalectl.science.fits import fit_window
+from scalectl.science.fits import fit_r0, fit_window, parse_r0
 from scalectl.launch.runs import ATTACH, NEW, RESUME, REUSE, cancel, create_run, find_existing, submit, unique_name
 
 MANIFEST_DIR = ".ablations"
@@ -283,7 +283,7 @@ class Watch:
             section = (run.get("recipe") or {}).get("fit") or {}
             try:
                 A = fit_sigmoid(x, [p["pass_rate"] for p in have], min_compute=fit_window(section, axis, x),
-                                bootstrap=0, axis=axis).A
+                                r0=parse_r0(fit_r0(section)), bootstrap=0, axis=axis).A
             except (FitError, ValueError):
                 A = None
         self.fits[run["id"]] = (len(pts), A)

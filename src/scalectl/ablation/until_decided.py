@@ -283,7 +283,7 @@ def run(staged: Staged, *, runs_dir: str | Path = "runs", out_dir: str | Path | 
     state = _resume_state(staged, backend, log)
     section = plan.variants[0].recipe.fit
     fit_kw = {"bootstrap": bootstrap, "level": staged.level, "axis": section.axis,
-              "min_compute": float(section.min_compute or 0.0)}
+              "min_compute": float(section.min_compute or 0.0), "r0": section.r0}
 
     def record(stage) -> None:
         with open_with_journals(db) as store:

@@ -87,8 +87,9 @@ def margin_choice(value: str | None):
 
 
 def r0_choice(value: str):
-    """A typer callback for ``--r0 auto|measured|fit|NUMBER``: a number must be finite and in [0, 1]."""
-    if value in ("auto", "measured", "fit"):
+    """A typer callback for ``--r0 auto|measured|fit|NUMBER``: a number must be finite and in [0, 1];
+    None (not given) stays None."""
+    if value is None or value in ("auto", "measured", "fit"):
         return value
     try:
         v = float(value)

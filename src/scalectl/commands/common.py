@@ -96,8 +96,9 @@ MethodOption = Annotated[str, typer.Option(
                      "(the paper's A.5 grid).")]
 
 
-R0Option = Annotated[str, typer.Option(
-    "--r0", callback=r0_choice, help="auto (measured at compute 0 if there, else fitted), measured, fit, or a number.")]
+R0Option = Annotated[str | None, typer.Option(
+    "--r0", callback=r0_choice, help="auto (measured at compute 0 if there, else fitted), measured, fit, or a number "
+    "(default: the recipe's fit.r0, else auto).")]
 
 
 BootstrapOption = Annotated[int, typer.Option(

@@ -16,6 +16,7 @@ from scalectl.commands.common import (
     MarginChoiceOption,
     MethodOption,
     MinComputeOption,
+    R0Option,
     PlotOption,
     SeedOption,
     SeriesOption,
@@ -43,6 +44,7 @@ def compare(
     margin: MarginChoiceOption = None,
     axis: AxisOption = None,
     min_compute: MinComputeOption = None,
+    r0: R0Option = None,
     method: MethodOption = "vp",
     bootstrap: BootstrapOption = 1000,
     seed: SeedOption = 0,
@@ -68,7 +70,7 @@ def compare(
     from scalectl.present.console import print_table
     from scalectl.science import compare as cmp
 
-    opts = FitOptions(axis, min_compute, method, "auto", bootstrap, 0.95, seed, series)
+    opts = FitOptions(axis, min_compute, method, r0, bootstrap, 0.95, seed, series)
     check_options(opts)          # a bad option is no run's fault: refused before any run is left out
     with open_store(db) as store:
         if runs:

@@ -31,6 +31,7 @@ from scalectl.errors import UserError
 from scalectl.present.tables import extrapolation_lines, sensitivity_table
 from scalectl.science.fits import (
     FitOptions,
+    fit_r0,
     fit_section,
     fit_window,
     load_points,
@@ -51,7 +52,7 @@ def extrapolate(
     axis: AxisOption = None,
     min_compute: MinComputeOption = None,
     method: MethodOption = "vp",
-    r0: R0Option = "auto",
+    r0: R0Option = None,
     bootstrap: BootstrapOption = 1000,
     seed: SeedOption = 0,
     drift_sd: Annotated[float, typer.Option(
@@ -82,7 +83,7 @@ def extrapolate(
         raise UserError(f"--drift-sd must be >= 0 (given {drift_sd})")
     # the truncation flag fires above the recipe's own threshold, as in `scalectl fit`
     threshold = float(section.get("truncation_threshold", TRUNCATION_THRESHOLD))
-    kw = dict(min_compute=min_compute, r0=parse_r0(r0), method=method, axis=ax, bootstrap=bootstrap,
+    kw = dict(min_compute=min_compute, r0=parse_r0(fit_r0(section, r0)), method=method, axis=ax, bootstrap=bootstrap,
               seed=seed, r0_se=r0_se, truncation_threshold=threshold)
     try:
         ex = extrap(x, y, until=until, fraction=fraction, truncation=trunc, drift_sd=drift_sd, **kw)

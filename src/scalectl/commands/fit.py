@@ -40,7 +40,7 @@ def fit(
     axis: AxisOption = None,
     min_compute: MinComputeOption = None,
     method: MethodOption = "vp",
-    r0: R0Option = "auto",
+    r0: R0Option = None,
     bootstrap: BootstrapOption = 1000,
     level: LevelOption = 0.95,
     seed: SeedOption = 0,

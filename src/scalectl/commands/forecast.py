@@ -59,7 +59,7 @@ def forecast(
     axis: AxisOption = None,
     min_compute: MinComputeOption = None,
     method: MethodOption = "vp",
-    r0: R0Option = "auto",
+    r0: R0Option = None,
     bootstrap: BootstrapOption = 1000,
     seed: SeedOption = 0,
     plot: PlotOption = None,

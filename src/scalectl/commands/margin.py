@@ -14,6 +14,7 @@ from scalectl.commands.common import (
     LevelOption,
     MethodOption,
     MinComputeOption,
+    R0Option,
     SeedOption,
     open_store,
     out,
@@ -31,6 +32,7 @@ def margin(
     level: LevelOption = 0.95,
     axis: AxisOption = None,
     min_compute: MinComputeOption = None,
+    r0: R0Option = None,
     method: MethodOption = "vp",
     bootstrap: BootstrapOption = 1000,
     seed: SeedOption = 0,
@@ -52,7 +54,7 @@ def margin(
     from scalectl.science.fits import FitOptions
     from scalectl.science.margin import MIN_RUNS, measure, measure_until, seed_groups
 
-    opts = FitOptions(axis, min_compute, method, "auto", bootstrap, 0.95, seed)
+    opts = FitOptions(axis, min_compute, method, r0, bootstrap, 0.95, seed)
     measured, short, failed = [], [], []
     with open_store(db) as store:
         if until_step is not None and not runs:

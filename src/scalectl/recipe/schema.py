@@ -432,6 +432,11 @@ class Fit(_Section):
     axis: Literal["gpu_hours", "flops", "tokens", "step"] = Field(default="gpu_hours", description=(
         "Compute axis C of the fitted curve R(C): GPU-hours, FLOPs, tokens or optimiser steps "
         "(docs/method.md, section 1)."))
+    r0: Literal["auto", "measured", "fit"] = Field(default="auto", description=(
+        "How the curve's R0 (its value as compute tends to 0) is found. auto: the measured pass rate "
+        "of the step-0 evaluation, fitted where a run has none; measured: that evaluation, required; "
+        "fit: a parameter of the curve, for a window that leaves out an early rise the sigmoid does "
+        f"not follow ({_SCALERL}, App. A.5; docs/fitting.md, \"The window and R0\")."))
     truncation_threshold: float = Field(default=TRUNCATION_THRESHOLD, gt=0, le=1, description=(
         "Truncation rate above which the fit flags the run as unstable. The rate is the share of "
         "evaluation completions cut at length.max_new_tokens, 0 to 1 "
@@ -754,7 +759,8 @@ HASH_NEUTRAL = {("model", "think_tags"): False, ("async", "schedule"): "streamin
                 ("hardware", "gpus_per_generator"): 1,
                 ("reward", "function"): BUILTIN_REWARD, ("reward", "format"): "boxed",
                 ("reward", "instruction"): True, ("reward", "version"): None, ("reward", "timeout_s"): 5.0,
-                ("reward", "convention"): None, ("reward", "truncated"): "as_written"}
+                ("reward", "convention"): None, ("reward", "truncated"): "as_written",
+                ("fit", "r0"): "auto"}
 #: Keys that change speed, memory or where work runs, never what is trained or measured (or
 #: that only describe the checkpoint for the dry run, or stop a run that has no learning
 #: signal): excluded from the content hash.

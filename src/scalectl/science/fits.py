@@ -33,7 +33,8 @@ class FitOptions:
     axis: str | None = None
     min_compute: float | None = None
     method: str = "vp"
-    r0: str = "auto"
+    #: ``--r0``: None takes the recipe's ``fit.r0`` (:func:`fit_r0`).
+    r0: str | None = None
     bootstrap: int = 1000
     level: float = 0.95
     seed: int = 0
@@ -66,7 +67,20 @@ def check_options(opts: FitOptions) -> None:
         raise UserError(f"--axis {opts.axis!r} is not one of: {', '.join(AXES)}")
     if opts.method not in ("vp", "grid"):
         raise UserError(f"--method {opts.method!r} is not one of: vp, grid")
-    parse_r0(opts.r0)
+    if opts.r0 is not None:
+        parse_r0(opts.r0)
+
+
+def fit_r0(section: dict, override: str | None = None) -> str:
+    """How a run's fit finds R0: ``override`` (``--r0``) when given, else the recipe's
+    ``fit.r0``, else ``auto`` (the measured step-0 pass rate, fitted where there is none).
+
+    Args:
+        section: the run's recipe ``fit`` section (a dict, possibly empty).
+    """
+    if override is not None:
+        return override
+    return str(section.get("r0") or "auto")
 
 
 def parse_r0(value: str) -> str | float:
@@ -217,10 +231,11 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False, log=_stderr
     x, y, trunc = load_points(store, run, axis, log, opts.series, opts.until_step)
     section = fit_section(run)
     min_c = fit_window(section, axis, x, opts.min_compute)
+    r0 = fit_r0(section, opts.r0)
     threshold = float(section.get("truncation_threshold", TRUNCATION_THRESHOLD))
     order = np.argsort(x, kind="stable")
     fx, fy, ft, binned = thin(x[order], y[order], trunc[order], min_c, log=log, name=run["name"])
-    key = (f"{axis}/{opts.method}/min={min_c:g}/r0={opts.r0}/boot={opts.bootstrap}"
+    key = (f"{axis}/{opts.method}/min={min_c:g}/r0={r0}/boot={opts.bootstrap}"
            f"/level={opts.level:g}/seed={opts.seed}/trunc={threshold:g}"
            + ("" if opts.series is None else f"/series={opts.series}")
            + ("" if opts.until_step is None else f"/until={opts.until_step}")
@@ -231,7 +246,7 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False, log=_stderr
     if stored is not None and stored[1] == digest:
         return RunCurve(x, y, SigmoidFit.from_dict(stored[0]), hardware), True, key
     try:
-        fit = fit_sigmoid(fx, fy, min_compute=min_c, r0=parse_r0(opts.r0), method=opts.method, axis=axis,
+        fit = fit_sigmoid(fx, fy, min_compute=min_c, r0=parse_r0(r0), method=opts.method, axis=axis,
                           bootstrap=opts.bootstrap, level=opts.level, seed=opts.seed,
                           truncation=ft, truncation_threshold=threshold,
                           r0_se=r0_standard_error(store, run, axis, opts.series))
@@ -247,8 +262,8 @@ def fit_run(store, run: dict, opts: FitOptions, refit: bool = False, log=_stderr
 def fit_with_draws(store, runs: list[dict], opts: FitOptions, log=_stderr) -> tuple[Any, str]:
     """Fit one stored run, or the pooled points of several runs (seeds of one recipe, whatever
     their budgets: :func:`scalectl.recipe.schema.training_key`), keeping the bootstrap draws a forecast needs; nothing is stored (a fit read back from the store
-    has no draws).  The window and truncation threshold are the first run's
-    (:func:`fit_window`); the standard error of the compute-0 evaluations is used when the runs
+    has no draws).  The window, R0's rule and truncation threshold are the first run's
+    (:func:`fit_window`, :func:`fit_r0`); the standard error of the compute-0 evaluations is used when the runs
     share one.
 
     Returns (:class:`scalectl.science.compare.RunCurve` of all the points, the axis).
@@ -285,10 +300,11 @@ def fit_with_draws(store, runs: list[dict], opts: FitOptions, log=_stderr) -> tu
     threshold = float(section.get("truncation_threshold", TRUNCATION_THRESHOLD))
     order = np.argsort(x, kind="stable")
     fx, fy, ft, _ = thin(x[order], y[order], trunc[order], min_c, log=log, name=names)
+    r0 = fit_r0(section, opts.r0)
     ses = {r0_standard_error(store, r, axis, opts.series) for r in runs}
     r0_se = ses.pop() if len(ses) == 1 else None
     try:
-        fit = fit_sigmoid(fx, fy, min_compute=min_c, r0=parse_r0(opts.r0), method=opts.method, axis=axis,
+        fit = fit_sigmoid(fx, fy, min_compute=min_c, r0=parse_r0(r0), method=opts.method, axis=axis,
                           bootstrap=opts.bootstrap, level=opts.level, seed=opts.seed,
                           truncation=ft, truncation_threshold=threshold, r0_se=r0_se)
     except (FitError, ValueError) as exc:
