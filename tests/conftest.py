@@ -54,6 +54,7 @@ def pytest_collection_modifyitems(config, items):
                                  _work_unit(item.nodeid)))
 
 
+@pytest.hookimpl(optionalhook=True)       # a hook of pytest-xdist: unknown where it is not installed (.venv-vllm)
 def pytest_xdist_make_scheduler(config, log):
     """Hand pytest-xdist one :func:`_work_unit` at a time, in the collected order (see
     :func:`pytest_collection_modifyitems`)."""
