@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -47,11 +48,9 @@ def pytest_collection_modifyitems(config, items):
     a file, the collected order.  Every process orders the same collection the same way."""
     if not config.pluginmanager.hasplugin("xdist") or not getattr(config.option, "numprocesses", None):
         return
-    sizes: dict[str, int] = {}
-    for item in items:
-        sizes[_work_unit(item.nodeid)] = sizes.get(_work_unit(item.nodeid), 0) + 1
-    items.sort(key=lambda item: (_work_unit(item.nodeid) != "slurm", -sizes[_work_unit(item.nodeid)],
-                                 _work_unit(item.nodeid)))
+    unit = {item.nodeid: _work_unit(item.nodeid) for item in items}
+    sizes = Counter(unit.values())
+    items.sort(key=lambda item: (unit[item.nodeid] != "slurm", -sizes[unit[item.nodeid]], unit[item.nodeid]))
 
 
 @pytest.hookimpl(optionalhook=True)       # a hook of pytest-xdist: unknown where it is not installed (.venv-vllm)

@@ -83,8 +83,8 @@ def extrapolate(
         raise UserError(f"--drift-sd must be >= 0 (given {drift_sd})")
     # the truncation flag fires above the recipe's own threshold, as in `scalectl fit`
     threshold = float(section.get("truncation_threshold", TRUNCATION_THRESHOLD))
-    kw = dict(min_compute=min_compute, r0=parse_r0(fit_r0(section, r0)), method=method, axis=ax, bootstrap=bootstrap,
-              seed=seed, r0_se=r0_se, truncation_threshold=threshold)
+    kw = dict(min_compute=min_compute, r0=parse_r0(fit_r0(section, r0)), method=method, axis=ax,
+              bootstrap=bootstrap, seed=seed, r0_se=r0_se, truncation_threshold=threshold)
     try:
         ex = extrap(x, y, until=until, fraction=fraction, truncation=trunc, drift_sd=drift_sd, **kw)
         kw.pop("min_compute")
