@@ -190,8 +190,10 @@ def test_the_default_setups_window_and_r0_hold_the_ceiling_of_its_long_runs():
     parameter of the curve, paper App. A.5) on tests/data/testbed_default_runs.json: seed 0's
     fitted ceiling stays within 0.01 from 750 to 2,000 steps where the former rule (R0 measured
     at step 0, the window from compute 0) let it fall by 0.029; the seeds' margin at the
-    750-step budget is <= 0.025; every identified half-run forecast holds its held-out points
-    in the band with a mean signed error and a ceiling within 0.01 of the whole run's."""
+    setup's budget (1,000 steps) is <= 0.025 with each A interval at most 0.04 wide (at 750
+    steps, the budget until 2026-12-07, one was wider); every identified half-run forecast holds
+    its held-out points in the band with a mean signed error and a ceiling within 0.01 of the
+    whole run's."""
     from scalectl import presets
     from scalectl.recipe.load import read_toml
     from scalectl.science.extrapolate import extrapolate
@@ -206,8 +208,13 @@ def test_the_default_setups_window_and_r0_hold_the_ceiling_of_its_long_runs():
     a_former = [_fixture_fit(runs["long-s0"], n, former)[0].A for n in (750, 1000, 1250, 2000)]
     assert max(a_now) - min(a_now) < 0.01 < 0.02 < a_former[0] - a_former[-1]
 
-    at_budget = [_fixture_fit(r, 750, section, bootstrap=1000)[0] for r in runs.values()]
+    budget = read_toml(presets.packaged("setups", "tiny-cpu"))["budget"]["steps"]
+    at_budget = [_fixture_fit(r, budget, section, bootstrap=1000)[0] for r in runs.values()]
     assert all(not f.flags for f in at_budget)
+    widths = [np.subtract(*f.interval("A")[::-1]) for f in at_budget]
+    assert max(widths) <= 0.04                     # each seed identifies its ceiling at the budget
+    at_750 = [_fixture_fit(r, 750, section, bootstrap=1000)[0] for r in runs.values()]
+    assert max(np.subtract(*f.interval("A")[::-1]) for f in at_750) > 0.04     # the former budget's did not
     margin = from_ceilings([f.A for f in at_budget], list(runs), standard_errors=[f.standard_error("A") for f in at_budget])
     assert margin.value <= 0.025
 

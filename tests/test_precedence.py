@@ -23,13 +23,13 @@ TINY = ROOT / "setups" / "tiny-cpu.toml"
 #: the setup's (tiny-cpu's as of 2026-12-07, its fit window and R0 rule): the presets set no key a setup sets, so none may change.
 PRESET_HASHES = {
     ("dapo", "paper-8b"): "dfb195763591", ("dapo", "simulated"): "3e24a24818a9",
-    ("dapo", "tiny-cpu"): "9e4978c8228f", ("grpo", "paper-8b"): "500062dd6b3f",
-    ("grpo", "simulated"): "82e99b2a232a", ("grpo", "tiny-cpu"): "adec53418034",
+    ("dapo", "tiny-cpu"): "5dec8927b562", ("grpo", "paper-8b"): "500062dd6b3f",
+    ("grpo", "simulated"): "82e99b2a232a", ("grpo", "tiny-cpu"): "0ff0b1a33475",
     ("magistral", "paper-8b"): "900247e1d00f", ("magistral", "simulated"): "02f0197c1d26",
-    ("magistral", "tiny-cpu"): "cf00cf82251f", ("minimax", "paper-8b"): "85933c424e22",
-    ("minimax", "simulated"): "1b1ffe22eacf", ("minimax", "tiny-cpu"): "ff2d098b770a",
+    ("magistral", "tiny-cpu"): "16d45f77699a", ("minimax", "paper-8b"): "85933c424e22",
+    ("minimax", "simulated"): "1b1ffe22eacf", ("minimax", "tiny-cpu"): "d0a02d518a99",
     ("scalerl", "paper-8b"): "fdfd9973b9e2", ("scalerl", "simulated"): "872de0243297",
-    ("scalerl", "tiny-cpu"): "486d28bb1d2d",
+    ("scalerl", "tiny-cpu"): "c33f6230083a",
 }
 
 
@@ -51,7 +51,7 @@ def test_a_key_the_recipe_sets_wins_over_the_setup(study):
     lr = load(study / "recipes/lr.toml", TINY, overridden=overridden)
     assert lr.optim.lr == 0.5                               # was 2e-4, the setup's, in silence
     assert lr.optim.warmup_steps == 5                       # what the recipe leaves unset: the setup's
-    assert lr.content_hash != load("scalerl", "tiny-cpu").content_hash == "486d28bb1d2d"
+    assert lr.content_hash != load("scalerl", "tiny-cpu").content_hash == "c33f6230083a"
     assert [str(o) for o in overridden] == [
         f"optim.lr = 0.5 from {study / 'recipes/lr.toml'} overrides 0.0002 from setups/tiny-cpu.toml"]
     assert load(study / "recipes/batch.toml", TINY).batch.prompts_per_step == 64     # setup: 32
@@ -92,7 +92,7 @@ def test_validate_keeps_the_recipe_value_and_names_the_override(study):
     assert "# override: optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml" \
         in proc.stdout.splitlines()
     assert "lr = 0.5" in proc.stdout.splitlines() and "lr = 0.0002" not in proc.stdout
-    assert "486d28bb1d2d" not in proc.stdout
+    assert "c33f6230083a" not in proc.stdout
     data = json.loads(run_cli("validate", "recipes/lr.toml", "--setup", "tiny-cpu", "--json",
                               cwd=study, check=True).stdout)
     assert data[0]["recipe"]["optim"]["lr"] == 0.5
@@ -109,7 +109,7 @@ def test_run_says_which_value_overrode_which(study):
     assert proc.returncode == 0, proc.stderr
     lines = proc.stderr.splitlines()
     assert "override: optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml" in lines
-    assert "override: budget.steps = 10 from --set budget.steps overrides 750 from setups/tiny-cpu.toml" in lines
+    assert "override: budget.steps = 10 from --set budget.steps overrides 1000 from setups/tiny-cpu.toml" in lines
     assert any("lr 0.5 (warm-up 5)" in ln for ln in lines)
 
 
@@ -125,12 +125,12 @@ OVERRIDE_CASES = [
     ("validate", True, ["optim.lr=3e-5"],
      ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0002 from setups/tiny-cpu.toml"]),
     ("validate", True, ["budget.steps=10"],
-     ["budget.steps = 10 from --set budget.steps overrides 750 from setups/tiny-cpu.toml",
+     ["budget.steps = 10 from --set budget.steps overrides 1000 from setups/tiny-cpu.toml",
       "optim.lr = 0.5 from recipes/lr.toml overrides 0.0002 from setups/tiny-cpu.toml"]),
     ("run", False, ["optim.lr=3e-5"],
      ["optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0002 from setups/tiny-cpu.toml"]),
     ("run", True, ["optim.lr=3e-5", "budget.steps=10"],
-     ["budget.steps = 10 from --set budget.steps overrides 750 from setups/tiny-cpu.toml",
+     ["budget.steps = 10 from --set budget.steps overrides 1000 from setups/tiny-cpu.toml",
       "optim.lr = 3e-05 from --set optim.lr overrides 0.5 from recipes/lr.toml and 0.0002 from setups/tiny-cpu.toml"]),
 ]
 

