@@ -2,6 +2,7 @@
 
     python scripts/forecast_check.py [--draws 1000] [--json]
     python scripts/forecast_check.py --skip-simulated tests/data/real_runs.json tests/data/testbed_long_runs.json
+    python scripts/forecast_check.py --skip-simulated --fit-setup tiny-cpu tests/data/testbed_default_runs.json
 
 1. Simulated curves (eq. 1 of Khatri et al. 2025 with known A, B, C_mid, R0, and independent
    evaluation noise): each draw is fitted up to ``reach`` x C_mid (41 points) with 300 bootstrap
@@ -13,7 +14,7 @@
 2. Real runs (band fixtures of the project, ``tests/data/*.json``): each run fitted from its first
    quarter and its first half of compute as ``scalectl forecast`` fits a run (the recipe's axis and
    window, R0 measured at compute 0 with its standard error, 1,000 resamples, seed 0, drift sd
-   0.01), and the forecast at its last point's compute scored against the mean of its last three
+   0.01; with ``--fit-setup NAME`` the window and R0 rule of the packaged setup's ``[fit]``), and the forecast at its last point's compute scored against the mean of its last three
    evaluations (a point's own evaluation noise is in the band; the mean is what the curve
    predicts).  Prints per run the forecast, its band, the measured value and the error.
 
@@ -32,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from band_coverage import run_inputs  # noqa: E402  (a script beside this one)
+from band_coverage import run_inputs, setup_fit  # noqa: E402  (a script beside this one)
 
 from scalectl.curve import fit_sigmoid, sigmoid  # noqa: E402
 from scalectl.science.forecast import compute_to_reach, pass_rate_at, reach  # noqa: E402
@@ -69,11 +70,12 @@ def simulated(draws: int, settings=SETTINGS) -> list[dict]:
     return rows
 
 
-def real(fixture: Path, fractions=(0.25, 0.5)) -> list[dict]:
-    """The forecast of each run's last point from its first quarter and half (see the module doc)."""
+def real(fixture: Path, fractions=(0.25, 0.5), fit: dict | None = None) -> list[dict]:
+    """The forecast of each run's last point from its first quarter and half (see the module doc),
+    each run fitted with its own recipe's ``fit`` section or with ``fit`` when given."""
     rows = []
     for run in json.loads(fixture.read_text())["runs"]:
-        d = run_inputs(run)
+        d = run_inputs(run, fit)
         x, y = d["x"], d["y"]
         order = np.argsort(x, kind="stable")
         x, y, t = x[order], y[order], d["truncation"][order]
@@ -82,9 +84,10 @@ def real(fixture: Path, fractions=(0.25, 0.5)) -> list[dict]:
         for fraction in fractions:
             keep = x <= fraction * last
             kw = dict(min_compute=d["min_compute"], axis=d["axis"], bootstrap=1000, seed=0,
-                      truncation=t[keep], truncation_threshold=float((run.get("fit") or {}).get(
-                          "truncation_threshold", 0.1)))
-            if d["r0_se"] is not None:
+                      truncation=t[keep], truncation_threshold=float(d["truncation_threshold"] or 0.1))
+            if d["r0"] != "auto":
+                kw["r0"] = d["r0"]
+            if d["r0_se"] is not None and d["r0"] != "fit":
                 kw["r0_se"] = d["r0_se"]
             row = {"fixture": fixture.name, "run": run["name"], "fraction": fraction, "axis": d["axis"],
                    "last": last, "measured": measured}
@@ -106,12 +109,15 @@ def main() -> None:
                                                             "and tests/data/testbed_long_runs.json)")
     ap.add_argument("--draws", type=int, default=1000, help="simulated draws per setting (default 1,000)")
     ap.add_argument("--skip-simulated", action="store_true")
+    ap.add_argument("--fit-setup", metavar="NAME", help="fit the real runs with the [fit] section of this "
+                    "packaged setup (e.g. tiny-cpu) instead of each run's own")
     ap.add_argument("--json", action="store_true", help="print one JSON object instead of lines")
     args = ap.parse_args()
     root = Path(__file__).resolve().parent.parent / "tests" / "data"
     fixtures = args.fixtures or [root / "real_runs.json", root / "testbed_long_runs.json"]
     sims = [] if args.skip_simulated else simulated(args.draws)
-    reals = [r for f in fixtures for r in real(f)]
+    fit = setup_fit(args.fit_setup) if args.fit_setup else None
+    reals = [r for f in fixtures for r in real(f, fit=fit)]
     if args.json:
         print(json.dumps({"simulated": sims, "real": reals}, indent=1))
         return

@@ -138,6 +138,33 @@ def test_coverage_follows_the_extrapolate_command(data, tmp_path):
     assert cli["fit"]["A"] == pytest.approx(mine["A"], rel=1e-9)
 
 
+def test_coverage_with_a_setups_fit_section_follows_the_extrapolate_command(tmp_path):
+    """``band_coverage.py --fit-setup tiny-cpu`` fits a run made before the setup's window and
+    R0 rule as ``scalectl extrapolate`` fits the same points stored with the setup's ``[fit]``
+    section; the run's own section gives another fit."""
+    coverage = _script("band_coverage")
+    fit = coverage.setup_fit("tiny-cpu")
+    assert fit["r0"] == "fit" and fit["min_compute"] > 0
+    long = json.loads((ROOT / "tests" / "data" / "testbed_default_runs.json").read_text())
+    run = next(r for r in long["runs"] if r["name"] == "long-s0")
+    assert run["fit"]["min_compute"] == 0 and "r0" not in run["fit"]
+    db = tmp_path / "s.db"
+    with Store.open(db) as store:
+        rid = store.create_run(run["name"], recipe={"fit": fit}, recipe_hash=run["recipe_hash"],
+                               seed=run["seed"], status="completed")
+        store.add_points(rid, [{k: p[k] for k in ("step", "flops", "gpu_hours", "tokens", "pass_rate",
+                                                  "truncation_rate", "correct_counts")}
+                               | {"samples_per_prompt": p["k"]} for p in run["points"]])
+    cli = json.loads(run_cli("extrapolate", run["name"], "--fraction", "0.5", "--bootstrap", "200", "--json",
+                             db=db, check=True).stdout)
+    mine = coverage.coverage({"runs": [run]}, bootstrap=200, fit=fit)["runs"][0]
+    own = coverage.coverage({"runs": [run]}, bootstrap=200)["runs"][0]
+    assert cli["fit"]["A"] == pytest.approx(mine["A"], rel=1e-9)
+    assert cli["share_in_band"] * mine["held_out"] == pytest.approx(mine["inside"])
+    assert cli["mean_abs_error"] == pytest.approx(mine["mean_abs_error"], rel=1e-9)
+    assert abs(own["A"] - mine["A"]) > 0.01
+
+
 def test_prediction_band_covers_at_least_85_percent_of_held_out_points(data):
     summary = _script("band_coverage").coverage(data)
     assert summary["held_out"] >= 30
