@@ -70,12 +70,12 @@ def simulated(draws: int, settings=SETTINGS) -> list[dict]:
     return rows
 
 
-def real(fixture: Path, fractions=(0.25, 0.5), fit: dict | None = None) -> list[dict]:
+def real(fixture: Path, fractions=(0.25, 0.5), section: dict | None = None) -> list[dict]:
     """The forecast of each run's last point from its first quarter and half (see the module doc),
-    each run fitted with its own recipe's ``fit`` section or with ``fit`` when given."""
+    each run fitted with its own recipe's ``fit`` section or with ``section`` when given."""
     rows = []
     for run in json.loads(fixture.read_text())["runs"]:
-        d = run_inputs(run, fit)
+        d = run_inputs(run, section)
         x, y = d["x"], d["y"]
         order = np.argsort(x, kind="stable")
         x, y, t = x[order], y[order], d["truncation"][order]
@@ -116,8 +116,8 @@ def main() -> None:
     root = Path(__file__).resolve().parent.parent / "tests" / "data"
     fixtures = args.fixtures or [root / "real_runs.json", root / "testbed_long_runs.json"]
     sims = [] if args.skip_simulated else simulated(args.draws)
-    fit = setup_fit(args.fit_setup) if args.fit_setup else None
-    reals = [r for f in fixtures for r in real(f, fit=fit)]
+    section = setup_fit(args.fit_setup) if args.fit_setup else None
+    reals = [r for f in fixtures for r in real(f, section=section)]
     if args.json:
         print(json.dumps({"simulated": sims, "real": reals}, indent=1))
         return
