@@ -1,7 +1,7 @@
 """Write the evaluation points of stored runs as the JSON fixture of the band test.
 
     python scripts/band_fixture.py STORE.db OUT.json --command "scalectl run scalerl --seed 0" ...
-        --commit SHA --date 2026-12-01 [--note "..."] [--also-db OTHER.db ...] [RUN ...]
+        --commit SHA --date 2026-12-01 [--note "..."] [--also-db OTHER.db ...] [--prefix P ...] [RUN ...]
 
 Keeps per run: name, recipe hash, seed, status, the recipe's ``fit`` section
 (axis and window start, which ``scalectl extrapolate`` uses) and for each point
@@ -10,7 +10,10 @@ per-prompt correct counts out of k samples, and the standard error of that
 evaluation computed from them (:func:`scalectl.curve.evaluation_standard_error`).
 Nothing else of the store is copied.  One point per line, so that a diff of the
 file stays readable.  Runs without points are left
-out; RUN names restrict the runs written.
+out; RUN names restrict the runs written.  Runs of separate stores that share a name (each
+fresh clone's ``make run`` is ``scalerl-s0``) are told apart by ``--prefix``, one per store in
+the order DB, then each ``--also-db``: ``--prefix c1`` writes ``c1-scalerl-s0``.  Two runs
+written under one name are refused.
 """
 
 from __future__ import annotations
@@ -68,16 +71,28 @@ def main() -> None:
     ap.add_argument("--note", default="", help="anything else about how they were made")
     ap.add_argument("--also-db", action="append", default=[], dest="more_dbs",
                     help="another store whose runs are written too, after those of DB (repeatable)")
+    ap.add_argument("--prefix", action="append", default=[], dest="prefixes",
+                    help="a prefix for the names of one store's runs, in the order DB, then each --also-db "
+                         "(repeatable; as many as stores)")
     args = ap.parse_args()
+    dbs = [args.db, *args.more_dbs]
+    if args.prefixes and len(args.prefixes) != len(dbs):
+        raise SystemExit(f"--prefix given {len(args.prefixes)} times for {len(dbs)} stores: give one per store")
     runs = []
-    for db in [args.db, *args.more_dbs]:
+    for i, db in enumerate(dbs):
         with Store.open(db, create=False) as store:
             for info in store.list_runs():
                 if args.runs and info["name"] not in args.runs:
                     continue
                 rec = run_record(store, info)
                 if rec is not None:
+                    if args.prefixes:
+                        rec["name"] = f"{args.prefixes[i]}-{rec['name']}"
                     runs.append(rec)
+    names = [r["name"] for r in runs]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise SystemExit(f"runs of several stores share the names {', '.join(twice)}: give --prefix once per store")
     made = {"commands": args.commands, "commit": args.commit, "date": args.date, "note": args.note}
     Path(args.out).write_text(dumps({"made": made, "runs": runs}))
     print(f"wrote {len(runs)} runs to {args.out}")

@@ -4,7 +4,7 @@ to compute not yet spent, each through the ``scalectl`` commands a user types.  
 trains for minutes to hours and prints what it measured, with the CPU kind and load beside
 every run; every result also goes as one JSON line to ``--results``.
 
-    python scripts/testbed.py identify --runs 10 --label quiet   # 10 default runs (seed 0, 500 steps)
+    python scripts/testbed.py identify --runs 10 --label quiet   # 10 default runs (seed 0, the budget)
     python scripts/testbed.py margin --seeds 3                    # ScaleRL on 3 seeds -> scalectl margin
     python scripts/testbed.py margin --names long-s0,long-s1,long-s2 --until-step 750
                                                                   # the margin of stored runs at a budget

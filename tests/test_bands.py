@@ -120,6 +120,31 @@ def test_the_fixture_writer_takes_runs_from_several_stores_in_order(tmp_path):
     assert all(r["points"][0]["correct_counts"] == [1, 0] for r in runs)
 
 
+def test_the_fixture_writer_tells_runs_of_one_name_apart_by_a_prefix_per_store(tmp_path):
+    """Fresh clones' stores each hold a ``scalerl-s0``: without --prefix the writer refuses to
+    write two runs under one name; with one prefix per store each keeps its store's prefix."""
+    dbs = []
+    for k, rate in enumerate((0.25, 0.5)):
+        db = tmp_path / f"c{k}.db"
+        with Store.open(db) as store:
+            rid = store.create_run("scalerl-s0", recipe={"fit": {"axis": "flops"}}, recipe_hash="h", seed=0,
+                                   status="completed")
+            store.add_points(rid, [{"step": 0, "pass_rate": rate, "flops": 0.0, "gpu_hours": 0.0,
+                                    "samples_per_prompt": 2, "correct_counts": [int(4 * rate), 0]}])
+        dbs.append(db)
+    out = tmp_path / "f.json"
+    cmd = [sys.executable, str(ROOT / "scripts" / "band_fixture.py"), str(dbs[0]), str(out), "--also-db", str(dbs[1]),
+           "--command", "make run", "--commit", "2" * 40, "--date", "2026-12-07"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    assert proc.returncode != 0 and "share the names scalerl-s0" in proc.stderr and not out.exists()
+    proc = subprocess.run(cmd + ["--prefix", "c1"], capture_output=True, text=True)
+    assert proc.returncode != 0 and "one per store" in proc.stderr and not out.exists()
+    proc = subprocess.run(cmd + ["--prefix", "c1", "--prefix", "c2"], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    runs = json.loads(out.read_text())["runs"]
+    assert [(r["name"], r["points"][0]["pass_rate"]) for r in runs] == [("c1-scalerl-s0", 0.25), ("c2-scalerl-s0", 0.5)]
+
+
 def test_coverage_follows_the_extrapolate_command(data, tmp_path):
     """The coverage helper fits a run as `scalectl extrapolate` does (window, R0 weight, seed)."""
     run = data["runs"][0]
