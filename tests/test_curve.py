@@ -431,6 +431,12 @@ def test_advice_extend_versus_seeds():
     assert "about 11 x C_mid (27500 GPU-hours)" in pinned.message
     noisy = advise(_fit(0.61, lo=0.585, hi=0.635, reach=5.0), n_seeds=1)
     assert noisy.action == "seeds" and noisy.seeds_needed == math.ceil((0.05 / 0.02) ** 2)
+    assert noisy.message.startswith("A interval width 0.050 exceeds the margin 0.020 although")
+    # just past the margin: a fourth decimal, so the message does not read "0.020 exceeds 0.020"
+    # (0.5854 - 0.565 = 0.0204, up to float rounding far below the fourth decimal)
+    barely = advise(_fit(0.572, lo=0.565, hi=0.5854, reach=5.09))
+    assert barely.action == "seeds" and barely.seeds_needed == 2
+    assert barely.message.startswith("A interval width 0.0204 exceeds the margin 0.0200 although the data reach 5.09")
     with pytest.raises(ValueError, match="no interval for A"):
         advise(_fit(0.61))
 

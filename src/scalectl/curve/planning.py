@@ -163,6 +163,13 @@ def _compute_text(value: float, axis: str) -> str:
     return f"{format_number(value, 4)} {AXIS_UNITS.get(axis, axis)}"
 
 
+def _width_and_margin(width: float, margin: float) -> tuple[str, str]:
+    """The A interval width and the margin as text, with a fourth decimal when three would
+    print a width just past the margin (0.0204 against 0.02) as the same number."""
+    digits = 3 if f"{width:.3f}" != f"{margin:.3f}" or width == margin else 4
+    return f"{width:.{digits}f}", f"{margin:.{digits}f}"
+
+
 def advise(fit: SigmoidFit, margin: float = MARGIN, n_seeds: int = 1, rate: StepRate | None = None) -> Advice:
     """Say whether the data identify the ceiling and the A interval is within ``margin``, and
     what would help more.
@@ -184,6 +191,7 @@ def advise(fit: SigmoidFit, margin: float = MARGIN, n_seeds: int = 1, rate: Step
         raise ValueError("this fit has no interval for A: fit with bootstrap > 0")
     width = iv[1] - iv[0]
     reach = fit.window[1] / fit.C_mid
+    w_text, m_text = _width_and_margin(width, margin)
     if not identifies(fit) or fit.has_flag("on_bound"):
         if reach < IDENTIFY_REACH:
             why, target = f"the data stop at {reach:.2f} x C_mid, short of {RULE_TEXT}", IDENTIFY_REACH
@@ -198,15 +206,15 @@ def advise(fit: SigmoidFit, margin: float = MARGIN, n_seeds: int = 1, rate: Step
             cost = rate.cost_text(steps)
             more = (f": about {steps:,} more steps (to step {rate.last_step + steps:,}"
                     + (f"; {cost} at {rate.source}'s measured rate" if cost else "") + ")")
-        size = (f"exceeds the margin {margin:.3f} and" if width > margin else f"is within the margin {margin:.3f}, but")
+        size = f"exceeds the margin {m_text} and" if width > margin else f"is within the margin {m_text}, but"
         return Advice("extend", width, margin,
-                      f"A interval width {width:.3f} {size} {why}: extend "
+                      f"A interval width {w_text} {size} {why}: extend "
                       f"the run to about {target:.3g} x C_mid ({_compute_text(target * fit.C_mid, fit.axis)})"
                       f"{more}; more seeds would not pin the ceiling", steps=steps,
                       **_cost(rate, steps))
     if width <= margin:
-        return Advice("none", width, margin, f"A interval width {width:.3f} is within the "
-                                             f"margin {margin:.3f}")
+        return Advice("none", width, margin, f"A interval width {w_text} is within the "
+                                             f"margin {m_text}")
     need = max(n_seeds + 1, math.ceil(n_seeds * (width / margin) ** 2))
     more, steps = "", None
     if rate is not None:
@@ -215,7 +223,7 @@ def advise(fit: SigmoidFit, margin: float = MARGIN, n_seeds: int = 1, rate: Step
         more = (f": {need - n_seeds} more run(s) of {steps:,} steps"
                 + (f", {cost} in all at {rate.source}'s measured rate" if cost else ""))
     return Advice("seeds", width, margin,
-                  f"A interval width {width:.3f} exceeds the margin {margin:.3f} although the data "
+                  f"A interval width {w_text} exceeds the margin {m_text} although the data "
                   f"reach {reach:.2f} x C_mid: the width is noise; about {need} seeds (or more "
                   f"evaluation prompts) would bring it within the margin{more}", seeds_needed=need, steps=steps,
                   **_cost(rate, None if steps is None else steps * (need - n_seeds)))
