@@ -283,3 +283,30 @@ def test_the_default_setups_window_and_r0_hold_the_ceiling_of_its_long_runs():
         assert abs(np.mean(ex.heldout_pass_rate - ex.predicted)) <= 0.01
         assert abs(ex.fit.A - whole.A) <= 0.01
     assert identified >= 2
+
+
+def test_fresh_clones_make_runs_identify_their_ceiling():
+    """tests/data/testbed_make_runs.json: the default run (`make run`: ScaleRL, seed 0, the
+    setup's budget) of fresh clones, one store each (docs/study.md, "The budget of 1,000 steps";
+    machine, load and commits in the file).  Each is a whole run of the default's recipe, and
+    each, fitted as `scalectl fit` fits it (its recipe's window and R0 rule, 1,000 resamples),
+    identifies its ceiling: no flag and an A interval at most 0.04 wide, the testbed's target."""
+    from scalectl import presets
+    from scalectl.recipe.load import read_toml
+
+    made = json.loads((ROOT / "tests" / "data" / "testbed_make_runs.json").read_text())
+    assert len(made["made"]["commit"]) == 40 and made["made"]["commands"] == ["make run"]
+    runs = made["runs"]
+    setup = read_toml(presets.packaged("setups", "tiny-cpu"))
+    assert len(runs) >= 3 and len({r["recipe_hash"] for r in runs}) == 1 and len({r["name"] for r in runs}) == len(runs)
+    for r in runs:
+        assert r["status"] == "completed" and r["seed"] == 0 and r["fit"] == setup["fit"]
+        steps = [p["step"] for p in r["points"]]
+        assert steps[0] == 0 and steps[-1] == setup["budget"]["steps"] and len(steps) >= 60
+        for p in r["points"]:
+            assert len(p["correct_counts"]) == 500 and p["k"] == 8
+            assert p["pass_rate"] == pytest.approx(np.mean(p["correct_counts"]) / p["k"], abs=1e-9)
+        fit = _fixture_fit(r, steps[-1], r["fit"], bootstrap=1000)[0]
+        lo, hi = fit.interval("A")
+        assert not fit.flags and hi - lo <= 0.04, (r["name"], fit.A, lo, hi, fit.flag_codes)
+        assert 0.5 < fit.A < 0.65                   # below 1: the level-8 share is never solved
