@@ -298,7 +298,7 @@ def test_fresh_clones_make_runs_identify_their_ceiling():
     assert len(made["made"]["commit"]) == 40 and made["made"]["commands"] == ["make run"]
     runs = made["runs"]
     setup = read_toml(presets.packaged("setups", "tiny-cpu"))
-    assert len(runs) >= 3 and len({r["recipe_hash"] for r in runs}) == 1 and len({r["name"] for r in runs}) == len(runs)
+    assert len(runs) >= 4 and len({r["recipe_hash"] for r in runs}) == 1 and len({r["name"] for r in runs}) == len(runs)
     for r in runs:
         assert r["status"] == "completed" and r["seed"] == 0 and r["fit"] == setup["fit"]
         steps = [p["step"] for p in r["points"]]
