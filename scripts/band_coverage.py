@@ -63,6 +63,16 @@ def run_inputs(run: dict, fit: dict | None = None) -> dict:
             "truncation_threshold": section.get("truncation_threshold")}
 
 
+def r0_keywords(d: dict, takes_se: bool = True) -> dict:
+    """The R0 keywords of a fit of :func:`run_inputs`' ``d``: ``r0`` when the section's rule is not
+    ``auto``, and the step-0 evaluation's ``r0_se`` (when there is one, the installed scalectl
+    takes it, ``takes_se``, and R0 is not fitted)."""
+    kw = {} if d["r0"] == "auto" else {"r0": d["r0"]}
+    if takes_se and d["r0_se"] is not None and d["r0"] != "fit":
+        kw["r0_se"] = d["r0_se"]
+    return kw
+
+
 def _takes_r0_se() -> bool:
     """Whether the installed scalectl's fit takes ``r0_se``: a field of
     ``scalectl.curve.FitSettings`` (the settings of ``fit_sigmoid``), or in older checkouts a
@@ -92,11 +102,7 @@ def coverage(data: dict, fraction: float = 0.5, bootstrap: int = 1000, fit: dict
     for run in data["runs"]:
         d = run_inputs(run, fit)
         kw = dict(min_compute=d["min_compute"], axis=d["axis"], bootstrap=bootstrap, seed=0,
-                  truncation=d["truncation"])
-        if d["r0"] != "auto":
-            kw["r0"] = d["r0"]
-        if takes_se and d["r0_se"] is not None and d["r0"] != "fit":
-            kw["r0_se"] = d["r0_se"]
+                  truncation=d["truncation"], **r0_keywords(d, takes_se))
         ex = extrapolate(d["x"], d["y"], fraction=fraction, **kw)
         ok = (ex.heldout_pass_rate >= ex.band_lo) & (ex.heldout_pass_rate <= ex.band_hi)
         err = np.abs(ex.predicted - ex.heldout_pass_rate)
@@ -106,7 +112,8 @@ def coverage(data: dict, fraction: float = 0.5, bootstrap: int = 1000, fit: dict
         rows.append({"run": run["name"], "inside": int(ok.sum()), "held_out": int(ok.size),
                      "mean_abs_error": float(err.mean()), "max_abs_error": float(err.max()),
                      "mean_signed_error": float(np.mean(ex.heldout_pass_rate - ex.predicted)),
-                     "A": ex.fit.A, "flags": [f.code for f in ex.fit.flags], "band_half_width": float(np.mean(ex.band_hi - ex.band_lo) / 2)})
+                     "A": ex.fit.A, "flags": [f.code for f in ex.fit.flags],
+                     "band_half_width": float(np.mean(ex.band_hi - ex.band_lo) / 2)})
     return {"inside": inside, "held_out": total, "coverage": inside / total if total else None,
             "mean_abs_error": float(np.mean(errors)), "max_abs_error": float(np.max(errors)),
             "r0_se_used": takes_se, "runs": rows}

@@ -14,7 +14,8 @@
 2. Real runs (band fixtures of the project, ``tests/data/*.json``): each run fitted from its first
    quarter and its first half of compute as ``scalectl forecast`` fits a run (the recipe's axis and
    window, R0 measured at compute 0 with its standard error, 1,000 resamples, seed 0, drift sd
-   0.01; with ``--fit-setup NAME`` the window and R0 rule of the packaged setup's ``[fit]``), and the forecast at its last point's compute scored against the mean of its last three
+   0.01; with ``--fit-setup NAME`` the window and R0 rule of the packaged setup's ``[fit]``),
+   and the forecast at its last point's compute scored against the mean of its last three
    evaluations (a point's own evaluation noise is in the band; the mean is what the curve
    predicts).  Prints per run the forecast, its band, the measured value and the error.
 
@@ -33,7 +34,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from band_coverage import run_inputs, setup_fit  # noqa: E402  (a script beside this one)
+from band_coverage import r0_keywords, run_inputs, setup_fit  # noqa: E402  (a script beside this one)
 
 from scalectl.curve import fit_sigmoid, sigmoid  # noqa: E402
 from scalectl.science.forecast import compute_to_reach, pass_rate_at, reach  # noqa: E402
@@ -84,11 +85,8 @@ def real(fixture: Path, fractions=(0.25, 0.5), section: dict | None = None) -> l
         for fraction in fractions:
             keep = x <= fraction * last
             kw = dict(min_compute=d["min_compute"], axis=d["axis"], bootstrap=1000, seed=0,
-                      truncation=t[keep], truncation_threshold=float(d["truncation_threshold"] or 0.1))
-            if d["r0"] != "auto":
-                kw["r0"] = d["r0"]
-            if d["r0_se"] is not None and d["r0"] != "fit":
-                kw["r0_se"] = d["r0_se"]
+                      truncation=t[keep], truncation_threshold=float(d["truncation_threshold"] or 0.1),
+                      **r0_keywords(d))
             row = {"fixture": fixture.name, "run": run["name"], "fraction": fraction, "axis": d["axis"],
                    "last": last, "measured": measured}
             try:
