@@ -22,16 +22,24 @@ P, G, K, STEPS = 4, 4, 2, 6
 #: The generator's and the trainer's log-probs of a token sampled by the weights of version v,
 #: both on those weights (the broadcast copies the bytes), both float32 with a float32 LM head,
 #: differ only by the order of the sums (vLLM's CPU kernels and KV cache against one
-#: teacher-forced torch pass).  Such rounding is relative: log pi(y) = z_y - logsumexp(z) moves
-#: by a few float32 epsilons (2^-23) of the largest sum |w_v . h| behind a logit z_v at that
-#: position (a dot product's rounding bound), or of the log-prob itself, when larger.  On a
-#: warm start SFT'd to a sampled pass rate of 0.45 (head not scaled) |z| reached ~30 and the
-#: measured worst token was 8 epsilons of it (1.1e-5 absolute); the shipped warm start's head
-#: is scaled by 0.45, its logits smaller but not its rounding (3.1e-5 seen, 32 epsilons of
-#: its largest |z|).  Bound: ULPS epsilons of the largest sum of |w_v h_i|; a token sampled by
-#: another version is off by > 1e-2.
+#: teacher-forced torch pass).  For most tokens that rounding stays within a few float32
+#: epsilons (2^-23) of the largest sum |w_v . h| behind a logit z_v at that position (a dot
+#: product's rounding bound), or of the log-prob itself, when larger: on a warm start SFT'd to
+#: a sampled pass rate of 0.45 the worst was 8 epsilons (1.1e-5), on the shipped warm start
+#: (head scaled by 0.45) 32.  Bound: ULPS epsilons of that sum.
 ULPS = 32
 EPS = 2.0 ** -23
+
+#: The rare ill-conditioned token amplifies rounding through the layers far beyond the head's
+#: bound (measured on the shipped warm start: a token 1.2e-3 apart, whose log-prob moves 6.2e-4
+#: rms when the trainer's own pass merely sums in other orders).  Beyond the ULPS bound a
+#: token is therefore judged against its own rounding spread: the rms, over REORDERED copies
+#: of the weights with permuted channels (tests/summation_order.py: the same function in exact
+#: arithmetic), of the log-prob's change.  Were vLLM one more summation order, its difference
+#: over that spread would follow Student's t with REORDERED degrees of freedom:
+#: P(|t_16| > 8) = 5.5e-7 per token.  A token of another version is off by > 1e-2.
+REORDERED = 16
+SPREADS = 8.0
 
 
 def _weights(run_dir, version: int):
@@ -50,6 +58,15 @@ def _weights(run_dir, version: int):
         path = run_dir / "checkpoints" / f"step-{version:06d}" / "engine" / "latest" / "mp_rank_00_model_states.pt"
         model.load_state_dict(torch.load(path, map_location="cpu", weights_only=False)["module"])
     return model
+
+
+def _reordered(model) -> list:
+    """:data:`REORDERED` copies of ``model`` with permuted channels (fixed seeds)."""
+    import torch
+
+    from summation_order import reordered_copy
+
+    return [reordered_copy(model, torch.Generator().manual_seed(seed)) for seed in range(REORDERED)]
 
 
 def _teacher_forced(model, line) -> tuple[list[float], list[float]]:
@@ -80,7 +97,8 @@ def test_pipeline_with_two_vllm_generators(tmp_path, trainers):
     its points in the store; every trained token is at most k versions behind the trainer that
     trains on it; both generators sample with weights broadcast after training steps; and each
     token's generator log-prob equals the trainer's log-prob of it on the weights of the version
-    that sampled it, to float32 rounding (:data:`ULPS`).
+    that sampled it, to float32 rounding (:data:`ULPS` epsilons, or for an ill-conditioned token
+    :data:`SPREADS` times its own rounding spread, :data:`REORDERED`).
 
     Where the run measures this itself: ``rollouts.jsonl`` holds the trainer's recomputation on
     the weights it trains with, which are the sampling weights only for tokens of the trainer's
@@ -98,12 +116,7 @@ def test_pipeline_with_two_vllm_generators(tmp_path, trainers):
             f"batch.generations_per_prompt={G}", "eval.every_steps=3", "eval.prompts=4",
             "eval.samples_per_prompt=2", "checkpoint.every_steps=1", f"checkpoint.keep={STEPS}",
             f"budget.steps={STEPS}", "filter.zero_variance=false", "optim.warmup_steps=0", "model.path=builtin:tiny",
-            "logging.rollouts=true",
-            # the prompt pool this check was verified on (the setup's until 2026-12-07): with the
-            # setup's 150,000 one token (a six-number prompt of 24 tokens, completion token 9,
-            # context 33) had generator and trainer log-probs 1.2e-3 apart at version 0, beyond
-            # the rounding bound: an open mismatch of the vLLM CPU build (docs/launching.md)
-            "data.train_size=100000"]
+            "logging.rollouts=true"]
     db, runs = tmp_path / "s.db", tmp_path / "runs"
     proc = run_cli("run", "recipes/scalerl.toml", "--runs-dir", str(runs), "--name", "vpipe",
                    *[a for s in sets for a in ("--set", s)], db=db, timeout=1500)
@@ -131,14 +144,22 @@ def _check_rollouts(run_dir) -> None:
     lines = [json.loads(x) for x in (run_dir / "rollouts.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [s for s in range(STEPS) for _ in range(P * G)]
     assert {x["generator"] for x in lines} == {0, 1}
-    models = {}
+    from summation_order import rounding_spread
+
+    models, copies = {}, {}
 
     def model(v):
         if v not in models:
             models[v] = _weights(run_dir, v)
         return models[v]
 
-    worst, worst_own, ratio, trainer_vs_ckpt = 0.0, 0.0, 0.0, 0.0
+    def reordered(v):
+        if v not in copies:
+            copies[v] = _reordered(model(v))
+        return copies[v]
+
+    worst, worst_own, trainer_vs_ckpt = 0.0, 0.0, 0.0
+    spread_judged = []                          # (|difference|, rounding spread) beyond the ULPS bound
     checked = {0: Counter(), 1: Counter()}      # generator -> version -> tokens compared
     wrong = {0: 0.0, 1: 0.0}                    # generator -> max |log-prob - the previous version's|
     for x in lines:
@@ -150,20 +171,28 @@ def _check_rollouts(run_dir) -> None:
         m = vs.count(v)                          # the tokens before an update in flight
         gen = x["gen_logprobs"][:m]
         ref, tol = _teacher_forced(model(v), x)
+        if any(abs(a - b) > t for a, b, t in zip(gen, ref, tol)):       # the token's own rounding spread
+            alts = [_teacher_forced(c, x)[0] for c in reordered(v)]
+            for i, (a, b) in enumerate(zip(gen, ref)):
+                s = rounding_spread([alt[i] for alt in alts], b)
+                if abs(a - b) > tol[i]:
+                    spread_judged.append((abs(a - b), s))
+                tol[i] = max(tol[i], SPREADS * s)
         for a, b, t in zip(gen, ref, tol):
             assert abs(a - b) <= t, (x["step"], v, a, b, t)
-            worst, ratio = max(worst, abs(a - b)), max(ratio, abs(a - b) / t * ULPS)
+            worst = max(worst, abs(a - b))
         checked[x["generator"]][v] += m
         if v >= 1:
             prev, _ = _teacher_forced(model(v - 1), x)
             wrong[x["generator"]] = max(wrong[x["generator"]], max(abs(a - b) for a, b in zip(gen, prev)))
         if v == x["step"]:                       # sampled by the weights the trainer trains with
-            for a, b, t in zip(gen, x["train_logprobs"], tol):
+            for a, b, t in zip(gen, x["train_logprobs"], tol):      # the tolerances found above
                 assert abs(a - b) <= t, (x["step"], v, a, b, t)
                 worst_own = max(worst_own, abs(a - b))
             trainer_vs_ckpt = max(trainer_vs_ckpt, max(abs(a - b) for a, b in zip(x["train_logprobs"], ref)))
-    print(f"\nmax |vLLM log-prob - trainer log-prob at the token's version|: {worst:.2e} ({ratio:.1f} epsilons of "
-          f"the largest |logit|); on tokens of the trainer's own version, against its recorded recomputation: "
+    print(f"\nmax |vLLM log-prob - trainer log-prob at the token's version|: {worst:.2e}; beyond {ULPS} epsilons of "
+          f"the largest |logit| (|difference|, rounding spread): {[(f'{d:.1e}', f'{s:.1e}') for d, s in spread_judged]}; "
+          f"on tokens of the trainer's own version, against its recorded recomputation: "
           f"{worst_own:.2e}; recorded vs checkpoint recomputation: {trainer_vs_ckpt:.2e}; against the previous "
           f"version: { {g: f'{w:.2e}' for g, w in wrong.items()} }; tokens compared by generator and version: "
           f"{ {g: dict(sorted(c.items())) for g, c in checked.items()} }")
