@@ -182,3 +182,15 @@ def test_resume_may_move_a_run_with_its_placement_keys_and_keeps_its_hash():
                                             r"budget\.steps, .* \(to extend the run\) and launcher\.slurm\."
                                             r"generator_nodelist, .* \(to run its job elsewhere\) may change"):
             resumed_recipe(stored, [key])
+
+
+def test_decode_memory_is_speed_only_and_must_be_positive():
+    """``hardware.decode_memory_mib`` sets how many rows the CPU engine decodes together, not what
+    is trained: the content hash stays; zero or a word is refused naming the key."""
+    base = load("scalerl", setup="tiny-cpu")
+    assert base.hardware.decode_memory_mib == 1024.0
+    small = load("scalerl", setup="tiny-cpu", overrides=["hardware.decode_memory_mib=64"])
+    assert small.hardware.decode_memory_mib == 64.0 and small.content_hash == base.content_hash == "c33f6230083a"
+    for bad in ("0", "lots"):
+        with pytest.raises(UserError, match=r"hardware\.decode_memory_mib"):
+            load("scalerl", setup="tiny-cpu", overrides=[f"hardware.decode_memory_mib={bad}"])

@@ -146,6 +146,85 @@ def test_batch_split_gives_same_completions_when_each_batch_is_one_prompt(model,
         assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-5)
 
 
+def test_kv_bytes_per_row_and_rows_for_memory_by_hand():
+    """2 x layers x kv heads x head dim x tokens x bytes: the default tiny model (4 layers, 4 heads
+    of 32) at 32 + 20 tokens in float32 holds 2*4*4*32*52*4 = 212,992 bytes a row; 1 GiB holds
+    floor(2^30 / 212,992) = 5,041 rows (5,041 x 212,992 = 1,073,692,672 <= 2^30 < 5,042 x 212,992).
+    Grouped key/value heads and an explicit head_dim count as they are."""
+    from types import SimpleNamespace
+
+    from scalectl.rl.rollout.cpu import kv_bytes_per_row, rows_for_memory
+
+    cfg = build_tiny_model(seed=0).config
+    assert kv_bytes_per_row(cfg, 52, 4) == 212_992
+    assert rows_for_memory(1024, 212_992) == 5_041
+    gqa = SimpleNamespace(num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4, hidden_size=3584)
+    assert kv_bytes_per_row(gqa, 1000, 2) == 2 * 28 * 4 * 128 * 1000 * 2          # Qwen2.5-7B's shape, bf16
+    explicit = SimpleNamespace(num_hidden_layers=2, num_attention_heads=8, num_key_value_heads=None,
+                               hidden_size=512, head_dim=128)
+    assert kv_bytes_per_row(explicit, 10, 4) == 2 * 2 * 8 * 128 * 10 * 4
+    assert rows_for_memory(1e-9, 212_992) == 1                                     # never fewer than one row
+    with pytest.raises(ValueError, match="memory_mib > 0"):
+        rows_for_memory(0, 100)
+
+
+def test_rows_per_batch_follow_the_memory_and_the_split_keeps_every_completion_exact(model, tok):
+    """Without ``max_batch`` a call decodes as many rows together as ``kv_memory_mib`` holds for
+    its longest prompt plus max_new_tokens; 3 rows' worth of memory splits 3 prompts x 3 = 9 rows
+    into batches of 3, and every completion, in its group and order, keeps exact log-probs."""
+    from scalectl.rl.rollout.cpu import kv_bytes_per_row
+
+    longest = max(len(encode_prompt(tok, p)) for p in PROMPTS)
+    per_row = kv_bytes_per_row(model.config, longest + 8, 4)
+    engine = CPURolloutEngine(model, tok, kv_memory_mib=3.5 * per_row / 2**20)
+    assert engine.rows_per_batch(longest, 8) == 3
+    assert CPURolloutEngine(model, tok).rows_per_batch(longest, 8) == int(2**30 // per_row)
+    assert CPURolloutEngine(model, tok, max_batch=7).rows_per_batch(longest, 8) == 7
+    groups = engine.generate(PROMPTS, 3, SamplingParams(max_new_tokens=8), seed=0)
+    assert [len(g) for g in groups] == [3, 3, 3]
+    assert all(c.prompt_index == i for i, g in enumerate(groups) for c in g)
+    comps = _flat(groups)
+    for c, ref in zip(comps, _teacher_forced(model, comps, tok.pad_token_id)):
+        assert torch.allclose(torch.tensor(c.logprobs), ref, atol=1e-5)
+    with pytest.raises(ValueError, match="kv_memory_mib must be > 0"):
+        CPURolloutEngine(model, tok, kv_memory_mib=0)
+
+
+def test_seed_blocks():
+    from scalectl.rl.rollout.base import SeedBlock, seed_blocks
+
+    assert seed_blocks(5, 2, 100, 2) == [SeedBlock(0, 4, 100), SeedBlock(4, 8, 102), SeedBlock(8, 10, 104)]
+    assert seed_blocks(5, 2, 100) == seed_blocks(5, 2, 100, 5) == [SeedBlock(0, 10, 100)]
+    with pytest.raises(ValueError, match="seed_block must be >= 1"):
+        seed_blocks(5, 2, 100, 0)
+
+
+SIX = ["1+2=", "123+45-6=", "7-70+700=", "9*9=", "40+2=", "3-1="]
+
+
+@pytest.mark.parametrize("interrupt", [None, (3, 5, " so " + BOXED)])
+def test_seed_blocks_sample_what_calls_of_each_block_alone_sample(model, tok, interrupt):
+    """Prompts [lo, lo + 2) of a call with seed_block=2 get the tokens a call of those two prompts
+    alone with seed + lo gets (interruption lengths included), in one batch or in batches of whole
+    blocks, and their log-probs to float rounding (the batch's shape changes the sums' blocking:
+    a few float32 epsilons of log-probs of at most ~log V = 5.6 here, far below 1e-5)."""
+    params = SamplingParams(max_new_tokens=14, interrupt=interrupt)
+    apart = [c for lo in (0, 2, 4) for g in CPURolloutEngine(model, tok).generate(SIX[lo:lo + 2], 3, params,
+                                                                                  seed=40 + lo) for c in g]
+    from scalectl.rl.rollout.cpu import kv_bytes_per_row
+
+    longest = max(len(encode_prompt(tok, p)) for p in SIX)
+    two_blocks = 12.5 * kv_bytes_per_row(model.config, longest + 14, 4) / 2**20      # 12 rows: 2 blocks of 6
+    for engine in (CPURolloutEngine(model, tok), CPURolloutEngine(model, tok, kv_memory_mib=two_blocks)):
+        together = _flat(engine.generate(SIX, 3, params, seed=40, seed_block=2))
+        assert [c.token_ids for c in together] == [c.token_ids for c in apart]
+        assert [c.loss_mask for c in together] == [c.loss_mask for c in apart]
+        for a, b in zip(together, apart):
+            assert torch.allclose(torch.tensor(a.logprobs), torch.tensor(b.logprobs), atol=1e-5, rtol=0)
+    one_stream = _flat(CPURolloutEngine(model, tok).generate(SIX, 3, params, seed=40))
+    assert [c.token_ids for c in one_stream] != [c.token_ids for c in apart]     # one stream draws otherwise
+
+
 def test_interruption_inserts_the_phrase(model, tok):
     """A random model rarely stops: with a range [3, 5] each completion gets the phrase right
     at its drawn length, marked as forced (loss_mask 0), then continues."""

@@ -192,6 +192,20 @@ def test_logprobs_match_the_trainer_and_completions_are_well_formed(engine, tiny
 
 
 @needs_vllm
+def test_seed_blocks_sample_what_calls_of_each_block_alone_sample(engine):
+    """With seed_block=1 the call's prompt i draws (request seeds, interruption lengths) what a call
+    of that prompt alone with seed + i draws: an evaluation split over calls or generators samples
+    the same tokens."""
+    params = SamplingParams(max_new_tokens=20, interrupt=(4, 6, "Time is up. \\boxed{"))
+    together = _flat(engine.generate(PROMPTS, 3, params, seed=30, seed_block=1))
+    apart = [c for i in range(len(PROMPTS)) for c in _flat(engine.generate(PROMPTS[i:i + 1], 3, params, seed=30 + i))]
+    assert [c.token_ids for c in together] == [c.token_ids for c in apart]
+    assert [c.loss_mask for c in together] == [c.loss_mask for c in apart]
+    one_stream = _flat(engine.generate(PROMPTS, 3, params, seed=30))
+    assert [c.token_ids for c in one_stream] != [c.token_ids for c in together]
+
+
+@needs_vllm
 def test_same_seed_same_samples_other_seed_others(engine):
     a = _flat(engine.generate(PROMPTS[:2], 3, SamplingParams(max_new_tokens=20), seed=1))
     b = _flat(engine.generate(PROMPTS[:2], 3, SamplingParams(max_new_tokens=20), seed=1))

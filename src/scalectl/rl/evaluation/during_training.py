@@ -185,4 +185,5 @@ def background_engine(recipe, model, tokenizer):
                                             attn_implementation=model.config._attn_implementation)
     copy.generation_config = model.generation_config          # its EOS ids: the stop set
     return CPURolloutEngine(copy.eval(), tokenizer, head_fp32=recipe.precision.lm_head == "fp32",
-                            max_prompt_tokens=recipe.length.max_prompt_tokens)
+                            max_prompt_tokens=recipe.length.max_prompt_tokens,
+                            kv_memory_mib=recipe.hardware.decode_memory_mib)

@@ -32,6 +32,7 @@ def make_engine(recipe, model, tokenizer) -> RolloutEngine:
 
         return CPURolloutEngine(model, tokenizer, head_fp32=recipe.precision.lm_head == "fp32",
                                 max_prompt_tokens=recipe.length.max_prompt_tokens,
+                                kv_memory_mib=recipe.hardware.decode_memory_mib,
                                 compile_step=getattr(recipe.hardware, "compile", False))
     if name == "vllm":
         from scalectl.rl.rollout.vllm import engine_from_recipe

@@ -92,6 +92,34 @@ def check_prompt_lengths(encoded: list[list[int]], max_prompt_tokens: int | None
                              f"{max_prompt_tokens} (the prompt sets drop such prompts)")
 
 
+@dataclass(frozen=True)
+class SeedBlock:
+    """Rows ``[first, stop)`` of a :meth:`RolloutEngine.generate` call (prompt-major: prompt i's
+    n completions are rows i n .. i n + n - 1) that draw from one random stream, seeded ``seed``."""
+
+    first: int
+    stop: int
+    seed: int
+
+
+def seed_blocks(n_prompts: int, n: int, seed: int, block: int | None = None) -> list[SeedBlock]:
+    """The random streams of a call of ``n_prompts`` prompts x ``n`` completions: prompts ``[lo,
+    lo + block)`` draw from a stream seeded ``seed + lo``; ``block`` None: one stream, ``seed``.
+
+    So a call of blocks of the same prompts samples what calls of each block alone with seed
+    ``seed + lo`` sample, however an engine batches its rows (an evaluation split over several
+    generators, or decoded many prompts to a call, gives the same samples).
+
+    Raises:
+        ValueError: ``block`` < 1.
+    """
+    if block is None or n_prompts <= block:
+        return [SeedBlock(0, n_prompts * n, seed)]
+    if block < 1:
+        raise ValueError(f"seed_block must be >= 1, got {block}")
+    return [SeedBlock(lo * n, min(lo + block, n_prompts) * n, seed + lo) for lo in range(0, n_prompts, block)]
+
+
 class RolloutEngine(ABC):
     """A generator of completions with the policy it holds.
 
@@ -110,7 +138,8 @@ class RolloutEngine(ABC):
     poll_weights: Callable[[], object] | None = None
 
     @abstractmethod
-    def generate(self, prompts: list[str], n: int, params: SamplingParams, *, seed: int = 0) -> list[list[Completion]]:
+    def generate(self, prompts: list[str], n: int, params: SamplingParams, *, seed: int = 0,
+                 seed_block: int | None = None) -> list[list[Completion]]:
         """Sample ``n`` completions for each prompt.
 
         Args:
@@ -120,6 +149,9 @@ class RolloutEngine(ABC):
                 built from the recipe by :meth:`SamplingParams.for_training` or
                 :meth:`SamplingParams.for_evaluation`.
             seed: sampling seed; same seed, weights and arguments give the same completions.
+            seed_block: prompts per random stream (:func:`seed_blocks`): prompts ``[lo, lo +
+                seed_block)`` are sampled as a call of them alone with seed ``seed + lo`` would
+                sample them.  None: the call is one stream.
 
         Returns:
             One list of ``n`` completions per prompt, in prompt order.
@@ -164,7 +196,7 @@ class NoRolloutEngine(RolloutEngine):
     def __init__(self, version: int = 0):
         self._version = version
 
-    def generate(self, prompts, n, params, *, seed=0):
+    def generate(self, prompts, n, params, *, seed=0, seed_block=None):
         """Raises:
             RuntimeError: always; this process holds no rollout engine."""
         raise RuntimeError("this trainer process holds no rollout engine: its rollouts and evaluations are "

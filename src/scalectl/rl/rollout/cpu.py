@@ -16,6 +16,11 @@ compute only live rows.  Both passes end in the trainer's head
 (:func:`~scalectl.rl.policy.logprobs.head_log_softmax`, same precision), so the recorded
 generator log-probs equal a teacher-forced pass of the same weights up to float rounding.
 
+A call decodes its rows in batches of as many rows as :data:`DEFAULT_KV_MEMORY_MIB` (or the
+engine's ``kv_memory_mib``, recipe ``hardware.decode_memory_mib``) holds in that static cache
+(:func:`rows_for_memory`): larger batches amortise the fixed cost of each decoding step's
+operator calls over more rows (benchmarks/bench_decode_rows.py).
+
 Weights may be replaced from another thread while a batch decodes
 (:meth:`CPURolloutEngine.update_weights`, PipelineRL in-flight updates): each
 decoding step runs under a lock and tags its tokens with the version current at
@@ -37,7 +42,40 @@ from scalectl.rl.rollout.length import interrupt_lengths
 from scalectl.rl.policy.model import encode_prompts, generation_config_of, load_policy, pad_token_id, stop_token_ids
 from scalectl.rl.policy.decode import StaticKV, step_function
 from scalectl.rl.policy.logprobs import next_token_logprobs, position_ids_from_mask
-from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams, check_prompt_lengths
+from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams, check_prompt_lengths, seed_blocks
+
+
+#: Memory for the keys and values of one decoding batch (MiB), by default: 1 GiB holds about 5,000
+#: rows of the tiny setup's model at 32 + 20 tokens (``hardware.decode_memory_mib``).
+DEFAULT_KV_MEMORY_MIB = 1024.0
+
+
+def kv_bytes_per_row(config, tokens: int, bytes_per_value: int) -> int:
+    """Bytes of the keys and values one row holds over ``tokens`` positions:
+    2 x layers x key/value heads x head dim x tokens x ``bytes_per_value``.
+
+    Args:
+        config: a transformers model config (``num_hidden_layers``, ``num_attention_heads``,
+            ``num_key_value_heads`` (default: the attention heads), ``hidden_size``, ``head_dim``
+            (default: hidden_size / heads)).
+        tokens: positions per row (the longest prompt plus ``max_new_tokens``).
+        bytes_per_value: 4 for float32, 2 for bfloat16.
+    """
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * tokens * bytes_per_value
+
+
+def rows_for_memory(memory_mib: float, bytes_per_row: int) -> int:
+    """Rows of ``bytes_per_row`` (:func:`kv_bytes_per_row`) that ``memory_mib`` MiB hold, at least 1.
+
+    Raises:
+        ValueError: ``memory_mib`` or ``bytes_per_row`` not > 0.
+    """
+    if not (memory_mib > 0 and bytes_per_row > 0):
+        raise ValueError(f"need memory_mib > 0 and bytes_per_row > 0 (given {memory_mib}, {bytes_per_row})")
+    return max(1, int(memory_mib * 2**20 // bytes_per_row))
 
 
 class CPURolloutEngine(RolloutEngine):
@@ -50,7 +88,12 @@ class CPURolloutEngine(RolloutEngine):
             :func:`~scalectl.rl.policy.model.stop_token_ids` (the tokenizer's EOS and the EOS
             ids of the model's generation config), as in the vLLM engine.
         head_fp32: LM head and log-softmax in float32 (``precision.lm_head = "fp32"``).
-        max_batch: most rows (completions) decoded together; larger batches are split.
+        max_batch: most rows (completions) decoded together; larger calls are split.  None (the
+            default): as many as ``kv_memory_mib`` holds (:func:`rows_for_memory` of the call's
+            longest prompt plus ``max_new_tokens``).  A call's batches draw from one random
+            stream in turn, so another split samples other tokens (from the same distribution).
+        kv_memory_mib: memory for one decoding batch's keys and values (MiB; the prompt's
+            prefill cache holds as much again while it moves into the static cache).
         version: policy version of the initial weights.
         poll_weights: called with no argument before every forward pass, outside the
             engine's lock; it may call :meth:`update_weights` (in-flight weight updates:
@@ -64,16 +107,20 @@ class CPURolloutEngine(RolloutEngine):
             ``RuntimeWarning`` says so.  Same log-probs either way, up to float rounding.
     """
 
-    def __init__(self, model, tokenizer, *, head_fp32: bool = True, max_batch: int = 512, version: int = 0,
-                 poll_weights=None, max_prompt_tokens: int | None = None, compile_step: bool = False):
+    def __init__(self, model, tokenizer, *, head_fp32: bool = True, max_batch: int | None = None,
+                 kv_memory_mib: float = DEFAULT_KV_MEMORY_MIB, version: int = 0, poll_weights=None,
+                 max_prompt_tokens: int | None = None, compile_step: bool = False):
         self.pad_id = pad_token_id(tokenizer)
         self.stop_ids = stop_token_ids(tokenizer, generation_config_of(model))
-        if max_batch < 1:
+        if max_batch is not None and max_batch < 1:
             raise ValueError(f"max_batch must be >= 1, got {max_batch}")
+        if not kv_memory_mib > 0:
+            raise ValueError(f"kv_memory_mib must be > 0, got {kv_memory_mib}")
         self.model = model.eval()
         self.tokenizer = tokenizer
         self.head_fp32 = head_fp32
         self.max_batch = max_batch
+        self.kv_memory_mib = kv_memory_mib
         self._version = version
         self._lock = threading.Lock()
         self.poll_weights = poll_weights
@@ -101,37 +148,60 @@ class CPURolloutEngine(RolloutEngine):
                 self.model.load_state_dict(state_dict, strict=True)
             self._version = int(version)
 
-    def generate(self, prompts: list[str], n: int, params: SamplingParams, *, seed: int = 0) -> list[list[Completion]]:
+    def generate(self, prompts: list[str], n: int, params: SamplingParams, *, seed: int = 0,
+                 seed_block: int | None = None) -> list[list[Completion]]:
         """See :meth:`RolloutEngine.generate`.  ``params.top_p`` < 1 samples from the
         nucleus but still records the full-softmax log-probs.
 
+        Rows are decoded in batches of :meth:`rows_per_batch`, each of whole seed blocks
+        (:func:`~scalectl.rl.rollout.base.seed_blocks`) where one fits: a block's draws then do
+        not depend on what else its batch holds, only on its own rows (their logits move with
+        the batch's shape by float rounding at most).  A block larger than a batch is decoded in
+        several, its stream continuing from one to the next.
+
         Raises:
             ValueError: n < 1, a prompt or an interruption phrase that encodes to no token, a
-                prompt longer than ``max_prompt_tokens``.
+                prompt longer than ``max_prompt_tokens``, ``seed_block`` < 1.
         """
         phrase_ids = self.check_request(n, params)
         encoded = encode_prompts(self.tokenizer, prompts)
         check_prompt_lengths(encoded, self.max_prompt_tokens)
+        blocks = seed_blocks(len(encoded), n, int(seed), seed_block)
+        streams = [torch.Generator().manual_seed(b.seed) for b in blocks]
         rows = [(i, ids) for i, ids in enumerate(encoded) for _ in range(n)]
-        gen = torch.Generator().manual_seed(int(seed))
+        per_batch = self.rows_per_batch(max((len(ids) for ids in encoded), default=1), params.max_new_tokens)
         out: list[list[Completion]] = [[] for _ in prompts]
         # sampling is inference: no dropout, whatever mode the trainer sharing the model left it
         # in (its step sets training mode; a compiled step would also recompile on the flag)
         training = self.model.training
         self.model.eval()
         try:
-            for start in range(0, len(rows), self.max_batch):
-                chunk = rows[start:start + self.max_batch]
-                for c in self._decode(chunk, params, phrase_ids, gen):
+            for batch in _batches(blocks, per_batch):
+                first = batch[0][1]
+                chunk = rows[first:batch[-1][2]]
+                segments = [(streams[b], lo - first, hi - first) for b, lo, hi in batch]
+                for c in self._decode(chunk, params, phrase_ids, segments):
                     out[c.prompt_index].append(c)
         finally:
             self.model.train(training)
         return out
 
+    def rows_per_batch(self, prompt_tokens: int, max_new_tokens: int) -> int:
+        """Rows decoded together for prompts of at most ``prompt_tokens``: ``max_batch`` when
+        set, else what ``kv_memory_mib`` holds (:func:`rows_for_memory`) at the model's dtype."""
+        if self.max_batch is not None:
+            return self.max_batch
+        size = next(self.model.parameters()).element_size()
+        return rows_for_memory(self.kv_memory_mib, kv_bytes_per_row(self.model.config, prompt_tokens + max_new_tokens,
+                                                                    size))
+
     # ------------------------------------------------------------------ one batch
 
     @torch.inference_mode()
-    def _decode(self, rows, params: SamplingParams, phrase_ids, gen) -> list[Completion]:
+    def _decode(self, rows, params: SamplingParams, phrase_ids, segments) -> list[Completion]:
+        """Decode one batch; ``segments``: (random stream, first row, stop row) covering ``rows``
+        in order, each segment's draws (interruption lengths, then each step's tokens of its live
+        rows) from its own stream."""
         from transformers import DynamicCache
 
         max_new_tokens, temperature, top_p, interrupt = (params.max_new_tokens, params.temperature, params.top_p,
@@ -156,8 +226,8 @@ class CPURolloutEngine(RolloutEngine):
 
         k = len(phrase_ids)
         phrase = torch.tensor(phrase_ids, dtype=torch.long)
-        at = (interrupt_lengths(B, interrupt[0], interrupt[1], gen) if interrupt is not None
-              else torch.full((B,), -1, dtype=torch.long))
+        at = (torch.cat([interrupt_lengths(hi - lo, interrupt[0], interrupt[1], gen) for gen, lo, hi in segments])
+              if interrupt is not None else torch.full((B,), -1, dtype=torch.long))
         force_pos = torch.full((B,), -1, dtype=torch.long)  # index into the phrase while forcing, else -1
         interrupted = torch.zeros(B, dtype=torch.bool)
         seen_phrase = torch.zeros(B, dtype=torch.bool)
@@ -175,7 +245,10 @@ class CPURolloutEngine(RolloutEngine):
         for t in range(max_new_tokens):
             active = ~done
             sampled = torch.full((B,), pad, dtype=torch.long)
-            sampled[live] = _sample(step_logp, top_p, gen)
+            for gen, lo, hi in segments:
+                mine = torch.nonzero((live >= lo) & (live < hi)).flatten()
+                if mine.numel():
+                    sampled[live[mine]] = _sample(step_logp[mine], top_p, gen)
             if k:
                 start = active & ~interrupted & ~seen_phrase & (length == at)
                 force_pos[start] = 0
@@ -232,6 +305,31 @@ class CPURolloutEngine(RolloutEngine):
                 loss_mask=(~forced[r, :L]).long().tolist(),
             ))
         return out
+
+
+def _batches(blocks: list, per_batch: int) -> list[list[tuple[int, int, int]]]:
+    """Decoding batches of at most ``per_batch`` rows, as (block index, first row, stop row)
+    pieces of consecutive :class:`~scalectl.rl.rollout.base.SeedBlock` s: whole blocks packed in
+    order while they fit; a block larger than ``per_batch`` alone, cut into batches of it."""
+    out, current, size = [], [], 0
+    for b, block in enumerate(blocks):
+        rows = block.stop - block.first
+        if rows == 0:
+            continue
+        if rows > per_batch:
+            if current:
+                out.append(current)
+                current, size = [], 0
+            out += [[(b, lo, min(lo + per_batch, block.stop))] for lo in range(block.first, block.stop, per_batch)]
+            continue
+        if size + rows > per_batch:
+            out.append(current)
+            current, size = [], 0
+        current.append((b, block.first, block.stop))
+        size += rows
+    if current:
+        out.append(current)
+    return out
 
 
 def _sample(logp: torch.Tensor, top_p: float, gen: torch.Generator) -> torch.Tensor:

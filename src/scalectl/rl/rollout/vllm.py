@@ -65,7 +65,7 @@ import torch
 from scalectl.errors import UserError
 from scalectl.rl.rollout.length import interrupt_lengths
 from scalectl.rl.policy.model import checkpoint_state, encode_prompts, generation_config_of, meta_model, stop_token_ids
-from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams, check_prompt_lengths
+from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams, check_prompt_lengths, seed_blocks
 
 VLLM_MISSING = (
     "hardware.rollout_engine = 'vllm' needs the vllm package, which is not installed here. "
@@ -430,7 +430,8 @@ class VLLMRolloutEngine(RolloutEngine):
 
     # ------------------------------------------------------------------ sampling
 
-    def generate(self, prompts: list[str], n: int, params: SamplingParams, *, seed: int = 0) -> list[list[Completion]]:
+    def generate(self, prompts: list[str], n: int, params: SamplingParams, *, seed: int = 0,
+                 seed_block: int | None = None) -> list[list[Completion]]:
         """See :meth:`RolloutEngine.generate`.
 
         The log-probs are those of the full softmax at ``params.temperature`` when
@@ -449,8 +450,12 @@ class VLLMRolloutEngine(RolloutEngine):
         encoded = encode_prompts(self.tokenizer, prompts)
         check_prompt_lengths(encoded, self.max_prompt_tokens)
         rows = [_Row(i, ids) for i, ids in enumerate(encoded) for _ in range(n)]
-        gen = torch.Generator().manual_seed(int(seed))
-        at = interrupt_lengths(len(rows), interrupt[0], interrupt[1], gen).tolist() if interrupt else None
+        # each seed block's rows: request seeds and interruption lengths of a call of its prompts alone
+        blocks = seed_blocks(len(encoded), n, int(seed), seed_block)
+        seeds = [(b.seed, r - b.first) for b in blocks for r in range(b.first, b.stop)]
+        at = ([x for b in blocks for x in interrupt_lengths(b.stop - b.first, interrupt[0], interrupt[1],
+                                                             torch.Generator().manual_seed(b.seed)).tolist()]
+              if interrupt else None)
         # a *_logits mode (diagnostics, set explicitly) records logits in place of log-probs
         want_logprobs = (logprobs_valid(self.logprobs_mode, params.temperature, params.top_p)
                          or self.logprobs_mode.endswith("_logits"))
@@ -461,7 +466,7 @@ class VLLMRolloutEngine(RolloutEngine):
             first = {}
             for r, row in enumerate(rows):
                 limit = at[r] if at is not None else max_new_tokens
-                first[self._add(row.prompt_ids, limit, request_seed(seed, r, 0), sample)] = row
+                first[self._add(row.prompt_ids, limit, request_seed(*seeds[r], 0), sample)] = row
             self._run(first)
             if interrupt is not None:
                 second = {}
@@ -474,7 +479,7 @@ class VLLMRolloutEngine(RolloutEngine):
                     budget = max_new_tokens - len(row.tokens) - len(row.forced)
                     row.forced_logprobs = bool(row.forced) and want_logprobs
                     rid = self._add(row.prompt_ids + row.tokens + row.forced, max(budget, 1),
-                                    request_seed(seed, r, 1), sample, prompt_logprobs=row.forced_logprobs)
+                                    request_seed(*seeds[r], 1), sample, prompt_logprobs=row.forced_logprobs)
                     second[rid] = (row, budget)
                 self._run({rid: row for rid, (row, _) in second.items()}, budgets={
                     rid: budget for rid, (_, budget) in second.items()})
