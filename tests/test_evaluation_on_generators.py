@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import ROOT, run_cli
-from scalectl.rl.evaluation.pass_rate import combine_chunks, evaluate
+from scalectl.rl.evaluation.pass_rate import CHUNK_PROMPTS, combine_chunks, evaluate
 from scalectl.rl.evaluation.shares import EvaluationVersionError, PointParts, assign_chunks, chunk_size, evaluate_share
 from scalectl.rl.policy.model import build_tiny_model, build_tokenizer
 from scalectl.rl.reward.scoring import Scorer
@@ -35,8 +35,11 @@ def _problems(n: int):
 
 
 def test_chunks_cover_the_prompts_and_give_every_generator_work():
-    assert chunk_size(1000, 64) == 16 and chunk_size(1000, 1) == 64 and chunk_size(128, 2) == 64
+    assert CHUNK_PROMPTS == 512
+    assert chunk_size(1000, 64) == 16 and chunk_size(1000, 1) == 512 and chunk_size(1024, 2) == 512
+    assert chunk_size(1000, 1, 64) == 64 and chunk_size(128, 2, 64) == 64
     assert chunk_size(10, 4) == 3 and chunk_size(1, 8) == 1
+    assert chunk_size(500, 2) == 256 and chunk_size(500, 3) == 192     # whole random streams of 64 prompts
     shares = assign_chunks(1000, list(range(64)))
     chunks = sorted((c for cs in shares.values() for c in cs), key=lambda c: c.start)
     assert [i for c in chunks for i in c] == list(range(1000))
@@ -46,20 +49,34 @@ def test_chunks_cover_the_prompts_and_give_every_generator_work():
 
 
 def test_shares_on_several_engines_give_the_evaluation_of_one(tok, one_torch_thread):
-    """With 64 held-out prompts per generator, two generators' shares (each chunk sampled with
-    seed + its first prompt) combine into exactly what one engine's evaluation gives, with every
-    completion tagged by the engine's version."""
+    """With as many held-out prompts per generator as one engine's calls take (64 here, to keep
+    the test small; 512 by default), two generators' shares (each chunk sampled with seed + its
+    first prompt) combine into exactly what one engine's evaluation gives, with every completion
+    tagged by the engine's version."""
     problems = _problems(128)
     params = SamplingParams(max_new_tokens=8)
     engine = CPURolloutEngine(build_tiny_model(seed=0), tok, version=7)
-    whole = evaluate(engine, problems, params, samples_per_prompt=2, seed=11, score=Scorer())
+    whole = evaluate(engine, problems, params, samples_per_prompt=2, seed=11, score=Scorer(), chunk_prompts=64)
     parts = []
-    for g, chunks in assign_chunks(len(problems), [0, 1]).items():
+    for g, chunks in assign_chunks(len(problems), [0, 1], chunk_prompts=64).items():
         mine = evaluate_share(engine, problems, chunks, params, samples_per_prompt=2, seed=11, score=Scorer())
         assert len(mine) == 1 and all(v == [7] for p in mine for v in p["versions"])
         parts += mine
     assert combine_chunks(parts[::-1], 2) == whole
     assert len(whole["correct_counts"]) == 128 and 0 < whole["mean_length"] <= 8
+
+
+def test_an_evaluation_in_calls_of_512_prompts_samples_what_calls_of_64_sample(tok, one_torch_thread):
+    """The random streams (64 prompts each, seed + first prompt), not the engine calls, decide an
+    evaluation's samples: 200 held-out prompts in one call or in calls of 64 give the same point."""
+    problems = _problems(200)
+    params = SamplingParams(max_new_tokens=8)
+    engine = CPURolloutEngine(build_tiny_model(seed=0), tok)
+    one_call = evaluate(engine, problems, params, samples_per_prompt=2, seed=5, score=Scorer())
+    small_calls = evaluate(engine, problems, params, samples_per_prompt=2, seed=5, score=Scorer(), chunk_prompts=64)
+    assert one_call == small_calls and len(one_call["correct_counts"]) == 200
+    one_stream = evaluate(engine, problems, params, samples_per_prompt=2, seed=5, score=Scorer(), seed_prompts=None)
+    assert one_stream["mean_length"] != one_call["mean_length"]           # one stream for the call samples otherwise
 
 
 def test_point_parts_refuse_another_version_and_unasked_chunks():

@@ -13,9 +13,16 @@ from math import comb
 
 
 
-#: Prompts per engine call of an evaluation (bounds memory); a chunk starting at prompt ``lo``
-#: is sampled with seed ``seed + lo``, wherever it is sampled.
-CHUNK_PROMPTS = 64
+#: Prompts per random stream of an evaluation: prompts ``[lo, lo + 64)`` are sampled with seed
+#: ``seed + lo``, wherever and in whatever call they are sampled (the engines' ``seed_block``).
+SEED_PROMPTS = 64
+
+#: Prompts per engine call of an evaluation, a multiple of :data:`SEED_PROMPTS`: the default
+#: setup's evaluation (500 x 8) is one call, which the CPU engine decodes in batches of what its
+#: memory for keys and values holds (``hardware.decode_memory_mib``; all 4,000 rows at the
+#: default 1 GiB), faster per completion than calls of 64 prompts (benchmarks/README.md, "Rows
+#: per decoding call"), with the samples calls of 64 prompts give.
+CHUNK_PROMPTS = 512
 
 
 def evaluation_chunks(n_prompts: int, chunk_prompts: int = CHUNK_PROMPTS) -> list[range]:
@@ -24,8 +31,9 @@ def evaluation_chunks(n_prompts: int, chunk_prompts: int = CHUNK_PROMPTS) -> lis
 
 
 def evaluate_chunk(engine, problems: list, chunk: range, params, *, samples_per_prompt: int, seed: int,
-                   score) -> dict:
-    """Sample and score one chunk of the held-out prompts (k completions each, seed ``seed +
+                   score, seed_prompts: int | None = SEED_PROMPTS) -> dict:
+    """Sample and score one chunk of the held-out prompts (k completions each; prompts ``[lo, lo
+    + seed_prompts)`` of it with seed ``seed + lo``, ``seed_prompts`` None: all with ``seed +
     chunk.start``; ``score`` as in :func:`evaluate`): the part of :func:`evaluate` one engine
     call makes, anywhere.
 
@@ -38,7 +46,8 @@ def evaluate_chunk(engine, problems: list, chunk: range, params, *, samples_per_
     """
     counts, truncated, length_sum, total, versions, errors = [], 0, 0, 0, [], 0
     part = [problems[i] for i in chunk]
-    groups = engine.generate([p.prompt for p in part], samples_per_prompt, params, seed=seed + chunk.start)
+    groups = engine.generate([p.prompt for p in part], samples_per_prompt, params, seed=seed + chunk.start,
+                             seed_block=seed_prompts)
     for prob, comps in zip(part, groups):
         scores = score.completions(comps, prob)
         counts.append(sum(s.correct for s in scores))
@@ -84,7 +93,7 @@ def combine_chunks(parts: list[dict], samples_per_prompt: int) -> dict:
 
 
 def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: int, score,
-             chunk_prompts: int = CHUNK_PROMPTS) -> dict:
+             chunk_prompts: int = CHUNK_PROMPTS, seed_prompts: int | None = SEED_PROMPTS) -> dict:
     """Sample and score k completions per held-out prompt.
 
     Args:
@@ -99,7 +108,10 @@ def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: i
             (:func:`scalectl.rl.reward.scoring.scorer_for`; ``score.completions`` scores the k
             completions of a prompt); a completion is counted correct when its
             ``Score.correct`` is true.
-        chunk_prompts: prompts per engine call (bounds memory).
+        chunk_prompts: prompts per engine call (the engine bounds its memory itself).
+        seed_prompts: prompts per random stream (:data:`SEED_PROMPTS`); the streams, not the
+            calls, decide the samples when ``chunk_prompts`` is a multiple of it.  None: one
+            stream per call.
 
     Returns:
         pass_rate (mean@k), samples_per_prompt, correct_counts (list, one per
@@ -109,7 +121,7 @@ def evaluate(engine, problems: list, params, *, samples_per_prompt: int, seed: i
         RewardFunctionError: the run's reward function failed on a completion.
     """
     parts = [evaluate_chunk(engine, problems, chunk, params, samples_per_prompt=samples_per_prompt, seed=seed,
-                            score=score)
+                            score=score, seed_prompts=seed_prompts)
              for chunk in evaluation_chunks(len(problems), chunk_prompts)]
     return combine_chunks(parts, samples_per_prompt)
 

@@ -2,10 +2,10 @@
 put back together.
 
 An evaluation of step v on the generators (``hardware.evaluation``, docs/launching.md,
-"Evaluation") cuts the held-out prompts into chunks, each sampled by one engine call with seed
-``eval_seed + chunk start`` as in :func:`scalectl.rl.evaluation.pass_rate.evaluate`
-(:func:`chunk_size`: the 64 prompts of an evaluation on one engine, fewer when there are not
-64 per generator), and gives chunk i to evaluating generator i mod M (:func:`assign_chunks`);
+"Evaluation") cuts the held-out prompts into chunks, each sampled by one engine call, its prompts
+``[lo, lo + 64)`` with seed ``eval_seed + lo``, as in :func:`scalectl.rl.evaluation.pass_rate.evaluate`
+(:func:`chunk_size`: up to the 512 prompts of a call on one engine, a multiple of the 64 prompts
+of a random stream), and gives chunk i to evaluating generator i mod M (:func:`assign_chunks`);
 each generator samples its chunks with the weights of version v (:func:`evaluate_share`) and
 sends them back; :class:`PointParts` collects them, checks that every completion was sampled by
 version v alone, and combines them in prompt order.  With 64 held-out prompts or more per
@@ -17,21 +17,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from scalectl.rl.evaluation.pass_rate import CHUNK_PROMPTS, combine_chunks, evaluate_chunk, evaluation_chunks
+from scalectl.rl.evaluation.pass_rate import (CHUNK_PROMPTS, SEED_PROMPTS, combine_chunks, evaluate_chunk,
+                                              evaluation_chunks)
 
 
 class EvaluationVersionError(RuntimeError):
     """A completion of an evaluation point was sampled (in part) by weights of another version."""
 
 
-def chunk_size(n_prompts: int, evaluators: int) -> int:
-    """Prompts per chunk when ``evaluators`` generators share ``n_prompts``: min(64, ceil(n / M)),
-    so that every generator has work.  With n >= 64 M the chunks (and their seeds) are those of
-    an evaluation on one engine (:data:`~scalectl.rl.evaluation.pass_rate.CHUNK_PROMPTS`)."""
-    return max(1, min(CHUNK_PROMPTS, -(-n_prompts // max(evaluators, 1))))
+def chunk_size(n_prompts: int, evaluators: int, chunk_prompts: int = CHUNK_PROMPTS,
+               seed_prompts: int = SEED_PROMPTS) -> int:
+    """Prompts per chunk when ``evaluators`` generators share ``n_prompts``: ceil(n / M), so that
+    every generator has work, rounded up to a multiple of ``seed_prompts`` when it is at least
+    that, at most ``chunk_prompts``.  With n >= seed_prompts x M every chunk starts at a
+    multiple of ``seed_prompts``, so its random streams (seed + each block's first prompt) are
+    those of an evaluation on one engine (:data:`~scalectl.rl.evaluation.pass_rate.SEED_PROMPTS`)."""
+    share = -(-n_prompts // max(evaluators, 1))
+    if share >= seed_prompts:
+        share = -(-share // seed_prompts) * seed_prompts
+    return max(1, min(chunk_prompts, share))
 
 
-def assign_chunks(n_prompts: int, evaluators: list[int]) -> dict[int, list[range]]:
+def assign_chunks(n_prompts: int, evaluators: list[int],
+                  chunk_prompts: int = CHUNK_PROMPTS) -> dict[int, list[range]]:
     """Each evaluating generator's chunks of the held-out prompts (of :func:`chunk_size`): chunk i
     to ``evaluators[i % M]``.
 
@@ -41,7 +49,8 @@ def assign_chunks(n_prompts: int, evaluators: list[int]) -> dict[int, list[range
     if not evaluators:
         raise ValueError("an evaluation on the generators needs at least one generator")
     out: dict[int, list[range]] = {g: [] for g in evaluators}
-    for i, chunk in enumerate(evaluation_chunks(n_prompts, chunk_size(n_prompts, len(evaluators)))):
+    size = chunk_size(n_prompts, len(evaluators), chunk_prompts)
+    for i, chunk in enumerate(evaluation_chunks(n_prompts, size)):
         out[evaluators[i % len(evaluators)]].append(chunk)
     return out
 

@@ -223,7 +223,7 @@ def check_pass_rate(engine, check_set: list[Problem], cfg: SFTConfig, max_new_to
     likely tokens (top-p :data:`GREEDY_TOP_P`)."""
     params = SamplingParams(max_new_tokens=max_new_tokens, top_p=GREEDY_TOP_P if greedy else 1.0)
     return evaluate(engine, check_set, params, samples_per_prompt=1 if greedy else cfg.check_samples,
-                    seed=seed, score=Scorer(), chunk_prompts=len(check_set))["pass_rate"]
+                    seed=seed, score=Scorer(), chunk_prompts=len(check_set), seed_prompts=None)["pass_rate"]
 
 
 def flatten_head(model, engine, check_set: list[Problem], target: float, cfg: SFTConfig,
