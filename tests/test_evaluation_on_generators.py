@@ -176,8 +176,10 @@ def policy(tmp_path_factory) -> str:
 def _run(tmp_path, policy, name, *sets):
     db = tmp_path / "s.db"
     args = [a for s in [*SETS, f"model.path={policy}", *sets] for a in ("--set", s)]
+    # --new-run: runs differing only in where they evaluate (speed only) have one content hash and seed,
+    # which `scalectl run` would otherwise reuse
     proc = run_cli("run", "recipes/scalerl.toml", "--name", name, "--runs-dir", str(tmp_path / "runs"), *args,
-                   db=db, check=True, timeout=900)
+                   "--new-run", db=db, check=True, timeout=900)
     shown = json.loads(run_cli("show", name, "--json", db=db, check=True).stdout)
     return proc, tmp_path / "runs" / name, shown
 
