@@ -90,8 +90,10 @@ class CPURolloutEngine(RolloutEngine):
         head_fp32: LM head and log-softmax in float32 (``precision.lm_head = "fp32"``).
         max_batch: most rows (completions) decoded together; larger calls are split.  None (the
             default): as many as ``kv_memory_mib`` holds (:func:`rows_for_memory` of the call's
-            longest prompt plus ``max_new_tokens``).  A call's batches draw from one random
-            stream in turn, so another split samples other tokens (from the same distribution).
+            longest prompt plus ``max_new_tokens``).  Batches hold whole seed blocks where one
+            fits (:meth:`generate`), so the split changes no sample; a block cut across batches
+            draws from its stream in turn, and another cut samples other tokens (from the same
+            distribution).
         kv_memory_mib: memory for one decoding batch's keys and values (MiB; the prompt's
             prefill cache holds as much again while it moves into the static cache).
         version: policy version of the initial weights.
