@@ -188,7 +188,7 @@ def test_decode_memory_is_speed_only_and_must_be_positive():
     """``hardware.decode_memory_mib`` sets how many rows the CPU engine decodes together, not what
     is trained: the content hash stays; zero or a word is refused naming the key."""
     base = load("scalerl", setup="tiny-cpu")
-    assert base.hardware.decode_memory_mib == 1024.0
+    assert base.hardware.decode_memory_mib == 192.0
     small = load("scalerl", setup="tiny-cpu", overrides=["hardware.decode_memory_mib=64"])
     assert small.hardware.decode_memory_mib == 64.0 and small.content_hash == base.content_hash == "c33f6230083a"
     for bad in ("0", "lots"):

@@ -178,7 +178,7 @@ def test_rows_per_batch_follow_the_memory_and_the_split_keeps_every_completion_e
     per_row = kv_bytes_per_row(model.config, longest + 8, 4)
     engine = CPURolloutEngine(model, tok, kv_memory_mib=3.5 * per_row / 2**20)
     assert engine.rows_per_batch(longest, 8) == 3
-    assert CPURolloutEngine(model, tok).rows_per_batch(longest, 8) == int(2**30 // per_row)
+    assert CPURolloutEngine(model, tok).rows_per_batch(longest, 8) == int(192 * 2**20 // per_row)
     assert CPURolloutEngine(model, tok, max_batch=7).rows_per_batch(longest, 8) == 7
     groups = engine.generate(PROMPTS, 3, SamplingParams(max_new_tokens=8), seed=0)
     assert [len(g) for g in groups] == [3, 3, 3]

@@ -585,12 +585,11 @@ class Hardware(_Section):
     max_num_seqs: int = Field(default=256, ge=1, le=65_536, description=(
         "Most completions one vLLM generator decodes at once (vLLM's max_num_seqs). Speed only, not "
         "part of the content hash."))
-    decode_memory_mib: float = Field(default=1024.0, gt=0, le=1e7, description=(
+    decode_memory_mib: float = Field(default=192.0, gt=0, le=1e7, description=(
         "Memory for the keys and values of one decoding batch of the CPU rollout engine, in MiB. A "
         "batch holds as many rows as fit: 2 x layers x key/value heads x head dim x (longest prompt "
-        "+ max_new_tokens) x bytes per value each (1 GiB: about 5,000 rows of the tiny model). "
-        "Larger batches decode faster per row (benchmarks/README.md). Speed only, not part of the "
-        "content hash."))
+        "+ max_new_tokens) x bytes per value each (192 MiB: about 1,100 rows of the tiny model, "
+        "where its rate peaked; benchmarks/README.md). Speed only, not part of the content hash."))
     evaluation: Literal["auto", "trainer", "generators", "dedicated"] = Field(default="auto", description=(
         "Where held-out evaluation samples. trainer: the first trainer rank's own engine; generators: "
         "the generators, each a share of the prompts, from the weights of the point's version; "

@@ -45,9 +45,11 @@ from scalectl.rl.policy.logprobs import next_token_logprobs, position_ids_from_m
 from scalectl.rl.rollout.base import Completion, RolloutEngine, SamplingParams, check_prompt_lengths, seed_blocks
 
 
-#: Memory for the keys and values of one decoding batch (MiB), by default: 1 GiB holds about 5,000
-#: rows of the tiny setup's model at 32 + 20 tokens (``hardware.decode_memory_mib``).
-DEFAULT_KV_MEMORY_MIB = 1024.0
+#: Memory for the keys and values of one decoding batch (MiB), by default: 192 MiB hold about 1,100
+#: rows of the tiny setup's model at 25 + 20 tokens, where its decoding rate peaked on a quiet
+#: 2-core machine (1,024 rows: 1.10x the rate of 512, 4,000 rows 0.80x; benchmarks/README.md);
+#: ``hardware.decode_memory_mib``.
+DEFAULT_KV_MEMORY_MIB = 192.0
 
 
 def kv_bytes_per_row(config, tokens: int, bytes_per_value: int) -> int:
