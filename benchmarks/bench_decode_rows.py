@@ -48,9 +48,9 @@ def _work(prompts_limit: int | None):
 
 
 def _kv_mib(model, rows: int, prompt_tokens: int, new_tokens: int) -> float:
-    from scalectl.rl.rollout.cpu import kv_bytes_per_row
-
-    return rows * kv_bytes_per_row(model.config, prompt_tokens + new_tokens, 4) / 2**20
+    cfg = model.config
+    kv_dim = cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads)
+    return rows * cfg.num_hidden_layers * 2 * (prompt_tokens + new_tokens) * kv_dim * 4 / 2**20
 
 
 def main() -> None:

@@ -54,20 +54,19 @@ DEFAULT_KV_MEMORY_MIB = 192.0
 
 def kv_bytes_per_row(config, tokens: int, bytes_per_value: int) -> int:
     """Bytes of the keys and values one row holds over ``tokens`` positions:
-    :func:`scalectl.job.memory.kv_bytes_per_token` of the model's
-    :class:`~scalectl.job.memory.Geometry` x ``tokens``.
+    2 x layers x key/value heads x head dim x tokens x ``bytes_per_value``.
 
     Args:
-        config: a transformers model config, or any object whose attributes are its keys
-            (``num_hidden_layers``, ``num_attention_heads``, ``num_key_value_heads`` (default: the
-            attention heads), ``hidden_size``, ``head_dim`` (default: hidden_size / heads)).
+        config: a transformers model config (``num_hidden_layers``, ``num_attention_heads``,
+            ``num_key_value_heads`` (default: the attention heads), ``hidden_size``, ``head_dim``
+            (default: hidden_size / heads)).
         tokens: positions per row (the longest prompt plus ``max_new_tokens``).
         bytes_per_value: 4 for float32, 2 for bfloat16.
     """
-    from scalectl.job.memory import Geometry, kv_bytes_per_token
-
-    g = Geometry.from_config(config.to_dict() if hasattr(config, "to_dict") else vars(config))
-    return kv_bytes_per_token(g.layers, g.kv_heads, g.head_dim, bytes_per_value) * tokens
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return 2 * config.num_hidden_layers * kv_heads * head_dim * tokens * bytes_per_value
 
 
 def rows_for_memory(memory_mib: float, bytes_per_row: int) -> int:
